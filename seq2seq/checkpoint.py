@@ -1,0 +1,81 @@
+"""Checkpoints written atomically, holding tensors and plain data only, and loading a run folder."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.errors import Seq2SeqError
+from seq2seq.model.seq2seq import Seq2Seq, build_model
+
+CONFIG_FILE = "config.yaml"
+SRC_TOKENIZER = "src.model"
+TGT_TOKENIZER = "tgt.model"
+
+
+def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
+    """Write to a temporary file beside `path`, then rename: a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load a checkpoint safely (`weights_only=True`: no arbitrary code from the file)."""
+    if not path.is_file():
+        raise Seq2SeqError(f"checkpoint not found: {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated or foreign file
+        raise Seq2SeqError(f"cannot read checkpoint {path}: {e}") from e
+
+
+@dataclass
+class TrainedRun:
+    """Everything a finished run folder provides for evaluation and translation."""
+
+    run_dir: Path
+    cfg: DictConfig
+    model: Seq2Seq
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    checkpoint: Path
+
+
+def resolve_checkpoint(run_dir: Path, checkpoint: str) -> Path:
+    """`best` and `last` name the run's own checkpoints; anything else is a path."""
+    if checkpoint in ("best", "last"):
+        return run_dir / f"{checkpoint}.pt"
+    return Path(checkpoint)
+
+
+def load_run(run_dir: str | Path, checkpoint: str = "best") -> TrainedRun:
+    """Rebuild the model of a training run from its folder, in eval mode."""
+    run_dir = Path(run_dir)
+    config_path = run_dir / CONFIG_FILE
+    if not config_path.is_file():
+        raise Seq2SeqError(f"{run_dir} is not a training run folder (no {CONFIG_FILE})")
+    cfg = OmegaConf.load(config_path)
+    ckpt_path = resolve_checkpoint(run_dir, checkpoint)
+    state = load_checkpoint(ckpt_path)
+    src_tok = Tokenizer.load(run_dir / SRC_TOKENIZER)
+    tgt_tok = Tokenizer.load(run_dir / TGT_TOKENIZER)
+    model = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return TrainedRun(run_dir, cfg, model, src_tok, tgt_tok, ckpt_path)

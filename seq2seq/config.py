@@ -1,0 +1,194 @@
+"""Typed configuration: the one place every default lives.
+
+Each dataclass is registered in Hydra's ConfigStore, so a misspelled key or a wrong type on the
+command line fails with Hydra's own error before anything runs. YAML files under ``configs/`` only
+choose group options and override values (``experiment=smoke``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
+
+
+class SubwordModel(str, Enum):
+    unigram = "unigram"
+    bpe = "bpe"
+
+
+class LuongScore(str, Enum):
+    dot = "dot"
+    general = "general"
+    concat = "concat"
+    scaled_dot = "scaled_dot"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+@dataclass
+class TokenizerConfig:
+    """Sentencepiece subword models, trained once on the training split."""
+
+    model_type: SubwordModel = SubwordModel.unigram
+    vocab_size: int = 8000
+    joint: bool = False  # one model shared by both languages
+    character_coverage: float = 1.0
+    input_sentence_size: int = 2_000_000  # sentences sampled for training the model
+
+
+@dataclass
+class DataConfig:
+    """Fields shared by every corpus; ``name`` picks the corpus reader."""
+
+    name: str = MISSING
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    train: str = "train"
+    valid: str = "val"
+    test: Optional[str] = "test_2016_flickr"
+    max_len: int = 100  # subword tokens per side; longer training pairs are dropped
+    train_limit: Optional[int] = None  # use only the first N training pairs (smoke tests)
+    valid_limit: Optional[int] = None
+    cache_dir: str = "data/cache"  # tokenizer models and encoded token ids, keyed by content
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+
+
+@dataclass
+class Multi30kConfig(DataConfig):
+    """Multi30k task 1; ``train``/``valid``/``test`` are official split names."""
+
+    name: str = "multi30k"
+    source: str = MULTI30K_URL  # base URL or a local directory with the same file names
+    root: str = "data/multi30k"  # download cache
+
+
+@dataclass
+class CustomDataConfig(DataConfig):
+    """User files; ``train``/``valid``/``test`` are prefixes: ``<prefix>.<lang>[.gz]``."""
+
+    name: str = "custom"
+    train: str = MISSING
+    valid: str = MISSING
+    test: Optional[str] = None
+
+
+@dataclass
+class AttentionConfig:
+    """Base of the attention group; ``_target_`` is the class Hydra instantiates."""
+
+    _target_: str = MISSING
+    size: int = 512  # hidden size of the score function / projections
+
+
+@dataclass
+class BahdanauConfig(AttentionConfig):
+    """Additive attention; previous decoder state queries, context enters the GRU input."""
+
+    _target_: str = "seq2seq.model.attention.BahdanauAttention"
+
+
+@dataclass
+class LuongConfig(AttentionConfig):
+    """Global attention; current decoder state queries, attentional vector feeds the output."""
+
+    _target_: str = "seq2seq.model.attention.LuongAttention"
+    score: LuongScore = LuongScore.general
+
+
+@dataclass
+class MultiHeadConfig(AttentionConfig):
+    """Scaled dot-product attention with several heads; Luong data flow."""
+
+    _target_: str = "seq2seq.model.attention.MultiHeadAttention"
+    heads: int = 8
+
+
+@dataclass
+class ModelConfig:
+    emb_size: int = 256
+    hidden_size: int = 512  # per encoder direction, and the decoder GRU
+    encoder_layers: int = 1
+    dropout: float = 0.3
+    input_feed: bool = True  # Luong flow only: feed the previous attentional vector to the GRU
+    tie_embeddings: bool = False  # share target embedding and output projection
+    attention: AttentionConfig = MISSING
+
+
+@dataclass
+class SchedulerConfig:
+    """Reduce-on-plateau on validation BLEU."""
+
+    factor: float = 0.5
+    patience: int = 2  # validations without improvement before the rate is cut
+    min_lr: float = 1e-5
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 1234
+    max_epochs: int = 50
+    max_steps: Optional[int] = None  # stop after this many updates (benchmarks, smoke tests)
+    batch_tokens: int = 2000  # budget per batch: sentences x longest side, padding included
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.0
+    clip_grad_norm: float = 1.0
+    label_smoothing: float = 0.1
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    validate_every: Optional[int] = None  # updates between validations; None = every epoch
+    patience: int = 5  # validations without a better BLEU before early stopping
+    val_beam_size: int = 1  # validation BLEU decodes greedily unless raised
+    resume: bool = False  # continue from last.pt in the run folder
+    precision: Precision = Precision.fp32
+    threads: int = 0  # torch threads; 0 = the cores this process may use
+    log_every: int = 50  # updates between training-loss scalars
+
+
+@dataclass
+class DecodeConfig:
+    """Search settings shared by validation, evaluation and translation."""
+
+    beam_size: int = 5
+    alpha: float = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
+    nbest: int = 1
+    max_len_a: float = 1.5  # hypotheses stop at a * source_length + b tokens
+    max_len_b: int = 5
+    batch_size: int = 64  # sentences decoded together
+
+
+@dataclass
+class LogConfig:
+    attention_samples: int = 4  # fixed validation sentences whose heatmaps are logged
+    progress: bool = True  # tqdm progress bar
+
+
+@dataclass
+class Config:
+    data: DataConfig = MISSING
+    model: ModelConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+
+def register_configs() -> None:
+    """Register the schema and every group option with Hydra's ConfigStore."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    cs.store(group="data", name="multi30k", node=Multi30kConfig)
+    cs.store(group="data", name="custom", node=CustomDataConfig)
+    cs.store(group="model", name="default", node=ModelConfig)
+    cs.store(group="model/attention", name="bahdanau", node=BahdanauConfig)
+    cs.store(group="model/attention", name="luong", node=LuongConfig)
+    cs.store(group="model/attention", name="multihead", node=MultiHeadConfig)
+
+
+register_configs()

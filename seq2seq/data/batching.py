@@ -1,0 +1,121 @@
+"""Token-budget batches of similar lengths, reshuffled per epoch, padded with vectorised numpy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from seq2seq.data.dataset import TokenizedCorpus
+from seq2seq.data.tokenizer import BOS, PAD
+from seq2seq.errors import Seq2SeqError
+
+POOL_BATCHES = 100  # a shuffled pool holds about this many batches, sorted by length inside
+
+
+@dataclass
+class Batch:
+    """Padded int64 tensors of one batch (PAD = 0) and where its pairs sit in the corpus."""
+
+    src: torch.Tensor  # [B, S] pieces + EOS
+    src_lengths: torch.Tensor  # [B]
+    tgt_in: torch.Tensor  # [B, T] BOS + pieces
+    tgt_out: torch.Tensor  # [B, T] pieces + EOS
+    ids: torch.Tensor  # [B] positions in the TokenizedCorpus
+    ntokens: int  # non-pad target tokens
+
+
+def collate(corpus: TokenizedCorpus, ids: np.ndarray) -> Batch:
+    """Gather and pad the pairs ``ids`` of ``corpus`` (no per-token Python loop)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    src, src_lengths = _pad(corpus.src_ids, corpus.src_offsets, ids)
+    tgt_out, tgt_lengths = _pad(corpus.tgt_ids, corpus.tgt_offsets, ids)
+    tgt_in = np.empty_like(tgt_out)
+    tgt_in[:, 0] = BOS
+    tgt_in[:, 1:] = tgt_out[:, :-1]
+    tgt_in[tgt_out == PAD] = PAD  # the EOS shifted past each end
+    return Batch(
+        src=torch.from_numpy(src),
+        src_lengths=torch.from_numpy(src_lengths),
+        tgt_in=torch.from_numpy(tgt_in),
+        tgt_out=torch.from_numpy(tgt_out),
+        ids=torch.tensor(ids),
+        ntokens=int(tgt_lengths.sum()),
+    )
+
+
+def _pad(flat: np.ndarray, offsets: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``flat[offsets[i]:offsets[i + 1]]`` for i in ids, right-padded: ([B, L], lengths)."""
+    starts = np.asarray(offsets[ids], dtype=np.int64)
+    lengths = np.asarray(offsets[ids + 1], dtype=np.int64) - starts
+    cols = np.arange(lengths.max(initial=0))
+    real = cols < lengths[:, None]  # [B, L]
+    out = np.zeros(real.shape, dtype=np.int64)
+    out[real] = flat[(starts[:, None] + cols)[real]]
+    return out, lengths
+
+
+class TokenBatchSampler:
+    """Batches of corpus positions costing at most ``batch_tokens`` = sentences x longest side.
+
+    A pair longer than the budget forms its own batch. With ``shuffle``, each epoch shuffles the
+    pairs, sorts pools of about POOL_BATCHES batches by length, packs them and shuffles the
+    batches, deterministically in (seed, epoch). Without, one fixed length-sorted order.
+    """
+
+    def __init__(
+        self,
+        src_lengths: np.ndarray,
+        tgt_lengths: np.ndarray,
+        batch_tokens: int,
+        shuffle: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if batch_tokens < 1:
+            raise Seq2SeqError(f"train.batch_tokens must be positive, not {batch_tokens}")
+        self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
+        self.lengths = np.maximum(self.src_lengths, np.asarray(tgt_lengths, dtype=np.int64))
+        self.batch_tokens = batch_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self._last: tuple[int, list[np.ndarray]] | None = None
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """Every position exactly once, as int64 arrays, in this epoch's order."""
+        if self._last is not None and self._last[0] == epoch:
+            return self._last[1]
+        if not self.shuffle:
+            result = self._pack(self._sorted(np.arange(len(self.lengths))))
+        else:
+            rng = np.random.default_rng([self.seed, epoch])
+            perm = rng.permutation(len(self.lengths))
+            mean = self.lengths.mean() if len(self.lengths) else 1.0
+            pool = max(1, int(POOL_BATCHES * self.batch_tokens / mean))
+            packed = [
+                self._pack(self._sorted(perm[i : i + pool])) for i in range(0, len(perm), pool)
+            ]
+            flat = [batch for batches in packed for batch in batches]
+            result = [flat[i] for i in rng.permutation(len(flat))]
+        self._last = (epoch, result)
+        return result
+
+    def __len__(self) -> int:
+        """Number of batches in the epoch last passed to ``batches`` (epoch 0 before any call)."""
+        return len(self.batches(self._last[0] if self._last else 0))
+
+    def _sorted(self, positions: np.ndarray) -> np.ndarray:
+        """``positions`` ordered by longest side, then source length (stable)."""
+        return positions[np.lexsort((self.src_lengths[positions], self.lengths[positions]))]
+
+    def _pack(self, order: np.ndarray) -> list[np.ndarray]:
+        """Split ``order`` greedily into consecutive batches within the budget."""
+        batches, start, longest = [], 0, 0
+        for i, length in enumerate(self.lengths[order].tolist()):
+            longest = max(longest, length)
+            if i > start and (i - start + 1) * longest > self.batch_tokens:
+                batches.append(order[start:i])
+                start, longest = i, length
+        if len(order):
+            batches.append(order[start:])
+        return batches

@@ -1,0 +1,13 @@
+"""Errors a user can cause and fix; the command-line apps print them without a traceback."""
+
+
+class Seq2SeqError(Exception):
+    """Base class: a problem with the user's input, data or run folder."""
+
+
+class DataError(Seq2SeqError):
+    """A corpus file is missing, malformed or inconsistent."""
+
+
+class ChecksumError(DataError):
+    """A downloaded file does not match its published SHA-256."""

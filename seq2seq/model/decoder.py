@@ -1,0 +1,221 @@
+"""GRU decoder with attention: teacher-forced over whole sequences, or one step at a time.
+
+The Bahdanau and Luong data flows are two small step classes around the same GRU; the decoder picks
+one at construction. The embeddings' share of the GRU input is projected for all steps in one
+matrix product, and the recurrence runs its own GRU cell over ``nn.GRU`` parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq.data.tokenizer import PAD
+from seq2seq.model.attention import Attention, BahdanauAttention
+
+
+@dataclass
+class EncoderOutput:
+    """What the decoder reads from the encoder, computed once per batch."""
+
+    memory: Tensor  # [B, S, M]
+    mask: Tensor  # [B, S] bool, True = real source token
+    keys: Tensor  # attention keys, batch first
+    values: Tensor  # attention values, batch first
+    final: Tensor  # [B, M] summary for the initial decoder state
+
+    def index_select(self, idx: Tensor) -> EncoderOutput:
+        """Rows ``idx`` of every field (beam expansion, dropping finished sentences)."""
+        return EncoderOutput(
+            self.memory.index_select(0, idx),
+            self.mask.index_select(0, idx),
+            self.keys.index_select(0, idx),
+            self.values.index_select(0, idx),
+            self.final.index_select(0, idx),
+        )
+
+
+@dataclass
+class DecoderState:
+    """Recurrent state between steps; ``feed`` is Luong's previous attentional vector."""
+
+    hidden: Tensor  # [B, H]
+    feed: Tensor | None = None  # [B, H]
+
+    def index_select(self, idx: Tensor) -> DecoderState:
+        """Rows ``idx`` (beam reordering, dropping finished sentences)."""
+        feed = None if self.feed is None else self.feed.index_select(0, idx)
+        return DecoderState(self.hidden.index_select(0, idx), feed)
+
+
+def gru_cell(gi: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
+    """One GRU step (``nn.GRU`` gates r, z, n) from the input projection gi [B, 3H]."""
+    size = hidden.size(1)
+    gh = torch.addmm(bias_hh, hidden, weight_hh.t())  # [B, 3H]
+    rz = torch.sigmoid(gi[:, : 2 * size] + gh[:, : 2 * size])  # [B, 2H]
+    n = torch.tanh(torch.addcmul(gi[:, 2 * size :], rz[:, :size], gh[:, 2 * size :]))  # [B, H]
+    return torch.lerp(n, hidden, rz[:, size:])  # (1 - z) * n + z * h
+
+
+class DecoderStep(nn.Module):
+    """What both data flows share: the attention module and a one-layer GRU."""
+
+    def __init__(self, emb_size: int, hidden_size: int, attention: Attention, feed_size: int):
+        super().__init__()
+        self.attention = attention
+        self.emb_size = emb_size
+        self.rnn = nn.GRU(emb_size + feed_size, hidden_size, batch_first=True)
+
+    def cell(self, gi: Tensor, hidden: Tensor) -> Tensor:
+        """One GRU step from the full input projection gi [B, 3H]."""
+        return gru_cell(gi, hidden, self.rnn.weight_hh_l0, self.rnn.bias_hh_l0)
+
+    def project_embeddings(self, emb: Tensor) -> Tensor:
+        """Embeddings' share of the GRU input projection, all steps at once: [B, T, E] -> [T, B, 3H]."""
+        weight = self.rnn.weight_ih_l0[:, : self.emb_size]
+        return F.linear(emb.transpose(0, 1), weight, self.rnn.bias_ih_l0)
+
+    def project_input(self, x: Tensor) -> Tensor:
+        """Full GRU input projection of one step: [B, E + feed] -> [B, 3H]."""
+        return F.linear(x, self.rnn.weight_ih_l0, self.rnn.bias_ih_l0)
+
+    def feed_weight(self) -> Tensor:
+        """Columns of the GRU input weight that multiply the fed vector: [3H, feed]."""
+        return self.rnn.weight_ih_l0[:, self.emb_size :]
+
+
+class BahdanauStep(DecoderStep):
+    """Bahdanau flow: s_{t-1} queries; GRU input [emb; context]; readout from [s_t; context; emb]."""
+
+    def __init__(self, emb_size: int, hidden_size: int, attention: Attention) -> None:
+        super().__init__(emb_size, hidden_size, attention, attention.context_size)
+        self.readout = nn.Linear(hidden_size + attention.context_size + emb_size, hidden_size)
+
+    def init_state(self, hidden: Tensor) -> DecoderState:
+        return DecoderState(hidden)
+
+    def forward(self, emb: Tensor, state: DecoderState, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: emb [B, T, E] -> (readout [B, T, H], weights [B, heads, T, S])."""
+        gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
+        w_context = self.feed_weight().t()  # [C, 3H]
+        hidden = state.hidden
+        states, contexts, weights = [], [], []
+        for gi_t in gi_emb:
+            context, w = self.attention(hidden, enc.keys, enc.values, enc.mask)  # [B, C]
+            hidden = self.cell(torch.addmm(gi_t, context, w_context), hidden)  # [B, H]
+            states.append(hidden)
+            contexts.append(context)
+            weights.append(w)
+        features = torch.cat([torch.stack(states, 1), torch.stack(contexts, 1), emb], -1)
+        return torch.tanh(self.readout(features)), torch.stack(weights, 2)
+
+    def step(
+        self, emb: Tensor, state: DecoderState, enc: EncoderOutput
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
+        context, weights = self.attention(state.hidden, enc.keys, enc.values, enc.mask)
+        hidden = self.cell(self.project_input(torch.cat([emb, context], -1)), state.hidden)
+        readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
+        return readout, DecoderState(hidden), weights
+
+
+class LuongStep(DecoderStep):
+    """Luong flow: GRU input emb (+ previous attentional vector); s_t queries; tanh(W_c[c; s])."""
+
+    def __init__(
+        self, emb_size: int, hidden_size: int, attention: Attention, input_feed: bool
+    ) -> None:
+        super().__init__(emb_size, hidden_size, attention, hidden_size if input_feed else 0)
+        self.input_feed = input_feed
+        self.combine = nn.Linear(attention.context_size + hidden_size, hidden_size, bias=False)
+
+    def init_state(self, hidden: Tensor) -> DecoderState:
+        return DecoderState(hidden, torch.zeros_like(hidden) if self.input_feed else None)
+
+    def attentional(self, hidden: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """States [B, H] or [B, T, H] -> (tanh(W_c [c; s]) of the same shape, weights)."""
+        context, weights = self.attention(hidden, enc.keys, enc.values, enc.mask)
+        return torch.tanh(self.combine(torch.cat([context, hidden], -1))), weights
+
+    def forward(self, emb: Tensor, state: DecoderState, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: emb [B, T, E] -> (attentional vectors [B, T, H], weights)."""
+        if not self.input_feed:  # no feedback: the GRU and the attention each run once
+            states, _ = self.rnn(emb, state.hidden.unsqueeze(0))  # [B, T, H]
+            return self.attentional(states, enc)
+        gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
+        w_feed = self.feed_weight().t()  # [H, 3H]
+        hidden, feed = state.hidden, state.feed
+        outputs, weights = [], []
+        for gi_t in gi_emb:
+            hidden = self.cell(torch.addmm(gi_t, feed, w_feed), hidden)  # [B, H]
+            feed, w = self.attentional(hidden, enc)  # [B, H]
+            outputs.append(feed)
+            weights.append(w)
+        return torch.stack(outputs, 1), torch.stack(weights, 2)
+
+    def step(
+        self, emb: Tensor, state: DecoderState, enc: EncoderOutput
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One step: emb [B, E] -> (attentional vector [B, H], state, weights [B, heads, S])."""
+        x = torch.cat([emb, state.feed], -1) if self.input_feed else emb
+        hidden = self.cell(self.project_input(x), state.hidden)
+        output, weights = self.attentional(hidden, enc)
+        return output, DecoderState(hidden, output if self.input_feed else None), weights
+
+
+class Decoder(nn.Module):
+    """Target embedding, initial state from the encoder summary, a data flow and the output layer."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        emb_size: int,
+        hidden_size: int,
+        memory_size: int,
+        attention: Attention,
+        dropout: float = 0.0,
+        input_feed: bool = True,
+        tie_embeddings: bool = False,
+    ) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, emb_size, padding_idx=PAD)
+        self.dropout = nn.Dropout(dropout)
+        self.bridge = nn.Linear(memory_size, hidden_size)
+        if isinstance(attention, BahdanauAttention):
+            self.flow: BahdanauStep | LuongStep = BahdanauStep(emb_size, hidden_size, attention)
+        else:
+            self.flow = LuongStep(emb_size, hidden_size, attention, input_feed)
+        if tie_embeddings:  # readout -> emb_size, then the transposed target embedding
+            projection = nn.Linear(emb_size, vocab_size)
+            projection.weight = self.embedding.weight
+            self.output_layer = nn.Sequential(
+                nn.Linear(hidden_size, emb_size, bias=False), projection
+            )
+        else:
+            self.output_layer = nn.Linear(hidden_size, vocab_size)
+
+    @property
+    def attention(self) -> Attention:
+        return self.flow.attention
+
+    def init_state(self, enc: EncoderOutput) -> DecoderState:
+        """Initial state tanh(W final) (+ a zero attentional vector for Luong input feeding)."""
+        return self.flow.init_state(torch.tanh(self.bridge(enc.final)))  # [B, H]
+
+    def forward(self, tgt_in: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: tgt_in [B, T] -> (features [B, T, H], weights [B, heads, T, S])."""
+        emb = self.dropout(self.embedding(tgt_in))  # [B, T, E]
+        features, weights = self.flow(emb, self.init_state(enc), enc)
+        return self.dropout(features), weights
+
+    def step(
+        self, prev_tokens: Tensor, state: DecoderState, enc: EncoderOutput
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """prev_tokens [B] -> (log_probs [B, V], state, weights [B, heads, S])."""
+        emb = self.dropout(self.embedding(prev_tokens))  # [B, E]
+        features, state, weights = self.flow.step(emb, state, enc)
+        log_probs = torch.log_softmax(self.output_layer(self.dropout(features)), dim=-1)
+        return log_probs, state, weights

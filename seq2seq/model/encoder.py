@@ -1,0 +1,41 @@
+"""Bidirectional GRU encoder: source annotations for attention and a summary for the decoder."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from seq2seq.data.tokenizer import PAD
+
+
+class Encoder(nn.Module):
+    """Embedding -> dropout -> packed bidirectional GRU over the real (unpadded) tokens."""
+
+    def __init__(
+        self, vocab_size: int, emb_size: int, hidden_size: int, layers: int = 1, dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, emb_size, padding_idx=PAD)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = nn.GRU(
+            emb_size,
+            hidden_size,
+            num_layers=layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=dropout if layers > 1 else 0.0,
+        )
+        self.output_size = 2 * hidden_size
+
+    def forward(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """src [B, S], lengths [B] -> (memory [B, S, 2H], final [B, 2H]).
+
+        ``final`` is the top layer's [last forward state; first backward state].
+        """
+        emb = self.dropout(self.embedding(src))  # [B, S, E]
+        packed = pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        output, h_n = self.rnn(packed)  # h_n [layers * 2, B, H]
+        memory, _ = pad_packed_sequence(output, batch_first=True, total_length=src.size(1))
+        final = torch.cat([h_n[-2], h_n[-1]], dim=-1)  # [B, 2H]
+        return memory, final

@@ -1,0 +1,47 @@
+"""Shared fixtures: where the Multi30k mirror is, and whether its absence is a skip or a failure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _multi30k_path() -> Path:
+    env = os.environ.get("SEQ2SEQ_MULTI30K")
+    return Path(env) if env else REPO.parent / "shared" / "data" / "multi30k"
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    """The local Multi30k mirror; skipped when absent, except under CI=true where it must exist."""
+    path = _multi30k_path()
+    if not (path / "SHA256SUMS").is_file():
+        reason = f"Multi30k mirror not found at {path} (set SEQ2SEQ_MULTI30K to its folder)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="session")
+def multi30k_url(multi30k_dir: Path):
+    """The mirror served over HTTP on 127.0.0.1, so the real download code runs."""
+    import functools
+    import http.server
+    import threading
+
+    class QuietHandler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = functools.partial(QuietHandler, directory=str(multi30k_dir))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()

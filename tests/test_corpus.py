@@ -1,0 +1,76 @@
+"""Corpus files: split names resolved, parallel text read and validated."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import pytest
+
+from seq2seq.config import CustomDataConfig, Multi30kConfig
+from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.errors import DataError
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_read_strips_and_splits_on_newline_only(tmp_path: Path, suffix: str) -> None:
+    src = write(tmp_path / f"a.de{suffix}", "  eins \r\nzwei\u2028drei\n\nvier".encode())
+    tgt = write(tmp_path / f"a.en{suffix}", b"one\ntwo\n\nfour\n")
+    assert read_parallel(src, tgt) == (
+        ["eins", "zwei\u2028drei", "", "vier"],
+        ["one", "two", "", "four"],
+    )
+    assert read_parallel(src, tgt, limit=2) == (["eins", "zwei\u2028drei"], ["one", "two"])
+
+
+def test_line_count_mismatch_names_both_files_and_counts(tmp_path: Path) -> None:
+    src = write(tmp_path / "a.de", b"1\n2\n3\n")
+    tgt = write(tmp_path / "a.en.gz", b"1\n2\n")
+    with pytest.raises(DataError) as err:
+        read_parallel(src, tgt, limit=1)  # validated even when only a prefix is used
+    assert f"{src} has 3 lines" in str(err.value) and f"{tgt} has 2" in str(err.value)
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_invalid_utf8_names_file_and_line(tmp_path: Path, suffix: str) -> None:
+    src = write(tmp_path / f"a.de{suffix}", "gut\nschön\n".encode() + b"kaputt \xff hier\nok\n")
+    tgt = write(tmp_path / "a.en", b"good\nnice\nbroken\nok\n")
+    with pytest.raises(DataError, match=re.escape(f"{src}, line 3: invalid UTF-8")):
+        read_parallel(src, tgt)
+
+
+def test_custom_prefixes_plain_and_gz(tmp_path: Path) -> None:
+    write(tmp_path / "train.de", b"a\n")
+    write(tmp_path / "train.en.gz", b"b\n")
+    write(tmp_path / "dev.de.gz", b"c\n")
+    write(tmp_path / "dev.en.gz", b"d\n")
+    cfg = CustomDataConfig(train=str(tmp_path / "train"), valid=str(tmp_path / "dev"))
+    assert split_files(cfg, "train") == (tmp_path / "train.de", tmp_path / "train.en.gz")
+    assert split_files(cfg, "valid") == (tmp_path / "dev.de.gz", tmp_path / "dev.en.gz")
+    with pytest.raises(DataError, match="no test split configured"):
+        split_files(cfg, "test")
+    with pytest.raises(DataError, match=r"neither .*missing\.de nor .*missing\.de\.gz exists"):
+        split_files(cfg, str(tmp_path / "missing"))
+
+
+def test_multi30k_split_names(multi30k_dir: Path, tmp_path: Path) -> None:
+    cfg = Multi30kConfig(source=str(multi30k_dir), root=str(tmp_path), src_lang="fr", tgt_lang="cs")
+    assert split_files(cfg, "valid") == (tmp_path / "val.fr.gz", tmp_path / "val.cs.gz")
+    assert split_files(cfg, "test_2016_flickr")[0] == tmp_path / "test_2016_flickr.fr.gz"
+    src, tgt = read_parallel(*split_files(cfg, "test"))
+    assert len(src) == len(tgt) == 1000
+    with pytest.raises(DataError, match="splits are: train, val, test_2016_flickr, test_2017"):
+        split_files(cfg, "test_2019")
+    with pytest.raises(
+        DataError, match="test_2017_mscoco has no language 'cs'; it has: de, en, fr"
+    ):
+        split_files(cfg, "test_2017_mscoco")
+    cfg.tgt_lang = "fr"
+    with pytest.raises(DataError, match="both 'fr'"):
+        split_files(cfg, "train")

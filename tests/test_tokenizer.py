@@ -1,0 +1,119 @@
+"""Subword models on real Multi30k text: round trip, special ids, determinism, cache reuse."""
+
+from __future__ import annotations
+
+import logging
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+from seq2seq.config import Multi30kConfig, SubwordModel, TokenizerConfig
+from seq2seq.data.corpus import read_parallel
+from seq2seq.data.dataset import encode_corpus
+from seq2seq.data.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, train_tokenizers
+
+
+def config(cache: Path, **tokenizer: object) -> Multi30kConfig:
+    return Multi30kConfig(
+        cache_dir=str(cache), tokenizer=TokenizerConfig(vocab_size=500, **tokenizer)
+    )
+
+
+def normalized(text: str) -> str:
+    """What sentencepiece's default nmt_nfkc normalisation makes of a sentence."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+@pytest.fixture(scope="module")
+def lines(multi30k_dir: Path) -> dict[str, list[str]]:
+    train_de, train_en = read_parallel(
+        multi30k_dir / "train.de.gz", multi30k_dir / "train.en.gz", 2000
+    )
+    val_de, _ = read_parallel(multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz")
+    return {"de": train_de, "en": train_en, "val_de": val_de}
+
+
+@pytest.fixture(scope="module")
+def trained(lines: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory):
+    cache = tmp_path_factory.mktemp("cache")
+    run = tmp_path_factory.mktemp("run")
+    src, tgt = train_tokenizers(config(cache), lines["de"], lines["en"], run)
+    return cache, run, src, tgt
+
+
+def test_round_trip_on_multi30k(lines: dict[str, list[str]], trained) -> None:
+    _, _, src, tgt = trained
+    for tok, texts in ((src, lines["de"]), (tgt, lines["en"])):
+        for text, ids in zip(texts, tok.encode_batch(texts), strict=True):
+            assert tok.decode(ids) == normalized(text)
+    val = lines["val_de"]
+    unseen = [(t, ids) for t, ids in zip(val, src.encode_batch(val), strict=True) if UNK not in ids]
+    assert len(unseen) > 0.9 * len(val)  # rare characters aside, held-out text is covered
+    for text, ids in unseen:
+        assert src.decode(ids) == normalized(text)
+
+
+def test_special_ids_and_decode(trained) -> None:
+    _, run, src, _ = trained
+    assert src.pieces([PAD, UNK, BOS, EOS]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert src.vocab_size == 500 and src.path == run / "src.model"
+    ids = src.encode("Ein Hund läuft durch den Schnee.")
+    assert min(ids) > EOS and src.encode_batch(["Ein Hund läuft durch den Schnee."]) == [ids]
+    assert src.decode([BOS, *ids, EOS, *ids, PAD]) == src.decode(np.array(ids))
+    assert Tokenizer.load(run / "src.model").encode("Ein Hund") == src.encode("Ein Hund")
+
+
+def test_cache_reused_and_training_deterministic(
+    lines: dict[str, list[str]], trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache, run, _, _ = trained
+    fresh, _ = train_tokenizers(
+        config(tmp_path / "fresh"), lines["de"], lines["en"], tmp_path / "a"
+    )
+    assert fresh.path.read_bytes() == (run / "src.model").read_bytes()  # deterministic
+
+    def no_training(**kwargs: object) -> None:
+        raise AssertionError("retrained although cached")
+
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", no_training)
+    src, tgt = train_tokenizers(config(cache), lines["de"], lines["en"], tmp_path / "b")
+    assert src.path.read_bytes() == (run / "src.model").read_bytes()
+    assert tgt.path.read_bytes() == (run / "tgt.model").read_bytes()
+    with pytest.raises(AssertionError, match="retrained"):  # other text -> other key
+        train_tokenizers(config(cache), lines["de"][:-1], lines["en"][:-1], tmp_path / "c")
+    with pytest.raises(AssertionError, match="retrained"):  # other settings -> other key
+        train_tokenizers(config(cache, model_type="bpe"), lines["de"], lines["en"], tmp_path / "d")
+
+
+def test_joint_bpe_and_small_corpus(
+    lines: dict[str, list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = config(tmp_path, model_type=SubwordModel.bpe, joint=True)
+    src, tgt = train_tokenizers(cfg, lines["de"][:500], lines["en"][:500], tmp_path / "run")
+    assert src.path.read_bytes() == tgt.path.read_bytes()
+    assert src.decode(src.encode("A dog runs.")) == "A dog runs."
+    cfg.tokenizer.vocab_size = 8000  # more than 50 lines can fill: fewer pieces, logged
+    with caplog.at_level(logging.INFO):
+        small, _ = train_tokenizers(cfg, lines["de"][:50], lines["en"][:50], tmp_path / "small")
+    assert small.vocab_size < 8000 and f"{small.vocab_size} pieces, fewer than" in caplog.text
+
+
+def test_encode_corpus_matches_tokenizer(lines: dict[str, list[str]], trained, tmp_path) -> None:
+    _, _, src, tgt = trained
+    corpus = encode_corpus(lines["de"], lines["en"], src, tgt, tmp_path, 100, True)
+    assert len(corpus) == len(lines["de"])
+    for i in (0, 1, len(corpus) - 1):
+        assert corpus.src(i).tolist() == src.encode(lines["de"][i]) + [EOS]
+        assert corpus.tgt(i).tolist() == tgt.encode(lines["en"][i]) + [EOS]
+
+
+def test_sampled_training_text_is_deterministic(lines: dict[str, list[str]], tmp_path) -> None:
+    models = []
+    for run in ("a", "b"):
+        cfg = config(tmp_path / run, input_sentence_size=300)
+        src, _ = train_tokenizers(cfg, lines["de"][:1000], lines["en"][:1000], tmp_path / run)
+        models.append(src.path.read_bytes())
+    assert models[0] == models[1]
