@@ -176,7 +176,14 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
-        for key in ("step", "epoch", "batch_in_epoch", "best_bleu", "bad_validations", "stopped_early"):
+        for key in (
+            "step",
+            "epoch",
+            "batch_in_epoch",
+            "best_bleu",
+            "bad_validations",
+            "stopped_early",
+        ):
             setattr(self, key, state[key])
         log.info(
             "resumed from last.pt: step %d, epoch %d, batch %d, best BLEU %.2f",

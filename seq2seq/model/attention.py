@@ -21,6 +21,12 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.softmax(torch.where(mask, scores, float("-inf")), dim=-1)
 
 
+def energy_vector(size: int) -> nn.Parameter:
+    """The ``v`` of an additive score, initialised like an ``nn.Linear(size, 1)`` weight."""
+    bound = 1 / math.sqrt(size)
+    return nn.Parameter(torch.empty(size).uniform_(-bound, bound))
+
+
 def additive_scores(query: Tensor, keys: Tensor, energy: Tensor) -> Tensor:
     """``v . tanh(q + k)`` for projected queries [B, T, A] and keys [B, S, A] -> [B, T, S]."""
     hidden = torch.tanh(query.unsqueeze(2) + keys.unsqueeze(1))  # [B, T, S, A]
@@ -37,14 +43,16 @@ class Attention(nn.Module):
         """Project the memory [B, S, M] into (keys, values); called once per batch."""
         raise NotImplementedError
 
-    def attend(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def attend(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
         """Queries [B, T, Q], mask [B, S] -> (context [B, T, C], weights [B, heads, T, S])."""
         raise NotImplementedError
 
     def forward(
         self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """Query [B, Q] -> ([B, C], [B, heads, S]), or [B, T, Q] -> ([B, T, C], [B, heads, T, S])."""
+        """[B, Q] -> ([B, C], [B, heads, S]); or [B, T, Q] -> ([B, T, C], [B, heads, T, S])."""
         if query.dim() == 2:
             context, weights = self.attend(query.unsqueeze(1), keys, values, mask)
             return context.squeeze(1), weights.squeeze(2)
@@ -58,13 +66,15 @@ class BahdanauAttention(Attention):
         super().__init__()
         self.query_layer = nn.Linear(query_size, size, bias=False)
         self.key_layer = nn.Linear(memory_size, size, bias=False)
-        self.energy = nn.Parameter(torch.empty(size).uniform_(-1 / math.sqrt(size), 1 / math.sqrt(size)))
+        self.energy = energy_vector(size)
         self.context_size = memory_size
 
     def precompute(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         return self.key_layer(memory), memory  # [B, S, A], [B, S, M]
 
-    def attend(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def attend(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
         scores = additive_scores(self.query_layer(query), keys, self.energy)  # [B, T, S]
         weights = masked_softmax(scores, mask.unsqueeze(1))
         return weights @ values, weights.unsqueeze(1)  # [B, T, M], [B, 1, T, S]
@@ -78,7 +88,9 @@ class LuongAttention(Attention):
     general). ``size`` is the hidden size of the concat score and unused by the others.
     """
 
-    def __init__(self, size: int, query_size: int, memory_size: int, score: str = "general") -> None:
+    def __init__(
+        self, size: int, query_size: int, memory_size: int, score: str = "general"
+    ) -> None:
         super().__init__()
         self.score = LuongScore(score)
         self.context_size = memory_size
@@ -86,8 +98,7 @@ class LuongAttention(Attention):
         if self.score == LuongScore.concat:
             self.query_layer = nn.Linear(query_size, size, bias=False)
             self.key_layer = nn.Linear(memory_size, size, bias=False)
-            bound = 1 / math.sqrt(size)
-            self.energy = nn.Parameter(torch.empty(size).uniform_(-bound, bound))
+            self.energy = energy_vector(size)
         elif self.score == LuongScore.general or memory_size != query_size:
             self.key_layer = nn.Linear(memory_size, query_size, bias=False)
         else:
@@ -97,7 +108,9 @@ class LuongAttention(Attention):
         keys = memory if self.key_layer is None else self.key_layer(memory)  # [B, S, Q or A]
         return keys, memory
 
-    def attend(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def attend(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
         if self.score == LuongScore.concat:
             scores = additive_scores(self.query_layer(query), keys, self.energy)  # [B, T, S]
         else:
@@ -127,7 +140,9 @@ class MultiHeadAttention(Attention):
         keys = self._split(self.key_layer(memory) / math.sqrt(self.head_size))  # [B, h, S, d]
         return keys, self._split(self.value_layer(memory))  # [B, h, S, d]
 
-    def attend(self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    def attend(
+        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
         q = self._split(self.query_layer(query))  # [B, h, T, d]
         weights = masked_softmax(q @ keys.transpose(2, 3), mask[:, None, None])  # [B, h, T, S]
         context = (weights @ values).transpose(1, 2).flatten(2)  # [B, T, size]

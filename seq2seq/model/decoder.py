@@ -54,16 +54,19 @@ class DecoderState:
 def gru_cell(gi: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
     """One GRU step (``nn.GRU`` gates r, z, n) from the input projection gi [B, 3H]."""
     size = hidden.size(1)
-    gh = torch.addmm(bias_hh, hidden, weight_hh.t())  # [B, 3H]
-    rz = torch.sigmoid(gi[:, : 2 * size] + gh[:, : 2 * size])  # [B, 2H]
-    n = torch.tanh(torch.addcmul(gi[:, 2 * size :], rz[:, :size], gh[:, 2 * size :]))  # [B, H]
-    return torch.lerp(n, hidden, rz[:, size:])  # (1 - z) * n + z * h
+    gi_rz, gi_n = gi.split([2 * size, size], dim=1)
+    gh_rz, gh_n = torch.addmm(bias_hh, hidden, weight_hh.t()).split([2 * size, size], dim=1)
+    r, z = torch.sigmoid(gi_rz + gh_rz).chunk(2, dim=1)  # [B, H] each
+    n = torch.tanh(torch.addcmul(gi_n, r, gh_n))  # [B, H]
+    return torch.lerp(n, hidden, z)  # (1 - z) * n + z * h
 
 
 class DecoderStep(nn.Module):
     """What both data flows share: the attention module and a one-layer GRU."""
 
-    def __init__(self, emb_size: int, hidden_size: int, attention: Attention, feed_size: int):
+    def __init__(
+        self, emb_size: int, hidden_size: int, attention: Attention, feed_size: int
+    ) -> None:
         super().__init__()
         self.attention = attention
         self.emb_size = emb_size
@@ -74,7 +77,7 @@ class DecoderStep(nn.Module):
         return gru_cell(gi, hidden, self.rnn.weight_hh_l0, self.rnn.bias_hh_l0)
 
     def project_embeddings(self, emb: Tensor) -> Tensor:
-        """Embeddings' share of the GRU input projection, all steps at once: [B, T, E] -> [T, B, 3H]."""
+        """Embeddings' share of the GRU input projection, all steps: [B, T, E] -> [T, B, 3H]."""
         weight = self.rnn.weight_ih_l0[:, : self.emb_size]
         return F.linear(emb.transpose(0, 1), weight, self.rnn.bias_ih_l0)
 
@@ -88,7 +91,7 @@ class DecoderStep(nn.Module):
 
 
 class BahdanauStep(DecoderStep):
-    """Bahdanau flow: s_{t-1} queries; GRU input [emb; context]; readout from [s_t; context; emb]."""
+    """Bahdanau flow: s_{t-1} queries; GRU input [emb; context]; readout of [s_t; context; emb]."""
 
     def __init__(self, emb_size: int, hidden_size: int, attention: Attention) -> None:
         super().__init__(emb_size, hidden_size, attention, attention.context_size)
@@ -97,7 +100,9 @@ class BahdanauStep(DecoderStep):
     def init_state(self, hidden: Tensor) -> DecoderState:
         return DecoderState(hidden)
 
-    def forward(self, emb: Tensor, state: DecoderState, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, emb: Tensor, state: DecoderState, enc: EncoderOutput
+    ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb [B, T, E] -> (readout [B, T, H], weights [B, heads, T, S])."""
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
         w_context = self.feed_weight().t()  # [C, 3H]
@@ -140,7 +145,9 @@ class LuongStep(DecoderStep):
         context, weights = self.attention(hidden, enc.keys, enc.values, enc.mask)
         return torch.tanh(self.combine(torch.cat([context, hidden], -1))), weights
 
-    def forward(self, emb: Tensor, state: DecoderState, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, emb: Tensor, state: DecoderState, enc: EncoderOutput
+    ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb [B, T, E] -> (attentional vectors [B, T, H], weights)."""
         if not self.input_feed:  # no feedback: the GRU and the attention each run once
             states, _ = self.rnn(emb, state.hidden.unsqueeze(0))  # [B, T, H]
@@ -167,7 +174,7 @@ class LuongStep(DecoderStep):
 
 
 class Decoder(nn.Module):
-    """Target embedding, initial state from the encoder summary, a data flow and the output layer."""
+    """Target embedding, initial state from the encoder summary, a data flow, the output layer."""
 
     def __init__(
         self,

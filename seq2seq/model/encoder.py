@@ -13,7 +13,12 @@ class Encoder(nn.Module):
     """Embedding -> dropout -> packed bidirectional GRU over the real (unpadded) tokens."""
 
     def __init__(
-        self, vocab_size: int, emb_size: int, hidden_size: int, layers: int = 1, dropout: float = 0.0
+        self,
+        vocab_size: int,
+        emb_size: int,
+        hidden_size: int,
+        layers: int = 1,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, emb_size, padding_idx=PAD)

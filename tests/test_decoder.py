@@ -1,0 +1,130 @@
+"""Decoder: teacher forcing equals stepping for every data flow; tying; the fused loss."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from seq2seq.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
+from seq2seq.model import Seq2Seq, build_model
+from seq2seq.model.decoder import BahdanauStep, LuongStep
+
+SRC_VOCAB, TGT_VOCAB = 20, 25
+
+SETUPS = {
+    "bahdanau": dict(attention=BahdanauConfig(size=10)),
+    "luong-feed": dict(attention=LuongConfig(size=10), input_feed=True),
+    "luong-nofeed": dict(attention=LuongConfig(size=10), input_feed=False),
+    "luong-concat": dict(attention=LuongConfig(size=10, score="concat")),
+    "multihead": dict(attention=MultiHeadConfig(size=8, heads=2)),
+    "multihead-nofeed": dict(attention=MultiHeadConfig(size=8, heads=2), input_feed=False),
+    "bahdanau-tied": dict(attention=BahdanauConfig(size=10), tie_embeddings=True),
+    "luong-tied": dict(attention=LuongConfig(size=10), tie_embeddings=True),
+}
+
+
+def tiny_model(dropout: float = 0.0, **settings) -> Seq2Seq:
+    torch.manual_seed(0)
+    cfg = ModelConfig(emb_size=8, hidden_size=12, dropout=dropout, **settings)
+    return build_model(OmegaConf.structured(cfg), SRC_VOCAB, TGT_VOCAB).eval()
+
+
+class Batch:
+    """Hand-built stand-in for seq2seq.data.batching.Batch (same field names)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.src_lengths = torch.tensor([6, 3, 5])
+        self.src = torch.randint(4, SRC_VOCAB, (3, 6), generator=gen)
+        self.src[torch.arange(6) >= self.src_lengths[:, None]] = 0
+        tgt_lengths = torch.tensor([4, 7, 2])
+        self.tgt_out = torch.randint(4, TGT_VOCAB, (3, 7), generator=gen)
+        self.tgt_out[torch.arange(7) >= tgt_lengths[:, None]] = 0
+        self.tgt_in = torch.cat([torch.full((3, 1), 2), self.tgt_out[:, :-1]], 1)
+        self.tgt_in[self.tgt_out == 0] = 0
+        self.ids = torch.arange(3)
+        self.ntokens = int(tgt_lengths.sum())
+
+
+@pytest.mark.parametrize("name", SETUPS)
+def test_teacher_forcing_equals_stepping(name: str) -> None:
+    model, batch = tiny_model(**SETUPS[name]), Batch()
+    with torch.no_grad():
+        enc = model.encode(batch.src, batch.src_lengths)
+        features, weights = model.decoder(batch.tgt_in, enc)
+        expected = torch.log_softmax(model.decoder.output_layer(features), -1)  # [B, T, V]
+        state = model.decoder.init_state(enc)
+        for t in range(batch.tgt_in.size(1)):
+            log_probs, state, step_weights = model.decoder.step(batch.tgt_in[:, t], state, enc)
+            torch.testing.assert_close(log_probs, expected[:, t], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(step_weights, weights[:, :, t], atol=1e-6, rtol=1e-5)
+    heads = model.decoder.attention.heads
+    assert features.shape == (3, 7, 12) and weights.shape == (3, heads, 7, 6)
+
+
+def test_data_flow_chosen_by_attention_type() -> None:
+    assert isinstance(tiny_model(**SETUPS["bahdanau"]).decoder.flow, BahdanauStep)
+    assert isinstance(tiny_model(**SETUPS["luong-feed"]).decoder.flow, LuongStep)
+    assert isinstance(tiny_model(**SETUPS["multihead"]).decoder.flow, LuongStep)
+    # input feeding widens the GRU input by the attentional vector
+    assert tiny_model(**SETUPS["luong-feed"]).decoder.flow.rnn.input_size == 8 + 12
+    assert tiny_model(**SETUPS["luong-nofeed"]).decoder.flow.rnn.input_size == 8
+
+
+def test_tied_embeddings_share_one_tensor() -> None:
+    tied, untied = tiny_model(**SETUPS["luong-tied"]), tiny_model(**SETUPS["luong-feed"])
+    decoder = tied.decoder
+    assert decoder.output_layer[-1].weight is decoder.embedding.weight
+    n_params = sum(p.numel() for p in tied.parameters())
+    assert n_params < sum(p.numel() for p in untied.parameters())
+    loss, _, _ = tied.loss(Batch(), 0.1)
+    loss.backward()
+    before = decoder.embedding.weight.detach().clone()
+    with torch.no_grad():
+        decoder.embedding.weight -= decoder.embedding.weight.grad
+    assert not torch.equal(before, decoder.output_layer[-1].weight)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_loss_matches_cross_entropy_on_real_tokens(smoothing: float) -> None:
+    model, batch = tiny_model(**SETUPS["bahdanau"]), Batch()
+    loss, nll, ntokens = model.loss(batch, smoothing)
+    logits = model.decoder.output_layer(model(batch.src, batch.src_lengths, batch.tgt_in)[0])
+    flat_logits, flat_target = logits.flatten(0, 1), batch.tgt_out.flatten()
+    expected = F.cross_entropy(
+        flat_logits, flat_target, ignore_index=0, label_smoothing=smoothing, reduction="sum"
+    )
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(
+        nll, F.cross_entropy(flat_logits, flat_target, reduction="sum", ignore_index=0)
+    )
+    assert ntokens == 13 and not nll.requires_grad
+    loss.backward()
+    expected_grads = torch.autograd.grad(expected, list(model.parameters()), allow_unused=True)
+    for param, grad in zip(model.parameters(), expected_grads, strict=True):
+        if grad is not None:
+            torch.testing.assert_close(param.grad, grad, atol=1e-6, rtol=1e-4)
+
+
+def test_loss_without_autograd() -> None:
+    model, batch = tiny_model(**SETUPS["multihead"]), Batch()
+    loss, nll, _ = model.loss(batch, 0.1)
+    with torch.inference_mode():  # validation computes the loss like this
+        loss_eval, nll_eval, _ = model.loss(batch, 0.1)
+    torch.testing.assert_close((loss_eval, nll_eval), (loss.detach(), nll))
+
+
+def test_loss_ignores_padded_target_positions() -> None:
+    model, batch = tiny_model(**SETUPS["luong-feed"]), Batch()
+    loss, _, _ = model.loss(batch, 0.1)
+    batch.tgt_in[batch.tgt_out == 0] = 5  # garbage after each sentence's end
+    torch.testing.assert_close(model.loss(batch, 0.1)[0], loss)
+
+
+def test_dropout_only_in_training() -> None:
+    model, batch = tiny_model(dropout=0.5, **SETUPS["bahdanau"]), Batch()
+    assert torch.equal(model.loss(batch, 0.0)[0], model.loss(batch, 0.0)[0])
+    model.train()
+    assert not torch.equal(model.loss(batch, 0.0)[0], model.loss(batch, 0.0)[0])

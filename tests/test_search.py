@@ -1,0 +1,138 @@
+"""Greedy and beam search: beam 1 is greedy, batches equal sentences alone, n-best order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from seq2seq.config import BahdanauConfig, DecodeConfig, LuongConfig, ModelConfig, MultiHeadConfig
+from seq2seq.model import Seq2Seq, build_model
+from seq2seq.search import (
+    Hypothesis,
+    beam_search,
+    decode,
+    decode_sources,
+    greedy_search,
+    length_penalty,
+    max_lengths,
+)
+
+ATTENTIONS = {
+    "bahdanau": dict(attention=BahdanauConfig(size=10)),
+    "luong": dict(attention=LuongConfig(size=10)),
+    "luong-nofeed": dict(attention=LuongConfig(size=10, score="dot"), input_feed=False),
+    "multihead": dict(attention=MultiHeadConfig(size=8, heads=2)),
+}
+A, B = 1.0, 4  # max_len = src_len + 4
+
+
+def peaky_model(name: str) -> Seq2Seq:
+    """An untrained model with weights scaled up, so outputs are varied and not all empty."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(emb_size=16, hidden_size=16, dropout=0.0, **ATTENTIONS[name])
+    model = build_model(OmegaConf.structured(cfg), 20, 25).eval()
+    with torch.no_grad():
+        for param in model.parameters():
+            param.mul_(3)
+    return model
+
+
+def sources() -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    lengths = torch.tensor([6, 3, 5, 1, 4])
+    src = torch.randint(4, 20, (5, 6), generator=gen)
+    src[torch.arange(6) >= lengths[:, None]] = 0
+    src[torch.arange(5), lengths - 1] = 3  # EOS
+    return src, lengths
+
+
+def assert_same(a: Hypothesis, b: Hypothesis, exact: bool = False) -> None:
+    assert a.tokens == b.tokens
+    if exact:
+        assert a.score == b.score and torch.equal(a.attention, b.attention)
+    else:
+        assert a.score == pytest.approx(b.score, abs=1e-4)
+        torch.testing.assert_close(a.attention, b.attention)
+    assert (a.head_attention is None) == (b.head_attention is None)
+
+
+@pytest.mark.parametrize("name", ATTENTIONS)
+def test_beam_one_is_greedy(name: str) -> None:
+    model, (src, lengths) = peaky_model(name), sources()
+    greedy = greedy_search(model, src, lengths, A, B)
+    assert len({len(h.tokens) for h in greedy}) > 1  # the model is not degenerate
+    for alpha in (0.0, 0.6):
+        beam = beam_search(model, src, lengths, 1, alpha, 1, A, B)
+        for g, (b,) in zip(greedy, beam, strict=True):
+            assert g.tokens == b.tokens and torch.equal(g.attention, b.attention)
+            assert b.score == pytest.approx(g.score / length_penalty(len(g.tokens) + 1, alpha))
+
+
+@pytest.mark.parametrize("name", ATTENTIONS)
+def test_batch_equals_alone(name: str) -> None:
+    model, (src, lengths) = peaky_model(name), sources()
+    greedy = greedy_search(model, src, lengths, A, B)
+    beam = beam_search(model, src, lengths, 4, 0.6, 4, A, B)
+    for i, n in enumerate(lengths.tolist()):
+        alone_src, alone_len = src[i : i + 1, :n], lengths[i : i + 1]
+        assert_same(greedy[i], greedy_search(model, alone_src, alone_len, A, B)[0])
+        alone_beam = beam_search(model, alone_src, alone_len, 4, 0.6, 4, A, B)[0]
+        assert len(beam[i]) == len(alone_beam) == 4
+        for together, alone in zip(beam[i], alone_beam, strict=True):
+            assert_same(together, alone)
+
+
+@pytest.mark.parametrize("name", ATTENTIONS)
+def test_nbest_sorted_and_first_is_one_best(name: str) -> None:
+    model, (src, lengths) = peaky_model(name), sources()
+    nbest = beam_search(model, src, lengths, 5, 0.6, 5, A, B)
+    one_best = beam_search(model, src, lengths, 5, 0.6, 1, A, B)
+    for hyps, (best,) in zip(nbest, one_best, strict=True):
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True) and len(hyps) == 5
+        assert len({tuple(h.tokens) for h in hyps}) == 5  # distinct hypotheses
+        assert_same(hyps[0], best, exact=True)
+    # beam search finds at least as good a (length-normalised) score as greedy
+    greedy = beam_search(model, src, lengths, 1, 0.6, 1, A, B)
+    assert all(h[0].score >= g[0].score - 1e-6 for h, g in zip(nbest, greedy, strict=True))
+
+
+@pytest.mark.parametrize("name", ATTENTIONS)
+def test_attention_rows_cover_real_source(name: str) -> None:
+    model, (src, lengths) = peaky_model(name), sources()
+    limits = max_lengths(lengths, A, B).tolist()
+    results = [[h] for h in greedy_search(model, src, lengths, A, B)]
+    results += beam_search(model, src, lengths, 3, 0.6, 3, A, B)
+    for i, hyps in enumerate(results):
+        n = lengths[i % 5].item()
+        for h in hyps:
+            assert h.attention.shape == (len(h.tokens) + 1, n)
+            torch.testing.assert_close(h.attention.sum(-1), torch.ones(len(h.tokens) + 1))
+            assert len(h.tokens) <= limits[i % 5]
+            assert not {0, 2, 3} & set(h.tokens)  # no PAD, BOS or EOS inside
+            if name == "multihead":
+                assert h.head_attention.shape == (2, len(h.tokens) + 1, n)
+                torch.testing.assert_close(h.head_attention.mean(0), h.attention)
+            else:
+                assert h.head_attention is None
+
+
+def test_length_limit_forces_eos() -> None:
+    model, (src, lengths) = peaky_model("bahdanau"), sources()
+    for h in greedy_search(model, src, lengths, 0.0, 2):
+        assert len(h.tokens) <= 2
+    for hyps in beam_search(model, src, lengths, 3, 0.6, 3, 0.0, 0):
+        assert [h.tokens for h in hyps] == [[]]  # only EOS is possible
+
+
+def test_decode_sources_keeps_input_order() -> None:
+    model, (src, lengths) = peaky_model("luong"), sources()
+    seqs = [src[i, :n].tolist() for i, n in enumerate(lengths.tolist())]
+    for beam_size in (1, 3):
+        cfg = DecodeConfig(beam_size=beam_size, nbest=2, max_len_a=A, max_len_b=B, batch_size=2)
+        results = decode_sources(model, seqs, cfg)
+        assert [len(r) for r in results] == [1 if beam_size == 1 else 2] * 5
+        expected = decode(model, src, lengths, cfg)
+        for got, want in zip(results, expected, strict=True):
+            assert_same(got[0], want[0])
