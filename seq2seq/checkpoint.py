@@ -55,6 +55,7 @@ class TrainedRun:
     src_tok: Tokenizer
     tgt_tok: Tokenizer
     checkpoint: Path
+    step: int  # training updates behind the checkpoint
 
 
 def resolve_checkpoint(run_dir: Path, checkpoint: str) -> Path:
@@ -72,10 +73,18 @@ def load_run(run_dir: str | Path, checkpoint: str = "best") -> TrainedRun:
         raise Seq2SeqError(f"{run_dir} is not a training run folder (no {CONFIG_FILE})")
     cfg = OmegaConf.load(config_path)
     ckpt_path = resolve_checkpoint(run_dir, checkpoint)
+    if not ckpt_path.is_file():
+        raise Seq2SeqError(f"checkpoint not found: {ckpt_path} (give best, last or a file's path)")
     state = load_checkpoint(ckpt_path)
+    for name in (SRC_TOKENIZER, TGT_TOKENIZER):
+        if not (run_dir / name).is_file():
+            raise Seq2SeqError(f"{run_dir} has no tokenizer model {name}")
     src_tok = Tokenizer.load(run_dir / SRC_TOKENIZER)
     tgt_tok = Tokenizer.load(run_dir / TGT_TOKENIZER)
     model = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except (KeyError, RuntimeError) as e:  # a checkpoint of another model or another run
+        raise Seq2SeqError(f"{ckpt_path} does not fit the model of {run_dir}: {e}") from e
     model.eval()
-    return TrainedRun(run_dir, cfg, model, src_tok, tgt_tok, ckpt_path)
+    return TrainedRun(run_dir, cfg, model, src_tok, tgt_tok, ckpt_path, int(state.get("step", 0)))

@@ -179,10 +179,40 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
 
 
+@dataclass
+class EvaluateConfig(DecodeConfig):
+    """`seq2seq-evaluate`: decode a split of the run's corpus (or two files) and score it.
+
+    The search keys (``beam_size``, ``alpha``, ``nbest``, ...) are inherited from DecodeConfig, so
+    they are typed at the top level: ``seq2seq-evaluate run_dir=runs/x beam_size=1``.
+    """
+
+    run_dir: str = MISSING  # a training run folder
+    checkpoint: str = "best"  # "best", "last", or a path to a checkpoint file
+    split: str = "test"  # a split name of the run's corpus, or train/valid/test = the run's own
+    input: Optional[str] = None  # source file to translate instead of a split (needs reference)
+    reference: Optional[str] = None  # its reference translations, one per line
+    log_attention: int = 0  # heatmaps of the first K sentences into the run's TensorBoard
+
+
+@dataclass
+class TranslateConfig(DecodeConfig):
+    """`seq2seq-translate`: a prompt on a terminal, or one translation per line of piped input.
+
+    The search keys (``beam_size``, ``alpha``, ``nbest``, ...) are inherited from DecodeConfig.
+    """
+
+    run_dir: str = MISSING  # a training run folder
+    checkpoint: str = "best"  # "best", "last", or a path to a checkpoint file
+    show_alignment: bool = False  # draw which source subwords each target subword attended to
+
+
 def register_configs() -> None:
     """Register the schema and every group option with Hydra's ConfigStore."""
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
+    cs.store(name="evaluate_config", node=EvaluateConfig)
+    cs.store(name="translate_config", node=TranslateConfig)
     cs.store(group="data", name="multi30k", node=Multi30kConfig)
     cs.store(group="data", name="custom", node=CustomDataConfig)
     cs.store(group="model", name="default", node=ModelConfig)

@@ -45,3 +45,32 @@ def multi30k_url(multi30k_dir: Path):
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory, multi30k_url: str) -> Path:
+    """A smoke model trained for one epoch, shared by the evaluate and translate tests.
+
+    Its config points at a download folder beside it and at the test server, so evaluating a split
+    downloads it like a user's run would.
+    """
+    import subprocess
+    import sys
+
+    base = tmp_path_factory.mktemp("smoke_run")
+    run = base / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "seq2seq.train",
+        "experiment=smoke",
+        "train.max_epochs=1",
+        "log.progress=false",
+        f"hydra.run.dir={run}",
+        f"data.source={multi30k_url}",
+        f"data.root={base / 'multi30k'}",
+        f"data.cache_dir={base / 'cache'}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return run

@@ -1,0 +1,242 @@
+"""`seq2seq-evaluate`: translate a test split (or a file) with a trained run and score it.
+
+Writes into ``<run_dir>/eval/``: the detokenized hypotheses, Pharaoh alignments, the soft attention
+weights (JSON lines) and the result object, which is also the last line on stdout. BLEU and chrF
+come from sacrebleu against the raw references; the test BLEU and, with ``log_attention=K``, the
+first K heatmaps also go into the run's TensorBoard.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from sacrebleu.metrics import BLEU, CHRF
+
+from seq2seq.checkpoint import TrainedRun, load_run
+from seq2seq.config import EvaluateConfig
+from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.errors import DataError, Seq2SeqError
+from seq2seq.monitor import AttentionSample, Monitor, run_hparams
+from seq2seq.search import Hypothesis
+from seq2seq.translate import Translation, Translator
+
+log = logging.getLogger("seq2seq.evaluate")
+
+EVAL_DIR = "eval"
+
+
+def pharaoh(attention: np.ndarray) -> str:
+    """``i-j`` pairs (source subword i, target subword j, from 0) of an attention matrix.
+
+    `attention` is [target + EOS, source + EOS]. Each target subword is aligned to the source
+    subword it attends to most; one whose largest weight is on the source EOS stays unaligned.
+    """
+    best = np.asarray(attention)[:-1].argmax(axis=1)  # [target]
+    eos = attention.shape[1] - 1
+    return " ".join(f"{i}-{j}" for j, i in enumerate(best.tolist()) if i != eos)
+
+
+def _split_files(data: DictConfig, split: str) -> tuple[str, Path, Path]:
+    """(split name, source file, reference file) of a split of the run's own corpus.
+
+    Relative paths in the run's config (``data.root``, ``data.source``, custom prefixes) are taken
+    from the current directory, as they were by training.
+    """
+    aliases = {"train": data.train, "valid": data.valid, "test": data.test}
+    name = aliases.get(split, split)
+    if name is None:
+        raise Seq2SeqError(
+            f"the run has no {split} split (data.{split} is null in its config.yaml): "
+            "choose split=<name>, or input=<file> reference=<file>"
+        )
+    try:
+        src, ref = split_files(data, split)
+    except DataError as e:
+        places = [data.root, data.source] if data.name == "multi30k" else [name]
+        relative = [p for p in places if "://" not in p and not Path(p).is_absolute()]
+        if not relative:
+            raise
+        hint = (
+            f"; the run's relative paths ({', '.join(relative)}) are taken from the current "
+            f"directory {Path.cwd()}: run from where training was started, or pass "
+            "input=<file> reference=<file>"
+        )
+        raise DataError(f"{e}{hint}") from e
+    return name, src, ref
+
+
+def _inputs(cfg: EvaluateConfig, run: TrainedRun) -> tuple[str | None, str, Path, Path]:
+    """(split name or None, a short name for files and tags, source file, reference file)."""
+    if (cfg.input is None) != (cfg.reference is None):
+        raise Seq2SeqError("input=<source file> and reference=<reference file> go together")
+    if cfg.input is not None:
+        src, ref = Path(cfg.input), Path(cfg.reference)
+        return None, src.name, src, ref
+    split, src, ref = _split_files(run.cfg.data, cfg.split)
+    return split, Path(split).name, src, ref
+
+
+def _write(path: Path, lines: Sequence[str]) -> None:
+    try:
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    except OSError as e:
+        raise Seq2SeqError(f"cannot write {path}: {e}") from e
+
+
+def _attention_record(
+    translator: Translator, translation: Translation, hypothesis: Hypothesis | None
+) -> str:
+    """One JSON line: subword labels and weights [target + EOS][source + EOS] (4 decimals)."""
+    record: dict[str, Any] = {"source": [], "target": [], "weights": []}
+    if hypothesis is not None:
+        record["source"] = translator.source_pieces(translation)
+        record["target"] = translator.target_pieces(hypothesis)
+        record["weights"] = hypothesis.attention.double().numpy().round(4).tolist()
+        if hypothesis.head_attention is not None:
+            record["head_weights"] = hypothesis.head_attention.double().numpy().round(4).tolist()
+    return json.dumps(record, ensure_ascii=False)
+
+
+def _attention_sample(
+    translator: Translator, translation: Translation, source: str, reference: str
+) -> AttentionSample:
+    """The heatmap of a translation's best hypothesis (every head's too, for multi-head)."""
+    hypothesis = translation.hypotheses[0]
+    weights = hypothesis.head_attention
+    return AttentionSample(
+        source=source,
+        reference=reference,
+        hypothesis=translator.text(hypothesis),
+        source_pieces=translator.source_pieces(translation),
+        target_pieces=translator.target_pieces(hypothesis),
+        weights=(hypothesis.attention if weights is None else weights).numpy(),
+    )
+
+
+def _log_tensorboard(
+    run: TrainedRun,
+    split: str | None,
+    name: str,
+    scores: dict[str, float],
+    samples: Sequence[AttentionSample],
+) -> None:
+    """Scores as ``eval/<name>_bleu``/``_chrf`` and heatmaps as ``attention/<name>_<i>``.
+
+    Logged at the checkpoint's step; the run's own test split also as ``hparams/test_bleu``.
+    """
+    with Monitor(run.run_dir) as monitor:
+        if split is not None and split == run.cfg.data.test:
+            monitor.hparams(run.step, run_hparams(run.cfg), {"hparams/test_bleu": scores["bleu"]})
+        monitor.scalars(run.step, {f"eval/{name}_{key}": value for key, value in scores.items()})
+        if samples:
+            monitor.attention(run.step, samples, split=name)
+
+
+def _write_outputs(
+    out_dir: Path, stem: str, translator: Translator, translations: Sequence[Translation]
+) -> dict[str, Path]:
+    """Hypotheses, alignments, attention weights (and n-best lists) of each line; their paths."""
+    best = [t.hypotheses[0] if t.hypotheses else None for t in translations]
+    paths = {ext: (out_dir / f"{stem}.{ext}").resolve() for ext in ("hyp", "align", "attn.jsonl")}
+    _write(paths["hyp"], [translator.text(h) if h else "" for h in best])
+    _write(paths["align"], [pharaoh(h.attention.numpy()) if h else "" for h in best])
+    records = [_attention_record(translator, t, h) for t, h in zip(translations, best, strict=True)]
+    _write(paths["attn.jsonl"], records)
+    if translator.search.nbest > 1:  # Moses format: line number ||| translation ||| score
+        paths["nbest"] = (out_dir / f"{stem}.nbest").resolve()
+        nbest = [
+            f"{i} ||| {translator.text(h)} ||| {h.score:.4f}"
+            for i, t in enumerate(translations)
+            for h in t.hypotheses
+        ]
+        _write(paths["nbest"], nbest)
+    return paths
+
+
+def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
+    """Translate, score, write the files and TensorBoard events; return the result object."""
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise Seq2SeqError("say which run to evaluate: run_dir=<a training run folder>")
+    if cfg.log_attention < 0:
+        raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
+    run = load_run(cfg.run_dir, cfg.checkpoint)
+    translator = Translator(run, cfg, max_len=None)
+    split, name, src_path, ref_path = _inputs(cfg, run)
+    sources, references = read_parallel(src_path, ref_path)
+    log.info(
+        "translating %d sentences of %s with %s (step %d), beam %d",
+        len(sources),
+        src_path,
+        run.checkpoint,
+        run.step,
+        cfg.beam_size,
+    )
+    start = time.perf_counter()
+    translations = translator.translate(sources)
+    seconds = time.perf_counter() - start
+    hypotheses = [translator.text(t.hypotheses[0]) if t.hypotheses else "" for t in translations]
+    bleu, chrf = BLEU(), CHRF()
+    scores = {
+        "bleu": bleu.corpus_score(hypotheses, [references]).score,
+        "chrf": chrf.corpus_score(hypotheses, [references]).score,
+    }
+
+    out_dir = run.run_dir / EVAL_DIR
+    out_dir.mkdir(exist_ok=True)
+    checkpoint = cfg.checkpoint if cfg.checkpoint in ("best", "last") else run.checkpoint.stem
+    stem = f"{name}.{checkpoint}.beam{cfg.beam_size}"  # e.g. test_2016_flickr.best.beam5
+    paths = _write_outputs(out_dir, stem, translator, translations)
+    decoded = (i for i, t in enumerate(translations) if t.hypotheses)
+    samples = [
+        _attention_sample(translator, translations[i], sources[i], references[i])
+        for i in itertools.islice(decoded, cfg.log_attention)
+    ]
+    _log_tensorboard(run, split, name, scores, samples)
+
+    result = {
+        **scores,
+        "signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "hypotheses": str(paths["hyp"]),
+        "alignments": str(paths["align"]),
+        "attention": str(paths["attn.jsonl"]),
+        **({"nbest": str(paths["nbest"])} if "nbest" in paths else {}),
+        "split": split,
+        "source": str(src_path.resolve()),
+        "reference": str(ref_path.resolve()),
+        "checkpoint": str(run.checkpoint.resolve()),
+        "step": run.step,
+        "beam_size": cfg.beam_size,
+        "alpha": cfg.alpha,
+        "sentences": len(sources),
+        "seconds": round(seconds, 3),  # decoding only
+        "sentences_per_second": round(len(sources) / max(seconds, 1e-9), 2),
+    }
+    _write(out_dir / f"{stem}.json", [json.dumps(result, ensure_ascii=False, indent=2)])
+    log.info("BLEU %.2f, chrF %.2f (%s)", result["bleu"], result["chrf"], result["signature"])
+    return result
+
+
+@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="evaluate")
+def main(cfg: EvaluateConfig) -> None:
+    """Evaluate; the last stdout line is the result JSON, user errors exit 1 with one message."""
+    try:
+        result = evaluate(cfg)
+    except Seq2SeqError as e:
+        log.error("%s", e)
+        sys.exit(1)
+    print(json.dumps(result, ensure_ascii=False), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,341 @@
+"""`seq2seq-translate`: translate with a trained run, at a prompt or as a filter over piped lines.
+
+On a terminal it is a prompt loop (readline editing, history in ~/.seq2seq_history); otherwise it
+reads standard input in batches and writes exactly one line per input line, flushing each batch.
+The `Translator` here (raw text in, n-best hypotheses out) is also what `seq2seq-evaluate` uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import shutil
+import sys
+import unicodedata
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import hydra
+import numpy as np
+from omegaconf import OmegaConf
+
+from seq2seq.checkpoint import TrainedRun, load_run
+from seq2seq.config import DecodeConfig, TranslateConfig
+from seq2seq.data.tokenizer import EOS
+from seq2seq.errors import Seq2SeqError
+from seq2seq.search import Hypothesis, decode_sources
+
+log = logging.getLogger("seq2seq.translate")
+
+HISTORY_FILE = Path("~/.seq2seq_history")
+QUIT_COMMANDS = (":q", ":quit")
+NBEST_SEPARATOR = " ||| "  # between the candidates of one input line in piped n-best output
+_SHADES = ((0.7, "█"), (0.5, "▓"), (0.3, "▒"), (0.1, "░"))  # lowest weight drawn with each shade
+_MAX_SOURCE_LABEL = 12  # display columns of a source subword label in the grid
+_MAX_TARGET_LABEL = 16
+
+
+@dataclass
+class Translation:
+    """The n-best list of one input line, and the source subword ids the model read."""
+
+    source_ids: list[int]  # pieces + EOS; empty for a blank line
+    hypotheses: list[Hypothesis]  # best first; empty for a blank line
+    source_length: int  # subwords of the whole line, before truncation
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the model read fewer subwords than the line has."""
+        return bool(self.source_ids) and self.source_length > len(self.source_ids) - 1
+
+
+class Translator:
+    """A trained run ready for raw sentences: subwords in, detokenized n-best text out.
+
+    With `max_len`, longer inputs are cut to their first `max_len` subwords (see `truncated`).
+    """
+
+    def __init__(self, run: TrainedRun, search: DecodeConfig, max_len: int | None) -> None:
+        for key in ("beam_size", "nbest", "batch_size"):
+            if getattr(search, key) < 1:
+                raise Seq2SeqError(f"{key} must be at least 1, not {getattr(search, key)}")
+        if search.nbest > search.beam_size:
+            raise Seq2SeqError(
+                f"nbest={search.nbest} needs at least as many beams: add beam_size={search.nbest}"
+            )
+        self.run, self.search, self.max_len = run, search, max_len
+
+    def translate(self, lines: Sequence[str]) -> list[Translation]:
+        """Decode the non-blank lines together (in length-sorted batches); order is kept."""
+        # Lone surrogates (undecodable terminal bytes) become "?": sentencepiece takes only UTF-8.
+        text = [line.encode("utf-8", "replace").decode("utf-8").strip() for line in lines]
+        encoded = self.run.src_tok.encode_batch(text)
+        results = [Translation([], [], 0) for _ in lines]
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        for i in todo:
+            pieces = encoded[i][: self.max_len] if self.max_len is not None else encoded[i]
+            results[i] = Translation([*pieces, EOS], [], len(encoded[i]))
+        nbest = decode_sources(self.run.model, [results[i].source_ids for i in todo], self.search)
+        for i, hypotheses in zip(todo, nbest, strict=True):
+            results[i].hypotheses = hypotheses
+        return results
+
+    def text(self, hypothesis: Hypothesis) -> str:
+        """Detokenized translation on one line (any line break inside becomes a space)."""
+        return " ".join(self.run.tgt_tok.decode(hypothesis.tokens).split())
+
+    def source_pieces(self, translation: Translation) -> list[str]:
+        """Subword labels of the source as read, ending with "</s>" like the attention columns."""
+        return self.run.src_tok.pieces(translation.source_ids)
+
+    def target_pieces(self, hypothesis: Hypothesis) -> list[str]:
+        """Subword labels of a hypothesis, ending with "</s>" like the attention rows."""
+        return self.run.tgt_tok.pieces([*hypothesis.tokens, EOS])
+
+
+# -- the alignment view ------------------------------------------------------------------------
+
+
+def _width(text: str) -> int:
+    """Terminal columns of `text`: wide (CJK) characters take two, combining marks none."""
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
+        for c in text
+    )
+
+
+def _fit(text: str, columns: int) -> str:
+    """`text` cut to at most `columns` terminal columns, with "…" where it was cut."""
+    if _width(text) <= columns:
+        return text
+    while _width(text) > columns - 1:
+        text = text[:-1]
+    return text + "…"
+
+
+def _pad(text: str, columns: int) -> str:
+    return text + " " * (columns - _width(text))
+
+
+def _shade(weight: float) -> str:
+    return next((char for low, char in _SHADES if weight >= low), " ")
+
+
+def _grid(
+    row_labels: Sequence[str], col_labels: Sequence[str], weights: np.ndarray
+) -> tuple[list[str], int]:
+    """Lines of a shaded grid with the given labels, and its width in terminal columns."""
+    label_width = max(map(_width, row_labels)) + 1
+    columns = [max(_width(label), 2) for label in col_labels]
+    header = " " * label_width + " ".join(
+        _pad(label, c) for label, c in zip(col_labels, columns, strict=True)
+    )
+    rows = [
+        _pad(label, label_width)
+        + " ".join(_shade(w) * c for w, c in zip(row, columns, strict=True))
+        for label, row in zip(row_labels, weights, strict=True)
+    ]
+    return [line.rstrip() for line in (header, *rows)], label_width + sum(c + 1 for c in columns)
+
+
+def _wrap(items: Sequence[str], width: int) -> list[str]:
+    """`items` joined by two spaces into lines of at most `width` columns."""
+    lines, line = [], ""
+    for item in items:
+        if line and _width(line) + 2 + _width(item) > width:
+            lines.append(line)
+            line = ""
+        line = f"{line}  {item}" if line else item
+    return [*lines, line]
+
+
+def alignment_view(
+    source: Sequence[str], target: Sequence[str], weights: np.ndarray, width: int = 80
+) -> str:
+    """Attention weights [target, source] as text that fits `width` terminal columns.
+
+    A shaded grid, target subwords down and source subwords across (darker = more attention),
+    labelled with the subwords when that fits, else with their numbers and a key below. When not
+    even that fits, one ``target ← source (weight)`` line per target subword.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    src_labels = [_fit(piece, _MAX_SOURCE_LABEL) for piece in source]
+    tgt_labels = [_fit(piece, _MAX_TARGET_LABEL) for piece in target]
+    legend = "  ".join(f"{char} ≥{low:.1f}" for low, char in reversed(_SHADES))
+    lines, used = _grid(tgt_labels, src_labels, weights)
+    if used <= width:
+        return "\n".join([*lines, legend])
+    lines, used = _grid(tgt_labels, [str(j) for j in range(len(source))], weights)
+    if used <= width:
+        key = [f"{j}:{label}" for j, label in enumerate(src_labels)]
+        return "\n".join([*lines, legend, *_wrap(key, width)])
+    label_width = max(map(_width, tgt_labels)) + 1
+    return "\n".join(
+        f"{_pad(label, label_width)}← {src_labels[j]} ({row[j]:.2f})"
+        for label, row, j in zip(tgt_labels, weights, weights.argmax(axis=1), strict=True)
+    )
+
+
+# -- the two modes -----------------------------------------------------------------------------
+
+
+def _candidates(translator: Translator, translation: Translation) -> list[str]:
+    """``score<TAB>translation`` of each n-best candidate."""
+    return [f"{h.score:.4f}\t{translator.text(h)}" for h in translation.hypotheses]
+
+
+def _alignment(translator: Translator, translation: Translation, width: int) -> str:
+    best = translation.hypotheses[0]
+    view = alignment_view(
+        translator.source_pieces(translation),
+        translator.target_pieces(best),
+        best.attention.numpy(),
+        width,
+    )
+    if best.head_attention is not None:
+        view += f"  (mean of {best.head_attention.size(0)} heads)"
+    return view
+
+
+def _warn_truncated(translation: Translation, where: str, max_len: int) -> None:
+    if translation.truncated:
+        log.warning(
+            "%s has %d subwords; translating only the first %d (the model's data.max_len)",
+            where,
+            translation.source_length,
+            max_len,
+        )
+
+
+def interactive(translator: Translator, cfg: TranslateConfig) -> None:
+    """Prompt loop: a translation (n-best with scores, an alignment view) per line typed."""
+    import readline  # importing it gives input() line editing and history
+
+    history = HISTORY_FILE.expanduser()
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history)
+    readline.set_history_length(1000)
+    data = translator.run.cfg.data
+    print(
+        f"Translating {data.src_lang} to {data.tgt_lang}: type a sentence and press Enter; "
+        f"{QUIT_COMMANDS[0]}, Ctrl-D or Ctrl-C leaves.",
+        file=sys.stderr,
+    )
+    try:
+        while True:
+            try:
+                line = input(f"{data.src_lang}> ").strip()
+            except EOFError:
+                print()
+                return
+            except UnicodeDecodeError:
+                log.warning("that line is not valid text in the terminal's encoding")
+                continue
+            if not line:
+                continue
+            if line in QUIT_COMMANDS:
+                return
+            (translation,) = translator.translate([line])
+            _warn_truncated(translation, "this sentence", translator.max_len)
+            if cfg.nbest > 1:
+                print("\n".join(_candidates(translator, translation)))
+            else:
+                print(translator.text(translation.hypotheses[0]))
+            if cfg.show_alignment:
+                print(_alignment(translator, translation, shutil.get_terminal_size().columns))
+    except KeyboardInterrupt:
+        print()
+    finally:
+        with contextlib.suppress(OSError):
+            readline.write_history_file(history)
+
+
+def _ready(fd: int) -> bool:
+    """Whether reading `fd` would return at once."""
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def line_batches(stream: BinaryIO, max_lines: int) -> Iterator[list[str]]:
+    """Lines of `stream` in batches of what has arrived, at most `max_lines` each.
+
+    A batch never waits for more input while complete lines are at hand, so a line typed into a
+    pipe is answered at once, and a file is read in full batches. Split on "\\n" only; invalid
+    UTF-8 becomes U+FFFD; a last line without "\\n" still counts.
+    """
+    fd = stream.fileno()
+    pending: list[bytes] = []
+    partial = b""
+    eof = False
+    while not eof or pending:
+        while not eof and (not pending or (len(pending) < max_lines and _ready(fd))):
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                eof = True
+                if partial:
+                    pending.append(partial)
+                break
+            *complete, partial = (partial + chunk).split(b"\n")
+            pending.extend(complete)
+        batch, pending = pending[:max_lines], pending[max_lines:]
+        if batch:
+            yield [line.decode("utf-8", "replace").removesuffix("\r") for line in batch]
+
+
+def piped(translator: Translator, cfg: TranslateConfig) -> None:
+    """Filter mode: one output line per input line, in order, flushed after every batch.
+
+    n-best output keeps that: the candidates of a line are joined by " ||| ", each one
+    ``score<TAB>translation``. Alignment views, when asked for, go to stderr.
+    """
+    number = 0
+    for lines in line_batches(sys.stdin.buffer, cfg.batch_size):
+        out = []
+        for translation in translator.translate(lines):
+            number += 1
+            _warn_truncated(translation, f"line {number}", translator.max_len)
+            if not translation.hypotheses:
+                out.append("")
+                continue
+            if cfg.nbest > 1:
+                out.append(NBEST_SEPARATOR.join(_candidates(translator, translation)))
+            else:
+                out.append(translator.text(translation.hypotheses[0]))
+            if cfg.show_alignment:
+                view = _alignment(translator, translation, 80)
+                print(f"line {number}:\n{view}", file=sys.stderr, flush=True)
+        sys.stdout.write("".join(line + "\n" for line in out))
+        sys.stdout.flush()
+
+
+def run_app(cfg: TranslateConfig) -> None:
+    """Load the run named by `run_dir` and translate the terminal's or the pipe's lines."""
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise Seq2SeqError("say which trained model to use: run_dir=<a training run folder>")
+    run = load_run(cfg.run_dir, cfg.checkpoint)
+    translator = Translator(run, cfg, max_len=int(run.cfg.data.max_len))
+    log.info("loaded %s (step %d)", run.checkpoint, run.step)
+    if sys.stdin.isatty():
+        interactive(translator, cfg)
+    else:
+        piped(translator, cfg)
+
+
+@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="translate")
+def main(cfg: TranslateConfig) -> None:
+    """Translate; user errors exit 1 with one clear message, a closed pipe exits quietly."""
+    try:
+        run_app(cfg)
+    except Seq2SeqError as e:
+        log.error("%s", e)
+        sys.exit(1)
+    except BrokenPipeError:  # e.g. `... | head`: the reader left, nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""`seq2seq-evaluate` on a trained smoke run: its files, sacrebleu CLI scores, TensorBoard."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from seq2seq.config import EvaluateConfig
+from seq2seq.errors import Seq2SeqError
+from seq2seq.evaluate import evaluate, pharaoh
+
+
+def run_evaluate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`python -m seq2seq.evaluate ARGS` in its own process, from `cwd`, as a user would."""
+    cmd = [sys.executable, "-m", "seq2seq.evaluate", *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def result_of(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def sacrebleu_cli(reference: str, hypotheses: str) -> list[float]:
+    """BLEU and chrF of the sacrebleu command line, 4 decimals."""
+    cmd = [sys.executable, "-m", "sacrebleu", reference, "-i", hypotheses]
+    cmd += ["-m", "bleu", "chrf", "-b", "-w", "4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def events(run_dir: Path) -> EventAccumulator:
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0})
+    acc.Reload()
+    return acc
+
+
+def test_bleu_matches_sacrebleu_cli_on_the_test_split(smoke_run: Path, tmp_path: Path) -> None:
+    proc = run_evaluate(f"run_dir={smoke_run}", "beam_size=1", cwd=tmp_path)
+    result = result_of(proc)
+    assert not any(tmp_path.iterdir()), "evaluate wrote into the current directory"
+    assert result["split"] == "test_2016_flickr"
+    assert (result["beam_size"], result["sentences"]) == (1, 1000)
+    assert result["signature"].startswith("nrefs:1|") and result["seconds"] > 0
+
+    hyp = Path(result["hypotheses"])
+    assert hyp.parent == smoke_run / "eval"
+    assert len(hyp.read_text(encoding="utf-8").split("\n")) == 1000 + 1  # trailing newline
+    assert json.loads(hyp.with_suffix(".json").read_text(encoding="utf-8")) == result
+    bleu, chrf = sacrebleu_cli(result["reference"], str(hyp))
+    assert result["bleu"] == pytest.approx(bleu, abs=5e-5)
+    assert result["chrf"] == pytest.approx(chrf, abs=5e-5)
+
+    # Alignments and soft weights: one line per sentence, pairs within the subwords of each.
+    alignments = Path(result["alignments"]).read_text(encoding="utf-8").split("\n")[:-1]
+    with open(result["attention"], encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    assert len(alignments) == len(records) == 1000
+    for line, record in zip(alignments[:50], records[:50], strict=True):
+        weights = np.array(record["weights"])
+        assert weights.shape == (len(record["target"]), len(record["source"]))
+        np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-3)
+        assert record["source"][-1] == record["target"][-1] == "</s>"
+        for pair in line.split():
+            i, j = map(int, pair.split("-"))
+            assert i < len(record["source"]) - 1 and j < len(record["target"]) - 1
+
+    logged = [(e.step, round(e.value, 3)) for e in events(smoke_run).Scalars("hparams/test_bleu")]
+    assert (result["step"], round(result["bleu"], 3)) in logged
+
+
+def test_files_nbest_and_attention_heatmaps(
+    smoke_run: Path, multi30k_dir: Path, tmp_path: Path
+) -> None:
+    """input=/reference= files (one source line empty), beam 5 with n-best, K heatmaps logged."""
+    sides = {}
+    for lang in ("de", "en"):
+        with gzip.open(multi30k_dir / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+            sides[lang] = [next(f).strip() for _ in range(8)]
+    sides["de"][5] = ""
+    for lang, lines in sides.items():
+        (tmp_path / f"sample.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = run_evaluate(
+        f"run_dir={smoke_run}",
+        f"input={tmp_path / 'sample.de'}",
+        f"reference={tmp_path / 'sample.en'}",
+        "nbest=3",
+        "log_attention=3",
+        cwd=cwd,
+    )
+    result = result_of(proc)
+    assert not any(cwd.iterdir())
+    assert (result["split"], result["beam_size"], result["sentences"]) == (None, 5, 8)
+    hypotheses = Path(result["hypotheses"]).read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(hypotheses) == 8 and hypotheses[5] == ""
+    bleu, _ = sacrebleu_cli(str(tmp_path / "sample.en"), result["hypotheses"])
+    assert result["bleu"] == pytest.approx(bleu, abs=5e-5)
+
+    nbest: dict[int, list[tuple[str, float]]] = {}
+    for line in Path(result["nbest"]).read_text(encoding="utf-8").splitlines():
+        index, text, score = line.split(" ||| ")
+        nbest.setdefault(int(index), []).append((text, float(score)))
+    assert sorted(nbest) == [0, 1, 2, 3, 4, 6, 7]
+    for index, candidates in nbest.items():
+        assert len(candidates) == 3
+        assert [s for _, s in candidates] == sorted((s for _, s in candidates), reverse=True)
+        assert candidates[0][0] == hypotheses[index]
+
+    images = [tag for tag in events(smoke_run).Tags()["images"] if tag.startswith("attention/")]
+    assert sorted(t for t in images if t.startswith("attention/sample.de_")) == [
+        f"attention/sample.de_{i}" for i in range(3)
+    ]
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    proc = run_evaluate(f"run_dir={tmp_path / 'missing'}", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert "is not a training run folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def cs_run(smoke_run: Path, tmp_path: Path) -> Path:
+    """A copy of the smoke run whose config claims Czech sources (same model and tokenizers)."""
+    run = tmp_path / "cs_run"
+    run.mkdir()
+    for name in ("best.pt", "src.model", "tgt.model"):
+        shutil.copy(smoke_run / name, run / name)
+    cfg = OmegaConf.load(smoke_run / "config.yaml")
+    cfg.data.src_lang = "cs"
+    OmegaConf.save(cfg, run / "config.yaml")
+    return run
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"checkpoint": "nowhere.pt"}, "checkpoint not found"),
+        ({"split": "test_2099"}, "unknown Multi30k split 'test_2099'"),
+        ({"input": "x.de"}, "input=<source file> and reference=<reference file> go together"),
+        ({"nbest": 6}, "nbest=6 needs at least as many beams"),
+    ],
+)
+def test_bad_settings_are_user_errors(smoke_run: Path, overrides: dict, message: str) -> None:
+    cfg = OmegaConf.structured(EvaluateConfig(run_dir=str(smoke_run), **overrides))
+    with pytest.raises(Seq2SeqError, match=message):
+        evaluate(cfg)
+
+
+def test_a_split_without_the_source_language_is_a_user_error(cs_run: Path) -> None:
+    cfg = OmegaConf.structured(EvaluateConfig(run_dir=str(cs_run), split="test_2017_flickr"))
+    with pytest.raises(Seq2SeqError, match="test_2017_flickr has no language 'cs'"):
+        evaluate(cfg)
+
+
+def test_pharaoh_aligns_each_target_subword_to_its_strongest_source_subword() -> None:
+    attention = np.array(
+        [
+            [0.7, 0.2, 0.1],  # target 0 -> source 0
+            [0.1, 0.1, 0.8],  # target 1 -> source EOS: unaligned
+            [0.2, 0.6, 0.2],  # target 2 -> source 1
+            [0.0, 0.0, 1.0],  # the EOS row is not a target subword
+        ]
+    )
+    assert pharaoh(attention) == "0-0 1-2"
