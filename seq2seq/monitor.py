@@ -11,7 +11,7 @@ import functools
 import re
 import unicodedata
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -23,6 +23,9 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import fontManager
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summaries
+
+from seq2seq.data.tokenizer import EOS, Tokenizer
+from seq2seq.search import Hypothesis
 
 TENSORBOARD_DIR = "tensorboard"
 # Metric tags every run declares to the HParams tab, logged or not yet, so that all runs of a
@@ -83,6 +86,31 @@ class AttentionSample:
                 f"{expected[1]} source pieces"
             )
         self.weights = weights
+
+
+def hypothesis_weights(hypothesis: Hypothesis) -> np.ndarray:
+    """Where a hypothesis attended: [heads, tgt, src] for multi-head attention, else [tgt, src]."""
+    weights = hypothesis.head_attention
+    return (hypothesis.attention if weights is None else weights).float().numpy()
+
+
+def attention_sample(
+    source: str,
+    reference: str,
+    hypothesis: Hypothesis,
+    src_ids: Iterable[int],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+) -> AttentionSample:
+    """The heatmap sample of one decoded sentence; `src_ids` are its encoded source with EOS."""
+    return AttentionSample(
+        source=source,
+        reference=reference,
+        hypothesis=tgt_tok.decode(hypothesis.tokens),
+        source_pieces=src_tok.pieces(src_ids),  # ends with "</s>"
+        target_pieces=tgt_tok.pieces([*hypothesis.tokens, EOS]),  # the EOS row of the weights
+        weights=hypothesis_weights(hypothesis),
+    )
 
 
 @functools.lru_cache(maxsize=1)

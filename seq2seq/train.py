@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,6 @@ import sacrebleu
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from seq2seq.checkpoint import (
@@ -34,6 +34,14 @@ from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.seq2seq import Seq2Seq, build_model
+from seq2seq.monitor import (
+    AttentionSample,
+    Monitor,
+    attention_sample,
+    attention_statistics,
+    hypothesis_weights,
+    run_hparams,
+)
 from seq2seq.search import decode_corpus
 
 log = logging.getLogger("seq2seq.train")
@@ -52,6 +60,14 @@ def autocast(precision: Precision) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
+@dataclass
+class Validation:
+    """What one validation measured, ready to log."""
+
+    metrics: dict[str, float]  # loss, ppl, bleu, chrf, attention_entropy, attention_max_weight
+    samples: list[AttentionSample]  # the first `log.attention_samples` sentences, for heatmaps
+
+
 class Trainer:
     """Owns the data, model, optimizer and counters of one run, and checkpoints them."""
 
@@ -67,8 +83,8 @@ class Trainer:
         train_src, train_tgt = self._read("train", cfg.data.train_limit)
         self.src_tok, self.tgt_tok = self._tokenizers(train_src, train_tgt, reuse=state is not None)
         self.train_data = self._encode(train_src, train_tgt, drop_invalid=True)
-        valid_src, self.valid_refs = self._read("valid", cfg.data.valid_limit)
-        self.valid_data = self._encode(valid_src, self.valid_refs, drop_invalid=False)
+        self.valid_src, self.valid_refs = self._read("valid", cfg.data.valid_limit)
+        self.valid_data = self._encode(self.valid_src, self.valid_refs, drop_invalid=False)
         self.sampler = TokenBatchSampler(
             self.train_data.src_lengths,
             self.train_data.tgt_lengths,
@@ -97,7 +113,8 @@ class Trainer:
         self.stopped_early = False
         if state is not None:
             self._restore(state)
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"))
+        # Resuming hides whatever the interrupted run logged after the step of its last.pt.
+        self.monitor = Monitor(run_dir, purge_step=self.step + 1 if state is not None else None)
         self._stop_signal: int | None = None
         n_params = sum(p.numel() for p in self.model.parameters())
         log.info(
@@ -200,6 +217,10 @@ class Trainer:
 
     def fit(self) -> None:
         """Train until early stopping, `max_epochs`, `max_steps` or a stop signal."""
+        with self.monitor:
+            self._fit()
+
+    def _fit(self) -> None:
         if self.stopped_early:
             log.info("this run has already stopped early (best BLEU %.2f)", self.best_bleu)
             return
@@ -208,7 +229,6 @@ class Trainer:
                 self._train_epoch()
                 if self._stop_signal is not None:
                     self._save("last.pt")
-                    self.writer.close()
                     log.warning(
                         "stopped by signal %d at step %d; last.pt saved: rerun with "
                         "train.resume=true to continue",
@@ -217,7 +237,6 @@ class Trainer:
                     )
                     raise SystemExit(128 + self._stop_signal)
         self._save("last.pt")
-        self.writer.close()
         log.info("finished after %d updates; best validation BLEU %.2f", self.step, self.best_bleu)
 
     def _done(self) -> bool:
@@ -280,16 +299,23 @@ class Trainer:
         return loss.item()
 
     def _log_training(self, loss: float, tokens_per_s: float) -> None:
-        self.writer.add_scalar("train/loss", loss, self.step)
-        self.writer.add_scalar("train/lr", self.optimizer.param_groups[0]["lr"], self.step)
-        self.writer.add_scalar("train/tokens_per_s", tokens_per_s, self.step)
-        self.writer.add_scalar("train/grad_norm", float(self.grad_norm), self.step)
+        self.monitor.scalars(
+            self.step,
+            {
+                "train/loss": loss,
+                "train/lr": self.optimizer.param_groups[0]["lr"],
+                "train/tokens_per_s": tokens_per_s,
+                "train/grad_norm": float(self.grad_norm),
+            },
+        )
 
     # -- validation --------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def validate(self) -> dict[str, float]:
-        """Validation loss and perplexity (teacher forcing) and BLEU of decoded output."""
+    def validate(self) -> Validation:
+        """Teacher-forced loss and perplexity; BLEU, chrF and attention statistics of the
+        validation set decoded once, whose first `log.attention_samples` sentences become samples.
+        """
         self.model.eval()
         loss_sum = nll_sum = 0.0
         ntokens = 0
@@ -303,42 +329,71 @@ class Trainer:
             loss, nll, n = self.model.loss(collate(self.valid_data, ids), 0.0)
             loss_sum, nll_sum, ntokens = loss_sum + float(loss), nll_sum + float(nll), ntokens + n
         decode_cfg = DecodeConfig(beam_size=self.cfg.train.val_beam_size, nbest=1)
-        hyps = decode_corpus(self.model, self.valid_data, decode_cfg)
-        text = [self.tgt_tok.decode(nbest[0].tokens) for nbest in hyps]
-        bleu = sacrebleu.corpus_bleu(text, [self.valid_refs])
-        return {
+        hyps = [nbest[0] for nbest in decode_corpus(self.model, self.valid_data, decode_cfg)]
+        text = [self.tgt_tok.decode(h.tokens) for h in hyps]
+        metrics = {
             "loss": loss_sum / ntokens,
             "ppl": math.exp(min(nll_sum / ntokens, 50.0)),
-            "bleu": bleu.score,
+            "bleu": sacrebleu.corpus_bleu(text, [self.valid_refs]).score,
+            "chrf": sacrebleu.corpus_chrf(text, [self.valid_refs]).score,
+            **attention_statistics([hypothesis_weights(h) for h in hyps]),
         }
+        samples = [
+            attention_sample(
+                self.valid_src[i],
+                self.valid_refs[i],
+                hyps[i],
+                self.valid_data.src(i),
+                self.src_tok,
+                self.tgt_tok,
+            )
+            for i in range(min(self.cfg.log.attention_samples, len(hyps)))
+        ]
+        return Validation(metrics, samples)
 
     def _validate_and_checkpoint(self) -> None:
         start = time.perf_counter()
-        metrics = self.validate()
-        for name, value in metrics.items():
-            self.writer.add_scalar(f"valid/{name}", value, self.step)
-        improved = metrics["bleu"] > self.best_bleu
+        result = self.validate()
+        bleu = result.metrics["bleu"]
+        improved = bleu > self.best_bleu
         if improved:
-            self.best_bleu, self.bad_validations = metrics["bleu"], 0
+            self.best_bleu, self.bad_validations = bleu, 0
         else:
             self.bad_validations += 1
-        self.scheduler.step(metrics["bleu"])
+        self.scheduler.step(bleu)
         if self.bad_validations >= self.cfg.train.patience:
             log.info("early stopping: no better BLEU in %d validations", self.bad_validations)
             self.stopped_early = True
+        logging_start = time.perf_counter()
+        self._log_validation(result)
+        logging_seconds = time.perf_counter() - logging_start
         if improved:
             self._save("best.pt")
         self._save("last.pt")
         log.info(
-            "step %d (epoch %d): valid loss %.3f, ppl %.2f, BLEU %.2f%s (%.1f s)",
+            "step %d (epoch %d): valid loss %.3f, ppl %.2f, BLEU %.2f%s, chrF %.2f "
+            "(%.1f s, TensorBoard %.2f s)",
             self.step,
             self.epoch + (self.batch_in_epoch > 0),
-            metrics["loss"],
-            metrics["ppl"],
-            metrics["bleu"],
+            result.metrics["loss"],
+            result.metrics["ppl"],
+            bleu,
             " (best)" if improved else "",
+            result.metrics["chrf"],
             time.perf_counter() - start,
+            logging_seconds,
         )
+
+    def _log_validation(self, result: Validation) -> None:
+        """Scalars, heatmaps, the samples table and HParams of one validation, flushed to disk."""
+        step = self.step
+        self.monitor.scalars(step, {f"valid/{name}": v for name, v in result.metrics.items()})
+        if result.samples:
+            self.monitor.attention(step, result.samples)
+            self.monitor.samples_table(step, result.samples)
+        best = {"hparams/best_valid_bleu": self.best_bleu}
+        self.monitor.hparams(step, run_hparams(self.cfg), best)
+        self.monitor.flush()  # a running TensorBoard shows this validation now
 
     @contextlib.contextmanager
     def _stop_on_signals(self):

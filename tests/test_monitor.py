@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -12,10 +13,12 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import (
@@ -30,16 +33,20 @@ from seq2seq.config import (
     ModelConfig,
     Multi30kConfig,
     MultiHeadConfig,
+    TokenizerConfig,
 )
+from seq2seq.data.tokenizer import EOS, train_tokenizers
 from seq2seq.monitor import (
     TENSORBOARD_DIR,
     AttentionSample,
     Monitor,
     _Heatmap,
     attention_figure,
+    attention_sample,
     attention_statistics,
     run_hparams,
 )
+from seq2seq.search import Hypothesis
 
 STEPS = (100, 200)
 BLEU = {"0_bahdanau": 21.5, "1_multihead": 24.0}  # best validation BLEU of each run
@@ -142,6 +149,31 @@ def test_sample_checks_its_shapes_and_drops_a_single_head_axis() -> None:
     assert sample.weights.shape == (2, 3)
     with pytest.raises(ValueError, match="2 target and 4 source"):
         AttentionSample("a", "b", "c", pieces(4, "s"), pieces(2, "t"), np.ones((2, 3)))
+
+
+def test_sample_of_a_hypothesis_labels_every_attention_row_and_column(tmp_path: Path) -> None:
+    verbs = [("gehen", "walk"), ("laufen", "run"), ("sitzen", "sit"), ("stehen", "stand")] * 5
+    src_lines = [f"Zwei Männer {de} am Strand, Nummer {i}." for i, (de, _) in enumerate(verbs)]
+    tgt_lines = [f"Two men {en} on the beach, number {i}." for i, (_, en) in enumerate(verbs)]
+    data = Multi30kConfig(
+        cache_dir=str(tmp_path / "cache"), tokenizer=TokenizerConfig(vocab_size=60)
+    )
+    src_tok, tgt_tok = train_tokenizers(data, src_lines, tgt_lines, tmp_path)
+    src_ids = [*src_tok.encode(src_lines[0]), EOS]
+    tokens = tgt_tok.encode(tgt_lines[0])
+    rows, cols = len(tokens) + 1, len(src_ids)  # search reports an EOS row
+    heads = torch.softmax(torch.randn(3, rows, cols), dim=-1)
+
+    for head_attention in (None, heads):
+        hypothesis = Hypothesis(tokens, -1.0, heads.mean(0), head_attention)
+        sample = attention_sample(src_lines[0], tgt_lines[0], hypothesis, src_ids, src_tok, tgt_tok)
+        assert sample.hypothesis == tgt_lines[0]
+        assert (
+            sample.source_pieces == src_tok.pieces(src_ids) and sample.source_pieces[-1] == "</s>"
+        )
+        assert sample.target_pieces == [*tgt_tok.pieces(tokens), "</s>"]
+        expected = heads.mean(0) if head_attention is None else heads
+        np.testing.assert_allclose(sample.weights, expected.numpy())
 
 
 def test_run_hparams_have_the_same_keys_for_every_attention_type() -> None:
@@ -251,12 +283,14 @@ def test_purge_step_hides_what_an_interrupted_run_logged_after_its_checkpoint(
     assert values == [(10, 10.0), (20, -20.0)]
 
 
-@pytest.fixture(scope="module")
-def tensorboard_url(multirun: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The real TensorBoard server over the multirun parent on 127.0.0.1; stopped afterwards."""
-    log = tmp_path_factory.mktemp("tensorboard_server") / "stderr.txt"
-    command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(multirun)]
-    with open(log, "wb") as stderr:
+@contextlib.contextmanager
+def tensorboard_server(logdir: Path, output: Path) -> Iterator[str]:
+    """The real TensorBoard server over `logdir` on 127.0.0.1: its URL, and stopped afterwards.
+
+    Shared with the end-to-end tests of a smoke run; `output` receives the server's stderr.
+    """
+    command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir)]
+    with open(output, "wb") as stderr:
         server = subprocess.Popen(
             [*command, "--host", "127.0.0.1", "--port", "0"],
             stdout=subprocess.DEVNULL,
@@ -267,7 +301,7 @@ def tensorboard_url(multirun: Path, tmp_path_factory: pytest.TempPathFactory):
         deadline = time.monotonic() + SERVER_TIMEOUT
         url = None
         while url is None:
-            text = log.read_text(errors="replace")
+            text = output.read_text(errors="replace")
             found = [w for w in text.split() if w.startswith("http://127.0.0.1:")]
             url = found[0].rstrip("/") if found else None
             if url is None and (server.poll() is not None or time.monotonic() > deadline):
@@ -281,6 +315,14 @@ def tensorboard_url(multirun: Path, tmp_path_factory: pytest.TempPathFactory):
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def tensorboard_url(multirun: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """TensorBoard over the synthetic multirun parent."""
+    output = tmp_path_factory.mktemp("tensorboard_server") / "stderr.txt"
+    with tensorboard_server(multirun, output) as url:
+        yield url
 
 
 _LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy

@@ -1,26 +1,51 @@
-"""End to end: `seq2seq-train experiment=smoke` for every attention choice, and resume."""
+"""End to end: `seq2seq-train experiment=smoke` for every attention choice, what TensorBoard
+reads from a smoke run, and resume."""
 
 from __future__ import annotations
 
+import io
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+from collections.abc import Callable
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from PIL import Image
+from tensorboard.backend.event_processing.event_accumulator import (
+    STORE_EVERYTHING_SIZE_GUIDANCE,
+    EventAccumulator,
+)
+from test_monitor import poll, request, tensorboard_server
 
+from seq2seq.data.corpus import read_parallel
+from seq2seq.monitor import TENSORBOARD_DIR, Monitor, _markdown_cell
+
+HEADS = 4
 ATTENTIONS = [
     ["model/attention=bahdanau"],
     ["model/attention=luong", "model.attention.score=dot"],
     ["model/attention=luong", "model.attention.score=general"],
     ["model/attention=luong", "model.attention.score=concat", "model.input_feed=false"],
     ["model/attention=luong", "model.attention.score=scaled_dot"],
-    ["model/attention=multihead", "model.attention.heads=4"],
+    ["model/attention=multihead", f"model.attention.heads={HEADS}"],
 ]
+BAHDANAU = ATTENTIONS[0]  # also the default: the resume test reuses its run
+SAMPLES = 2  # log.attention_samples of experiment=smoke
+# A guard against a hung run: a smoke run takes 1-2 minutes on two idle cores, but several
+# times that on a machine shared with other jobs.
+TRAIN_TIMEOUT = 1200
+TRAIN_SCALARS = {"train/loss", "train/lr", "train/tokens_per_s", "train/grad_norm"}
+VALID_SCALARS = {
+    f"valid/{name}"
+    for name in ("loss", "ppl", "bleu", "chrf", "attention_entropy", "attention_max_weight")
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,25 +73,57 @@ def train(run_dir: Path, *overrides: str, wait: bool = True) -> subprocess.Popen
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if not wait:
         return proc
-    out, _ = proc.communicate(timeout=600)
+    out = finish(proc, TRAIN_TIMEOUT)
     assert proc.returncode == 0, out
     return out
 
 
+def finish(proc: subprocess.Popen, timeout: float) -> str:
+    """The output of `proc` once it exits; killed (and the test failed) if it takes too long."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"{proc.args} did not finish in {timeout} s; its output:\n{out}")
+    return out
+
+
+def events(run_dir: Path) -> EventAccumulator:
+    """Everything TensorBoard's own reader finds in a run folder's events."""
+    acc = EventAccumulator(str(run_dir / TENSORBOARD_DIR), STORE_EVERYTHING_SIZE_GUIDANCE)
+    return acc.Reload()
+
+
 def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    acc = EventAccumulator(str(run_dir / "tensorboard"))
-    acc.Reload()
-    return [(e.step, e.value) for e in acc.Scalars(tag)]
+    return [(e.step, e.value) for e in events(run_dir).Scalars(tag)]
 
 
 def _name(overrides: list[str]) -> str:
     return "-".join(o.split("=")[1] for o in overrides)
 
 
+@pytest.fixture(scope="module")
+def smoke_runs(
+    tmp_path_factory: pytest.TempPathFactory, data_dirs: list[str]
+) -> Callable[[list[str]], Path]:
+    """The run folder of a smoke run with these overrides, trained once for the whole module."""
+    runs: dict[str, Path] = {}
+
+    def run(attention: list[str]) -> Path:
+        name = _name(attention)
+        if name not in runs:
+            folder = tmp_path_factory.mktemp(name) / "run"
+            train(folder, *data_dirs, *attention)
+            runs[name] = folder
+        return runs[name]
+
+    return run
+
+
 @pytest.mark.parametrize("attention", ATTENTIONS, ids=_name)
-def test_smoke_training_learns(tmp_path: Path, data_dirs: list[str], attention: list[str]) -> None:
-    run = tmp_path / "run"
-    train(run, *data_dirs, *attention)
+def test_smoke_training_learns(smoke_runs, attention: list[str]) -> None:
+    run = smoke_runs(attention)
     for name in ("best.pt", "last.pt", "config.yaml", "src.model", "tgt.model", "train.log"):
         assert (run / name).is_file(), name
     losses = scalars(run, "valid/loss")
@@ -75,24 +132,99 @@ def test_smoke_training_learns(tmp_path: Path, data_dirs: list[str], attention: 
     state = torch.load(run / "best.pt", weights_only=True)
     assert state["step"] > 0 and state["best_bleu"] >= 0
 
+    acc = events(run)
+    heads = [f"/head_{h}" for h in range(HEADS)] if "multihead" in _name(attention) else []
+    tags = {f"attention/val_{i}{head}" for i in range(SAMPLES) for head in ["", *heads]}
+    assert set(acc.Tags()["images"]) == tags
+    for tag in tags:  # every validation draws the same sentences
+        assert [e.step for e in acc.Images(tag)] == [step for step, _ in losses], tag
 
-def test_interrupted_run_resumes_where_it_stopped(tmp_path: Path, data_dirs: list[str]) -> None:
-    full = tmp_path / "full"
-    train(full, *data_dirs)
+
+def test_smoke_run_logs_what_tensorboard_shows(smoke_runs, multi30k_dir: Path) -> None:
+    run = smoke_runs(BAHDANAU)
+    acc = events(run)
+    validations = [e.step for e in acc.Scalars("valid/loss")]
+    assert len(validations) >= 2
+    assert TRAIN_SCALARS | VALID_SCALARS | {"hparams/best_valid_bleu"} <= set(acc.Tags()["scalars"])
+    for tag in VALID_SCALARS | {"hparams/best_valid_bleu"}:
+        assert [e.step for e in acc.Scalars(tag)] == validations, tag
+    value = {tag: [e.value for e in acc.Scalars(tag)] for tag in VALID_SCALARS}
+    for chrf, bleu in zip(value["valid/chrf"], value["valid/bleu"], strict=True):
+        assert 0 < chrf <= 100 and 0 <= bleu <= 100
+    for entropy, largest in zip(
+        value["valid/attention_entropy"], value["valid/attention_max_weight"], strict=True
+    ):  # the mean largest weight is at least exp(-mean entropy), and nats are non-negative
+        assert entropy >= 0 and math.exp(-entropy) <= largest * (1 + 1e-5) and largest <= 1
+    best = [e.value for e in acc.Scalars("hparams/best_valid_bleu")]
+    assert best == pytest.approx(list(accumulate(value["valid/bleu"], max)))
+    assert best[-1] == pytest.approx(torch.load(run / "best.pt", weights_only=True)["best_bleu"])
+    assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= set(
+        acc.PluginTagToContent("hparams")
+    )
+
+    for i in range(SAMPLES):
+        images = acc.Images(f"attention/val_{i}")
+        assert len({e.step for e in images}) >= 2
+        decoded = Image.open(io.BytesIO(images[-1].encoded_image_string))
+        assert decoded.size == (images[-1].width, images[-1].height) and decoded.mode == "RGB"
+
+    texts = acc.Tensors("samples/text_summary")
+    assert [e.step for e in texts] == validations
+    sources, references = read_parallel(
+        multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz", SAMPLES
+    )
+    for text in texts:  # the same sentences at every validation
+        table = text.tensor_proto.string_val[0].decode().splitlines()
+        assert table[0] == "| | source | reference | hypothesis |" and len(table) == 2 + SAMPLES
+        for row, source, reference in zip(table[2:], sources, references, strict=True):
+            assert f" {_markdown_cell(source)} | {_markdown_cell(reference)} | " in row
+
+
+def test_tensorboard_server_lists_the_smoke_runs_attention_images(
+    smoke_runs, tmp_path: Path
+) -> None:
+    run = smoke_runs(BAHDANAU)
+    validations = [step for step, _ in scalars(run, "valid/loss")]
+    tags = {f"attention/val_{i}" for i in range(SAMPLES)}
+    with tensorboard_server(run, tmp_path / "tensorboard.txt") as url:
+        found = poll(f"{url}/data/plugin/images/tags", lambda t: TENSORBOARD_DIR in t)
+        assert set(found[TENSORBOARD_DIR]) == tags
+        query = urllib.parse.urlencode({"run": TENSORBOARD_DIR, "tag": "attention/val_0"})
+        images = request(f"{url}/data/plugin/images/images?{query}")
+        assert [image["step"] for image in images] == validations
+
+        body = {"startIndex": 0, "sliceSize": 10, "allowedStatuses": ["STATUS_SUCCESS"]}
+        groups = poll(f"{url}/data/plugin/hparams/session_groups", lambda g: g, body)
+        [group] = groups["sessionGroups"]
+        assert group["hparams"]["attention"] == "bahdanau"
+        metrics = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
+        best = torch.load(run / "best.pt", weights_only=True)["best_bleu"]
+        assert metrics["hparams/best_valid_bleu"] == pytest.approx(best)
+
+
+def test_interrupted_run_resumes_where_it_stopped(
+    tmp_path: Path, data_dirs: list[str], smoke_runs
+) -> None:
+    full = smoke_runs(BAHDANAU)  # the default attention: the same run as without overrides
     expected = torch.load(full / "last.pt", weights_only=True)
 
     run = tmp_path / "run"
     proc = train(run, *data_dirs, wait=False)
-    deadline = time.time() + 300
+    deadline = time.monotonic() + TRAIN_TIMEOUT
     while not (run / "last.pt").exists():
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.time() < deadline
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"no last.pt before the run ended or timed out:\n{proc.communicate()[0]}")
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+    out = finish(proc, 120)
     assert proc.returncode == 128 + signal.SIGTERM, out
     stopped = torch.load(run / "last.pt", weights_only=True)
     assert 0 < stopped["step"] < expected["step"]
+    # As if the run had logged up to its checkpoint's step and beyond before it died.
+    with Monitor(run) as monitor:
+        for step in (stopped["step"], stopped["step"] + 1):
+            monitor.scalars(step, {"test/marker": float(step)})
 
     out = train(run, *data_dirs, "train.resume=true")
     assert f"resumed from last.pt: step {stopped['step']}" in out
@@ -100,6 +232,8 @@ def test_interrupted_run_resumes_where_it_stopped(tmp_path: Path, data_dirs: lis
     assert (final["step"], final["epoch"]) == (expected["step"], expected["epoch"])
     steps = [step for step, _ in scalars(run, "valid/loss")]
     assert steps == sorted(set(steps)), "a validation step was repeated"
+    assert steps == [step for step, _ in scalars(full, "valid/loss")]
+    assert scalars(run, "test/marker") == [(stopped["step"], float(stopped["step"]))]
 
 
 def test_existing_run_is_not_overwritten(tmp_path: Path, data_dirs: list[str]) -> None:
@@ -107,7 +241,7 @@ def test_existing_run_is_not_overwritten(tmp_path: Path, data_dirs: list[str]) -
     run.mkdir()
     (run / "last.pt").write_bytes(b"precious")
     proc = train(run, *data_dirs, wait=False)
-    out, _ = proc.communicate(timeout=120)
+    out = finish(proc, 120)
     assert proc.returncode == 1
     assert "train.resume=true" in out
     assert (run / "last.pt").read_bytes() == b"precious"
