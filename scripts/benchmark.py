@@ -1,0 +1,607 @@
+"""Benchmark of the reference model (issue 5): training and decoding speed, memory and FLOPs.
+
+It measures whatever the code currently does, through the project's own functions: data from
+``read_parallel``/``train_tokenizers``/``encode_corpus``, batches from ``TokenBatchSampler`` and
+``collate``, the model from ``build_model``, train.py's own update step (``Trainer._update``) and
+``decode_corpus`` on test_2016_flickr. From the checkout root::
+
+    python scripts/benchmark.py --data-source /path/to/multi30k   # or: python -m scripts.benchmark
+
+prints a table, then one JSON line with every figure. ``--quick`` (tiny model and data) is for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import gc
+import itertools
+import json
+import math
+import platform
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import sacrebleu
+import torch
+from omegaconf import OmegaConf
+from torch.utils.flop_counter import FlopCounterMode
+
+from seq2seq.checkpoint import TrainedRun, load_run
+from seq2seq.config import (
+    BahdanauConfig,
+    DecodeConfig,
+    LuongConfig,
+    ModelConfig,
+    Multi30kConfig,
+    MultiHeadConfig,
+    Precision,
+    TrainConfig,
+)
+from seq2seq.data.batching import Batch, TokenBatchSampler, collate
+from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
+from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
+from seq2seq.errors import Seq2SeqError
+from seq2seq.model.seq2seq import Seq2Seq, build_model
+from seq2seq.search import decode_corpus, max_lengths
+from seq2seq.train import Trainer, setup_runtime
+
+# Attention variants: (config class, Luong input feeding). Score, heads and sizes are defaults.
+ATTENTIONS = {
+    "bahdanau": (BahdanauConfig, True),
+    "luong": (LuongConfig, True),
+    "luong-nofeed": (LuongConfig, False),
+    "multihead": (MultiHeadConfig, True),
+}
+PRECISIONS = tuple(p.value for p in Precision)
+MEASURES = ("training", "decoding")
+BATCHES = ("peer", "recipe")  # ~1000 target tokens like the peers' 64 sentences; TrainConfig's
+PEER_TOKENS = 1000  # the peers' batches of 64 sentences hold about 967 target tokens
+SEARCHES = {"greedy": 1, "beam": DecodeConfig.beam_size}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much is measured: the reference benchmark, or ``--quick`` (tiny model, for CI)."""
+
+    warmup: int  # training batches before timing
+    window: int  # training batches per timed window
+    windows: int  # timed training windows; the figures are medians over them
+    passes: int  # timed decoding passes over the test set; medians too
+    train_limit: int | None  # training pairs (None: all 29,000)
+    test_limit: int | None  # test sentences decoded (None: all 1,000)
+    vocab_size: int | None  # sentencepiece vocabulary (None: the TokenizerConfig default)
+    dims: tuple[int, int, int] | None  # (emb, hidden, attention) sizes; None: ModelConfig's
+    gemm_seconds: float  # time spent on each matrix shape when measuring the peak
+
+
+FULL = Sizes(5, 10, 5, 3, None, None, None, None, 1.0)
+QUICK = Sizes(1, 1, 2, 1, 1000, 64, 500, (32, 64, 64), 0.05)
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def data_config(args: argparse.Namespace, sizes: Sizes) -> Multi30kConfig:
+    """Multi30k de->en from ``--data-source`` into ``--data-root``/``--cache-dir``."""
+    cfg = Multi30kConfig(source=args.data_source, root=args.data_root, cache_dir=args.cache_dir)
+    cfg.train_limit = sizes.train_limit
+    if sizes.vocab_size is not None:
+        cfg.tokenizer.vocab_size = sizes.vocab_size
+    return cfg
+
+
+def model_config(attention: str, sizes: Sizes) -> ModelConfig:
+    """The reference model (the ModelConfig defaults) with one benchmarked attention."""
+    attention_cls, input_feed = ATTENTIONS[attention]
+    cfg = ModelConfig(attention=attention_cls(), input_feed=input_feed)
+    if sizes.dims is not None:
+        cfg.emb_size, cfg.hidden_size, cfg.attention.size = sizes.dims
+    return cfg
+
+
+def peer_batch_tokens(corpus: TokenizedCorpus, target: int, seed: int) -> int:
+    """Largest ``batch_tokens`` whose epoch-0 batches hold at most ``target`` target tokens each,
+    on average (the budget counts padding and the longer side, so it exceeds ``target``)."""
+
+    def mean_tokens(budget: int) -> float:
+        sampler = TokenBatchSampler(corpus.src_lengths, corpus.tgt_lengths, budget, True, seed)
+        return corpus.tgt_lengths.sum() / len(sampler.batches(0))
+
+    low, high = target, 4 * target  # a batch never holds more real tokens than its budget
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if mean_tokens(middle) <= target else (low, middle - 1)
+    return low
+
+
+# -- machine ---------------------------------------------------------------------------------------
+
+
+def machine_info() -> dict[str, Any]:
+    """torch version, threads, CPU model and whether it multiplies bf16 natively."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu": cpu,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "native_bf16": torch.cpu._is_avx512_bf16_supported(),
+        "amx": torch.cpu._is_amx_tile_supported(),
+    }
+
+
+def reset_peak_rss() -> bool:
+    """Restart the kernel's peak-RSS mark at the current RSS (Linux); False where impossible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_mib() -> float:
+    """Peak resident memory since the last reset (VmHWM), else of the whole process."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return maxrss / 2**20 if sys.platform == "darwin" else maxrss / 1024
+
+
+def matmul_peak(dtype: torch.dtype, model: ModelConfig, vocab: int, seconds: float) -> float:
+    """This machine's matrix-multiply limit in GFLOP/s: the best ``torch.mm`` over the model's
+    own shapes (64 rows: one decoder step; 1000 rows: a batch's tokens at once)."""
+    h, a = model.hidden_size, model.attention.size
+    best = 0.0
+    for m, (k, n) in itertools.product((64, 1000), ((h, 3 * h), (2 * h, a), (h, vocab))):
+        x, w = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+        torch.mm(x, w)  # warm-up
+        times: list[float] = []
+        while len(times) < 2 or (sum(times) < seconds and len(times) < 200):
+            start = time.perf_counter()
+            torch.mm(x, w)
+            times.append(time.perf_counter() - start)
+        best = max(best, 2 * m * k * n / min(times) / 1e9)
+    return best
+
+
+def gru_flops(x: Sequence[int], *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """FLOPs of ``aten.gru``, which runs as one op under inference mode (FlopCounterMode does not
+    know it): 2 x positions x weight-matrix entries. Shapes: ``gru.input`` [B, T, in] (then hx,
+    params), ``gru.data`` packed [positions, in] (then batch_sizes, hx, params)."""
+    packed = len(x) == 2
+    positions, params = (x[0], args[2]) if packed else (x[0] * x[1], args[1])
+    return 2 * positions * sum(math.prod(p) for p in params if len(p) == 2)
+
+
+def flop_counter() -> FlopCounterMode:
+    """torch's FLOP counter (matrix products), taught the fused inference GRU."""
+    return FlopCounterMode(display=False, custom_mapping={torch.ops.aten.gru: gru_flops})
+
+
+# -- measurements ----------------------------------------------------------------------------------
+
+
+def update_step(
+    model: Seq2Seq, optimizer: torch.optim.Optimizer, tcfg: TrainConfig
+) -> Callable[[Batch], float]:
+    """``Trainer._update`` itself, not a copy, bound to a stand-in holding what it reads (the
+    train config, model and optimizer): the benchmark times whatever train.py's update does."""
+    trainer = SimpleNamespace(cfg=SimpleNamespace(train=tcfg), model=model, optimizer=optimizer)
+    return functools.partial(Trainer._update, trainer)
+
+
+def run_updates(
+    update: Callable[[Batch], float], corpus: TokenizedCorpus, batches: Sequence[np.ndarray]
+) -> int:
+    """Collate and apply each batch as the training loop does; returns the target tokens."""
+    tokens = 0
+    for ids in batches:
+        batch = collate(corpus, ids)
+        update(batch)
+        tokens += batch.ntokens
+    return tokens
+
+
+def measure_training(
+    model_cfg: ModelConfig,
+    tcfg: TrainConfig,
+    train: TokenizedCorpus,
+    vocab: tuple[int, int],
+    sizes: Sizes,
+    peak_gflops: float,
+) -> dict[str, Any]:
+    """Target tokens/s of forward + backward + clipping + Adam, median over timed windows of
+    epoch-0 batches after a warm-up; FLOPs per target token, batch make-up and peak RSS."""
+    gc.collect()
+    reset_peak_rss()
+    setup_runtime(tcfg.threads, tcfg.seed)
+    model = build_model(OmegaConf.structured(model_cfg), *vocab)
+    optimizer = torch.optim.Adam(  # as Trainer builds it
+        model.parameters(), lr=tcfg.lr, betas=tuple(tcfg.betas), weight_decay=tcfg.weight_decay
+    )
+    update = update_step(model, optimizer, tcfg)
+    sampler = TokenBatchSampler(
+        train.src_lengths, train.tgt_lengths, tcfg.batch_tokens, shuffle=True, seed=tcfg.seed
+    )
+    epoch = sampler.batches(0)
+    needed = sizes.warmup + sizes.windows * sizes.window
+    order = list(itertools.islice(itertools.cycle(epoch), needed))
+    run_updates(update, train, order[: sizes.warmup])
+    windows = [order[i : i + sizes.window] for i in range(sizes.warmup, needed, sizes.window)]
+    rates = []
+    for batches in windows:
+        start = time.perf_counter()
+        tokens = run_updates(update, train, batches)
+        rates.append(tokens / (time.perf_counter() - start))
+    with flop_counter() as counter:  # the first window again, counted, not timed
+        counted = run_updates(update, train, windows[0])
+    flops_per_token = counter.get_total_flops() / counted
+    tokens_per_s = statistics.median(rates)
+    lengths = train.tgt_lengths
+    slots = sum(len(ids) * int(lengths[ids].max()) for ids in epoch)  # padded target positions
+    return {
+        "batch_tokens": tcfg.batch_tokens,
+        "batches_per_epoch": len(epoch),
+        "mean_target_tokens": float(lengths.sum() / len(epoch)),
+        "mean_sentences": len(lengths) / len(epoch),
+        "real_share": float(lengths.sum() / slots),
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_s_min": min(rates),
+        "tokens_per_s_max": max(rates),
+        "windows": rates,
+        "flops_per_token": flops_per_token,
+        "peak_share": flops_per_token * tokens_per_s / (peak_gflops * 1e9),
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def measure_decoding(
+    model: Seq2Seq,
+    test: TokenizedCorpus,
+    refs: list[str],
+    tgt_tok: Tokenizer,
+    beam_size: int,
+    sizes: Sizes,
+    peak_gflops: float,
+) -> dict[str, Any]:
+    """Sentences/s of ``decode_corpus`` (median over passes after a counted warm-up pass), FLOPs
+    per sentence, mean output length, BLEU and peak RSS."""
+    cfg = DecodeConfig(beam_size=beam_size, nbest=1)
+    gc.collect()
+    reset_peak_rss()
+    with flop_counter() as counter:  # also the warm-up
+        hyps = decode_corpus(model, test, cfg)
+    rates = []
+    for _ in range(sizes.passes):
+        start = time.perf_counter()
+        decode_corpus(model, test, cfg)
+        rates.append(len(test) / (time.perf_counter() - start))
+    outputs = [nbest[0].tokens for nbest in hyps]
+    limits = max_lengths(torch.from_numpy(test.src_lengths), cfg.max_len_a, cfg.max_len_b)
+    text = [tgt_tok.decode(tokens) for tokens in outputs]
+    flops_per_sentence = counter.get_total_flops() / len(test)
+    sentences_per_s = statistics.median(rates)
+    return {
+        "beam_size": beam_size,
+        "sentences": len(test),
+        "sentences_per_s": sentences_per_s,
+        "sentences_per_s_min": min(rates),
+        "sentences_per_s_max": max(rates),
+        "passes": rates,
+        "mean_output_len": statistics.mean(map(len, outputs)),
+        "mean_max_len": float(limits.double().mean()),
+        "bleu": sacrebleu.corpus_bleu(text, [refs]).score,
+        "flops_per_sentence": flops_per_sentence,
+        "peak_share": flops_per_sentence * sentences_per_s / (peak_gflops * 1e9),
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def encode_test_split(
+    cfg: Multi30kConfig, src_tok: Tokenizer, tgt_tok: Tokenizer, limit: int | None
+) -> tuple[TokenizedCorpus, list[str]]:
+    """The configured test split encoded with these tokenizers, and its reference lines."""
+    src, refs = read_parallel(*split_files(cfg, "test"), limit)
+    corpus = encode_corpus(src, refs, src_tok, tgt_tok, Path(cfg.cache_dir), None, False)
+    return corpus, refs
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every selected measurement; returns the report (the JSON line)."""
+    sizes = QUICK if args.quick else FULL
+    if args.repeats:
+        sizes = replace(sizes, windows=args.repeats, passes=args.repeats)
+    setup_runtime(args.threads, TrainConfig.seed)
+    trained = load_run(args.run_dir) if args.run_dir else None  # a bad folder fails first
+    per_phase = reset_peak_rss()
+    data = data_config(args, sizes)
+    with tempfile.TemporaryDirectory(prefix="seq2seq-benchmark-") as workdir:
+        src, tgt = read_parallel(*split_files(data, "train"), data.train_limit)
+        src_tok, tgt_tok = train_tokenizers(data, src, tgt, Path(workdir))
+        train = encode_corpus(src, tgt, src_tok, tgt_tok, Path(data.cache_dir), data.max_len, True)
+        reference = model_config(args.attention[0], sizes)
+        report: dict[str, Any] = {
+            **machine_info(),
+            "quick": args.quick,
+            "peak_rss_scope": "phase" if per_phase else "process",
+            "model": {
+                "emb_size": reference.emb_size,
+                "hidden_size": reference.hidden_size,
+                "encoder_layers": reference.encoder_layers,
+                "attention_size": reference.attention.size,
+                "dropout": reference.dropout,
+                "tokenizer": data.tokenizer.model_type.value,
+                "src_vocab": src_tok.vocab_size,
+                "tgt_vocab": tgt_tok.vocab_size,
+            },
+            "train_pairs": len(train),
+            "train_target_tokens": int(train.tgt_lengths.sum()),
+            "timing": {
+                "warmup": sizes.warmup,
+                "window": sizes.window,
+                "windows": sizes.windows,
+                "passes": sizes.passes,
+            },
+        }
+        needed = set(args.precision) | {"fp32"}  # decoding runs in fp32
+        peaks = {
+            p: matmul_peak(DTYPES[p], reference, tgt_tok.vocab_size, sizes.gemm_seconds)
+            for p in PRECISIONS
+            if p in needed
+        }
+        report["matmul_peak_gflops"] = peaks
+        progress(f"matmul peak GFLOP/s: {peaks}")
+        if "training" in args.measure:
+            vocab = (src_tok.vocab_size, tgt_tok.vocab_size)
+            report["training"] = training_rows(args, sizes, train, vocab, peaks)
+        if "decoding" in args.measure:
+            tokenizers = (src_tok, tgt_tok)
+            report["decoding"] = decoding_rows(
+                args, trained, data, sizes, tokenizers, peaks["fp32"]
+            )
+    phases = [*report.get("training", []), *report.get("decoding", [])]
+    report["peak_rss_mib"] = max((row["peak_rss_mib"] for row in phases), default=peak_rss_mib())
+    return report
+
+
+def training_rows(
+    args: argparse.Namespace,
+    sizes: Sizes,
+    train: TokenizedCorpus,
+    vocab: tuple[int, int],
+    peaks: dict[str, float],
+) -> list[dict[str, Any]]:
+    """One row per attention x precision x batch size (the peers' ~1000 tokens, the recipe's)."""
+    budgets = {
+        "peer": peer_batch_tokens(train, PEER_TOKENS, TrainConfig.seed),
+        "recipe": TrainConfig.batch_tokens,
+    }
+    rows = []
+    for attention, precision, batch in itertools.product(
+        args.attention, args.precision, args.batch
+    ):
+        model = model_config(attention, sizes)
+        tcfg = TrainConfig(
+            batch_tokens=budgets[batch], precision=Precision(precision), threads=args.threads
+        )
+        name = f"training {attention} {precision} {batch} (batch_tokens {tcfg.batch_tokens})"
+        progress(f"{name} ...")
+        row = measure_training(model, tcfg, train, vocab, sizes, peaks[precision])
+        rows.append({"attention": attention, "precision": precision, "batch": batch, **row})
+        progress(f"{name}: {row['tokens_per_s']:,.0f} target tokens/s")
+    return rows
+
+
+def decoding_rows(
+    args: argparse.Namespace,
+    trained: TrainedRun | None,
+    data: Multi30kConfig,
+    sizes: Sizes,
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    peak_gflops: float,
+) -> list[dict[str, Any]]:
+    """Greedy and beam rows for the ``trained`` run, else for each random attention model."""
+    if trained is not None:
+        langs = {"src_lang": trained.cfg.data.src_lang, "tgt_lang": trained.cfg.data.tgt_lang}
+        run_data = replace(data, **langs)
+        test, refs = encode_test_split(run_data, trained.src_tok, trained.tgt_tok, sizes.test_limit)
+        settings = {
+            "model": "trained",
+            "run_dir": str(trained.run_dir),
+            "checkpoint": str(trained.checkpoint),
+            "settings": OmegaConf.to_container(trained.cfg.model),
+            "trained_precision": trained.cfg.train.precision,
+        }
+        models = [(type(trained.model.decoder.attention).__name__, trained.model, settings)]
+        tokenizer = trained.tgt_tok
+    else:
+        src_tok, tgt_tok = tokenizers
+        test, refs = encode_test_split(data, src_tok, tgt_tok, sizes.test_limit)
+        models = []
+        for attention in args.attention:
+            torch.manual_seed(TrainConfig.seed)
+            cfg = OmegaConf.structured(model_config(attention, sizes))
+            model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size).eval()
+            models.append((attention, model, {"model": "random"}))
+        tokenizer = tgt_tok
+    rows = []
+    for (attention, model, settings), search in itertools.product(models, args.search):
+        progress(f"decoding {attention} {search} ...")
+        row = measure_decoding(model, test, refs, tokenizer, SEARCHES[search], sizes, peak_gflops)
+        rows.append({"attention": attention, "search": search, **settings, **row})
+        progress(f"decoding {attention} {search}: {row['sentences_per_s']:,.1f} sentences/s")
+    return rows
+
+
+# -- output --------------------------------------------------------------------------------------
+
+
+TRAINING_COLUMNS = (
+    ("attention", "<13", lambda r: r["attention"]),
+    ("prec", "<5", lambda r: r["precision"]),
+    ("batch", "<7", lambda r: r["batch"]),
+    ("budget", ">7", lambda r: f"{r['batch_tokens']}"),
+    ("tok/b", ">7", lambda r: f"{r['mean_target_tokens']:.0f}"),
+    ("sent/b", ">7", lambda r: f"{r['mean_sentences']:.1f}"),
+    ("real", ">5", lambda r: f"{r['real_share']:.0%}"),
+    ("tok/s", ">9", lambda r: f"{r['tokens_per_s']:,.0f}"),
+    ("min", ">8", lambda r: f"{r['tokens_per_s_min']:,.0f}"),
+    ("max", ">8", lambda r: f"{r['tokens_per_s_max']:,.0f}"),
+    ("MFLOP/tok", ">10", lambda r: f"{r['flops_per_token'] / 1e6:.1f}"),
+    ("%peak", ">7", lambda r: f"{r['peak_share']:.1%}"),
+    ("RSS MiB", ">9", lambda r: f"{r['peak_rss_mib']:,.0f}"),
+)
+DECODING_COLUMNS = (
+    ("attention", "<19", lambda r: r["attention"]),
+    ("search", "<7", lambda r: r["search"]),
+    ("sent/s", ">8", lambda r: f"{r['sentences_per_s']:,.1f}"),
+    ("min", ">8", lambda r: f"{r['sentences_per_s_min']:,.1f}"),
+    ("max", ">8", lambda r: f"{r['sentences_per_s_max']:,.1f}"),
+    ("out len", ">8", lambda r: f"{r['mean_output_len']:.1f}"),
+    ("max len", ">8", lambda r: f"{r['mean_max_len']:.1f}"),
+    ("BLEU", ">6", lambda r: f"{r['bleu']:.1f}"),
+    ("GFLOP/sent", ">11", lambda r: f"{r['flops_per_sentence'] / 1e9:.3f}"),
+    ("%peak", ">7", lambda r: f"{r['peak_share']:.1%}"),
+    ("RSS MiB", ">9", lambda r: f"{r['peak_rss_mib']:,.0f}"),
+)
+
+
+def print_rows(columns: Sequence[tuple[str, str, Any]], rows: list[dict[str, Any]]) -> None:
+    """A header and one line per row; a column is (header, alignment and width, cell text)."""
+    print("".join(f"{header:{spec}}" for header, spec, _ in columns))
+    for row in rows:
+        print("".join(f"{cell(row):{spec}}" for _, spec, cell in columns))
+
+
+def print_table(report: dict[str, Any]) -> None:
+    """The human-readable summary of the report."""
+    peaks = ", ".join(f"{p} {g:,.1f}" for p, g in report["matmul_peak_gflops"].items())
+    model, timing = report["model"], report["timing"]
+    print(
+        f"torch {report['torch']}, {report['threads']} threads, {report['cpu']} "
+        f"({report['cpu_capability']}; native bf16: {report['native_bf16']}, "
+        f"AMX: {report['amx']})"
+    )
+    print(f"matmul peak (best torch.mm over the model's shapes), GFLOP/s: {peaks}")
+    print(
+        f"model: emb {model['emb_size']}, BiGRU {model['hidden_size']}/direction x "
+        f"{model['encoder_layers']}, attention {model['attention_size']}, dropout "
+        f"{model['dropout']}; {model['tokenizer']} vocab {model['src_vocab']}/"
+        f"{model['tgt_vocab']}; {report['train_pairs']:,} training pairs, "
+        f"{report['train_target_tokens']:,} target tokens; RSS: peak per "
+        f"{report['peak_rss_scope']}"
+    )
+    if "training" in report:
+        print(
+            f"\ntraining: target tokens (incl. EOS) per second of forward + backward + clip + "
+            f"Adam, median of {timing['windows']} windows of {timing['window']} batches after "
+            f"{timing['warmup']} warm-up batches; tok/b, sent/b, real: per batch over an epoch"
+        )
+        print_rows(TRAINING_COLUMNS, report["training"])
+    if "decoding" in report:
+        rows = report["decoding"]
+        if rows[0]["model"] == "trained":
+            what = f"the trained run {rows[0]['run_dir']}"
+        else:
+            what = "RANDOM models (max-length output: pessimistic; --run-dir for a trained one)"
+        print(
+            f"\ndecoding {rows[0]['sentences']} test sentences (fp32, batches of "
+            f"{DecodeConfig.batch_size}, max length {DecodeConfig.max_len_a} x source + "
+            f"{DecodeConfig.max_len_b}), median of {timing['passes']} passes: {what}"
+        )
+        print_rows(DECODING_COLUMNS, rows)
+
+
+def comma_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """argparse type: a comma-separated subset of ``choices``, in the given order."""
+
+    def parse(text: str) -> list[str]:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        unknown = [item for item in items if item not in choices]
+        if unknown or not items:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: choose from {', '.join(choices)} (comma-separated)"
+            )
+        return list(dict.fromkeys(items))
+
+    return parse
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer no smaller than ``minimum``."""
+
+    def parse(text: str) -> int:
+        if not text.strip().lstrip("-").isdigit() or int(text) < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= {minimum}")
+        return int(text)
+
+    return parse
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    defaults = Multi30kConfig()
+    parser.add_argument("--data-source", default=defaults.source, help="URL or local Multi30k")
+    parser.add_argument("--data-root", default=defaults.root, help="download folder")
+    parser.add_argument("--cache-dir", default=defaults.cache_dir, help="tokenizer/ids cache")
+    lists = {  # option: (choices, help); every choice is measured unless a subset is given
+        "--attention": (tuple(ATTENTIONS), "luong: general score with input feeding"),
+        "--precision": (PRECISIONS, "training under train.py's autocast; decoding is fp32"),
+        "--measure": (MEASURES, "what to measure"),
+        "--batch": (BATCHES, f"peer: ~{PEER_TOKENS} target tokens; recipe: train.batch_tokens"),
+        "--search": (tuple(SEARCHES), f"greedy, beam {DecodeConfig.beam_size}"),
+    }
+    for option, (choices, text) in lists.items():
+        help_text = f"comma-separated subset of {','.join(choices)}; {text}"
+        parser.add_argument(option, type=comma_list(choices), default=list(choices), help=help_text)
+    parser.add_argument("--run-dir", help="decode with this trained run (best.pt), not random")
+    parser.add_argument(
+        "--threads", type=at_least(0), default=TrainConfig.threads, help="0: the cores available"
+    )
+    parser.add_argument(
+        "--repeats", type=at_least(1), help="timed windows and passes (default 5 and 3)"
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny model and data, for CI")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        report = run(args)
+    except Seq2SeqError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+    print_table(report)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""scripts/benchmark.py --quick end to end: every figure is reported, positive and finite.
+
+No timing is asserted (timings are noisy); the script and module forms both run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from seq2seq.checkpoint import save_checkpoint
+from seq2seq.config import Config, LuongConfig, ModelConfig, Multi30kConfig
+from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.data.tokenizer import train_tokenizers
+from seq2seq.model.seq2seq import build_model
+
+REPO = Path(__file__).resolve().parents[1]
+ATTENTIONS = ("bahdanau", "luong", "luong-nofeed", "multihead")
+TRAINING_FIGURES = (
+    "batch_tokens",
+    "mean_target_tokens",
+    "mean_sentences",
+    "real_share",
+    "tokens_per_s",
+    "tokens_per_s_min",
+    "tokens_per_s_max",
+    "flops_per_token",
+    "peak_share",
+    "peak_rss_mib",
+)
+DECODING_FIGURES = (
+    "sentences_per_s",
+    "sentences_per_s_min",
+    "sentences_per_s_max",
+    "mean_output_len",
+    "mean_max_len",
+    "flops_per_sentence",
+    "peak_share",
+    "peak_rss_mib",
+)
+
+
+def benchmark(*args: str, module: bool = False) -> subprocess.CompletedProcess:
+    """Run the benchmark from the checkout root, as the README says."""
+    entry = ["-m", "scripts.benchmark"] if module else ["scripts/benchmark.py"]
+    return subprocess.run(
+        [sys.executable, *entry, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def report_of(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def assert_positive(row: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        value = row[key]
+        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (key, row)
+
+
+@pytest.fixture(scope="module")
+def data_args(tmp_path_factory, multi30k_url: str) -> list[str]:
+    base = tmp_path_factory.mktemp("benchmark-data")
+    root, cache = base / "multi30k", base / "cache"
+    return ["--data-source", multi30k_url, "--data-root", str(root), "--cache-dir", str(cache)]
+
+
+def test_quick_benchmark_reports_every_figure(data_args: list[str]) -> None:
+    proc = benchmark("--quick", "--threads", "1", *data_args)  # tiny products gain nothing from 2
+    report = report_of(proc)
+    assert report["quick"] is True
+    assert report["torch"] == torch.__version__
+    assert report["threads"] == 1 and report["cpu"]
+    assert isinstance(report["native_bf16"], bool) and isinstance(report["amx"], bool)
+    assert_positive(report["matmul_peak_gflops"], ("fp32", "bf16"))
+    assert_positive(report, ("train_pairs", "train_target_tokens", "peak_rss_mib"))
+
+    rows = report["training"]
+    expected = itertools.product(ATTENTIONS, ("fp32", "bf16"), ("peer", "recipe"))
+    assert [(r["attention"], r["precision"], r["batch"]) for r in rows] == list(expected)
+    for row in rows:
+        assert_positive(row, TRAINING_FIGURES)
+        assert row["real_share"] <= 1
+        assert len(row["windows"]) == report["timing"]["windows"]
+    for row in rows:
+        if row["batch"] == "peer":  # the budget holding ~1000 real target tokens per batch
+            assert row["mean_target_tokens"] <= 1000 < row["batch_tokens"]
+
+    rows = report["decoding"]
+    expected = itertools.product(ATTENTIONS, ("greedy", "beam"))
+    assert [(r["attention"], r["search"]) for r in rows] == list(expected)
+    for row in rows:
+        assert row["model"] == "random"
+        assert_positive(row, DECODING_FIGURES)
+        assert len(row["passes"]) == report["timing"]["passes"]
+        assert row["mean_output_len"] <= row["mean_max_len"]
+        assert 0 <= row["bleu"] <= 100
+    assert "RANDOM models" in proc.stdout  # the table says the models are untrained
+
+
+def make_run(run_dir: Path, data: Multi30kConfig) -> None:
+    """A run folder as training leaves it (config, tokenizers, best.pt), with an untrained model."""
+    model_cfg = ModelConfig(
+        emb_size=16, hidden_size=16, attention=LuongConfig(size=16), input_feed=False
+    )
+    src_tok, tgt_tok = train_tokenizers(
+        data, *read_parallel(*split_files(data, "train"), data.train_limit), run_dir
+    )
+    model = build_model(OmegaConf.structured(model_cfg), src_tok.vocab_size, tgt_tok.vocab_size)
+    save_checkpoint(run_dir / "best.pt", {"model": model.state_dict(), "step": 0})
+    config = OmegaConf.structured(Config(data=data, model=model_cfg))
+    OmegaConf.save(config, run_dir / "config.yaml")
+
+
+def test_decoding_a_trained_run_as_a_module(tmp_path: Path, data_args: list[str]) -> None:
+    source, root, cache = data_args[1::2]
+    data = Multi30kConfig(source=source, root=root, cache_dir=cache, train_limit=1000)
+    data.tokenizer.vocab_size = 500  # as --quick: the tokenizers come from the cache
+    make_run(tmp_path, data)
+    args = ["--quick", "--measure", "decoding", "--search", "greedy", "--precision", "fp32"]
+    proc = benchmark(*args, "--run-dir", str(tmp_path), *data_args, module=True)
+    report = report_of(proc)
+    assert "training" not in report
+    assert list(report["matmul_peak_gflops"]) == ["fp32"]
+    rows = report["decoding"]
+    assert [(r["attention"], r["search"]) for r in rows] == [("LuongAttention", "greedy")]
+    for row in rows:
+        assert row["model"] == "trained" and row["run_dir"] == str(tmp_path)
+        assert row["settings"]["input_feed"] is False
+        assert_positive(row, DECODING_FIGURES)
+    assert f"the trained run {tmp_path}" in proc.stdout
+
+
+def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
+    proc = benchmark("--attention", "bahdanau,luong-nofeed,transformer")
+    assert proc.returncode == 2
+    assert "transformer" in proc.stderr and "luong-nofeed" in proc.stderr
+    proc = benchmark("--quick", "--run-dir", str(tmp_path))  # no config.yaml: not a run folder
+    assert proc.returncode == 1
+    assert "not a training run folder" in proc.stderr and "Traceback" not in proc.stderr
