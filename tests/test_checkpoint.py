@@ -1,0 +1,43 @@
+"""Checkpoints: atomic replacement, ordinary file permissions, safe loading."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq.errors import Seq2SeqError
+
+
+def test_saved_checkpoint_loads_and_follows_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        save_checkpoint(tmp_path / "run" / "last.pt", {"step": 3, "w": torch.ones(2)})
+    finally:
+        os.umask(old)
+    path = tmp_path / "run" / "last.pt"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    state = load_checkpoint(path)
+    assert state["step"] == 3 and torch.equal(state["w"], torch.ones(2))
+    assert [p.name for p in path.parent.iterdir()] == ["last.pt"]
+
+
+def test_failed_save_keeps_the_previous_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "best.pt"
+    save_checkpoint(path, {"step": 1})
+    with pytest.raises(Exception):  # noqa: B017 - whatever torch.save raises for a lambda
+        save_checkpoint(path, {"step": 2, "bad": lambda: None})
+    assert load_checkpoint(path)["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["best.pt"]
+
+
+def test_foreign_or_missing_file_is_a_user_error(tmp_path: Path) -> None:
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(Seq2SeqError, match="cannot read checkpoint"):
+        load_checkpoint(tmp_path / "junk.pt")
+    with pytest.raises(Seq2SeqError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "none.pt")
