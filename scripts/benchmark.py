@@ -55,7 +55,7 @@ from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.search import decode_corpus, max_lengths
-from seq2seq.train import Trainer, setup_runtime
+from seq2seq.train import Trainer, build_optimizer, setup_runtime
 
 # Attention variants: (config class, Luong input feeding). Score, heads and sizes are defaults.
 ATTENTIONS = {
@@ -236,9 +236,7 @@ def measure_training(
     reset_peak_rss()
     setup_runtime(tcfg.threads, tcfg.seed)
     model = build_model(OmegaConf.structured(model_cfg), *vocab)
-    optimizer = torch.optim.Adam(  # as Trainer builds it
-        model.parameters(), lr=tcfg.lr, betas=tuple(tcfg.betas), weight_decay=tcfg.weight_decay
-    )
+    optimizer = build_optimizer(model, tcfg)
     update = update_step(model, optimizer, tcfg)
     sampler = TokenBatchSampler(
         train.src_lengths, train.tgt_lengths, tcfg.batch_tokens, shuffle=True, seed=tcfg.seed

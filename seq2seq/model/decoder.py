@@ -2,12 +2,13 @@
 
 The Bahdanau and Luong data flows are two small step classes around the same GRU; the decoder picks
 one at construction. The embeddings' share of the GRU input is projected for all steps in one
-matrix product, and the recurrence runs its own GRU cell over ``nn.GRU`` parameters.
+matrix product (and, for Bahdanau, the memory's share for all source positions, once per batch),
+and the recurrence runs its own GRU cell over ``nn.GRU`` parameters.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,7 @@ class EncoderOutput:
     keys: Tensor  # attention keys, batch first
     values: Tensor  # attention values, batch first
     final: Tensor  # [B, M] summary for the initial decoder state
+    gates: Tensor | None = None  # [B, S, 3H] values times the GRU input weight (Bahdanau)
 
     def index_select(self, idx: Tensor) -> EncoderOutput:
         """Rows ``idx`` of every field (beam expansion, dropping finished sentences)."""
@@ -35,6 +37,7 @@ class EncoderOutput:
             self.keys.index_select(0, idx),
             self.values.index_select(0, idx),
             self.final.index_select(0, idx),
+            None if self.gates is None else self.gates.index_select(0, idx),
         )
 
 
@@ -89,6 +92,10 @@ class DecoderStep(nn.Module):
         """Columns of the GRU input weight that multiply the fed vector: [3H, feed]."""
         return self.rnn.weight_ih_l0[:, self.emb_size :]
 
+    def prepare(self, enc: EncoderOutput) -> EncoderOutput:
+        """Per-batch work on the encoder output before the first step; none by default."""
+        return enc
+
 
 class BahdanauStep(DecoderStep):
     """Bahdanau flow: s_{t-1} queries; GRU input [emb; context]; readout of [s_t; context; emb]."""
@@ -100,29 +107,37 @@ class BahdanauStep(DecoderStep):
     def init_state(self, hidden: Tensor) -> DecoderState:
         return DecoderState(hidden)
 
+    def prepare(self, enc: EncoderOutput) -> EncoderOutput:
+        """The context enters the GRU only through W_ih, and W_ih (sum_j a_j h_j) equals
+        sum_j a_j (W_ih h_j): attending over the values projected once per batch replaces a
+        per-step [B, C] x [C, 3H] product by one [B*S, C] x [C, 3H] product."""
+        return replace(enc, gates=F.linear(enc.values, self.feed_weight()))  # [B, S, 3H]
+
     def forward(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
     ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb [B, T, E] -> (readout [B, T, H], weights [B, heads, T, S])."""
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
-        w_context = self.feed_weight().t()  # [C, 3H]
         hidden = state.hidden
-        states, contexts, weights = [], [], []
+        states, weights = [], []
         for gi_t in gi_emb:
-            context, w = self.attention(hidden, enc.keys, enc.values, enc.mask)  # [B, C]
-            hidden = self.cell(torch.addmm(gi_t, context, w_context), hidden)  # [B, H]
+            gi_context, w = self.attention(hidden, enc.keys, enc.gates, enc.mask)  # [B, 3H]
+            hidden = self.cell(gi_t + gi_context, hidden)  # [B, H]
             states.append(hidden)
-            contexts.append(context)
             weights.append(w)
-        features = torch.cat([torch.stack(states, 1), torch.stack(contexts, 1), emb], -1)
-        return torch.tanh(self.readout(features)), torch.stack(weights, 2)
+        weights = torch.stack(weights, 2)  # [B, 1, T, S]
+        contexts = weights[:, 0] @ enc.values  # [B, T, C], all steps at once
+        features = torch.cat([torch.stack(states, 1), contexts, emb], -1)
+        return torch.tanh(self.readout(features)), weights
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
-        context, weights = self.attention(state.hidden, enc.keys, enc.values, enc.mask)
-        hidden = self.cell(self.project_input(torch.cat([emb, context], -1)), state.hidden)
+        gi_context, weights = self.attention(state.hidden, enc.keys, enc.gates, enc.mask)
+        context = torch.bmm(weights, enc.values).squeeze(1)  # [B, C]
+        gi = F.linear(emb, self.rnn.weight_ih_l0[:, : self.emb_size], self.rnn.bias_ih_l0)
+        hidden = self.cell(gi + gi_context, state.hidden)  # [B, H]
         readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
         return readout, DecoderState(hidden), weights
 

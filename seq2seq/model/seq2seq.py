@@ -51,11 +51,12 @@ class Seq2Seq(nn.Module):
         self.decoder = decoder
 
     def encode(self, src: Tensor, lengths: Tensor) -> EncoderOutput:
-        """src [B, S], lengths [B] -> memory, mask and attention keys/values (once per batch)."""
+        """src [B, S], lengths [B] -> memory, mask, attention keys/values and the decoder flow's
+        per-batch projections, all computed once per batch."""
         memory, final = self.encoder(src, lengths)  # [B, S, 2H], [B, 2H]
         mask = torch.arange(src.size(1), device=src.device) < lengths.to(src.device)[:, None]
         keys, values = self.decoder.attention.precompute(memory)
-        return EncoderOutput(memory, mask, keys, values, final)
+        return self.decoder.flow.prepare(EncoderOutput(memory, mask, keys, values, final))
 
     def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing -> (features [B, T, F], attention weights [B, heads, T, S])."""
