@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 
@@ -219,6 +219,10 @@ def register_configs() -> None:
     cs.store(group="model/attention", name="bahdanau", node=BahdanauConfig)
     cs.store(group="model/attention", name="luong", node=LuongConfig)
     cs.store(group="model/attention", name="multihead", node=MultiHeadConfig)
+    # Sweep folders are named after the overrides; "/" (model/attention=luong, a path) would nest
+    # folders, so configs/config.yaml passes the name through this.
+    if not OmegaConf.has_resolver("path_safe"):
+        OmegaConf.register_new_resolver("path_safe", lambda text: str(text).replace("/", "."))
 
 
 register_configs()

@@ -202,6 +202,45 @@ def test_tensorboard_server_lists_the_smoke_runs_attention_images(
         assert metrics["hparams/best_valid_bleu"] == pytest.approx(best)
 
 
+def test_multirun_folders_are_flat_and_tensorboard_compares_them(
+    tmp_path: Path, data_dirs: list[str]
+) -> None:
+    """`-m model/attention=bahdanau,luong`: one folder per run directly in the sweep folder (no
+    "/" of a group or a path nesting them), and the HParams tab lists both with their BLEU."""
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "seq2seq.train", "-m", "experiment=smoke", "train.max_epochs=1"]
+    cmd += ["log.progress=false", f"hydra.sweep.dir={sweep}", *data_dirs]
+    proc = subprocess.Popen(
+        [*cmd, "model/attention=bahdanau,luong"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out = finish(proc, TRAIN_TIMEOUT)
+    assert proc.returncode == 0, out
+    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert runs == [
+        "0_experiment=smoke,model.attention=bahdanau,train.max_epochs=1",
+        "1_experiment=smoke,model.attention=luong,train.max_epochs=1",
+    ]
+    assert all((sweep / run / "best.pt").is_file() for run in runs)
+
+    with tensorboard_server(sweep, tmp_path / "tensorboard.txt") as url:
+        body = {"startIndex": 0, "sliceSize": 10, "allowedStatuses": ["STATUS_SUCCESS"]}
+        groups = poll(
+            f"{url}/data/plugin/hparams/session_groups",
+            lambda g: len(g.get("sessionGroups", [])) == 2,
+            body,
+        )
+    compared = {}
+    for group in groups["sessionGroups"]:
+        metrics = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
+        compared[group["hparams"]["attention"]] = metrics["hparams/best_valid_bleu"]
+    for run in runs:
+        best = torch.load(sweep / run / "best.pt", weights_only=True)["best_bleu"]
+        assert compared[run.split("attention=")[1].split(",")[0]] == pytest.approx(best)
+
+
 def test_interrupted_run_resumes_where_it_stopped(
     tmp_path: Path, data_dirs: list[str], smoke_runs
 ) -> None:
