@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -84,12 +85,25 @@ def test_pipe_is_answered_before_it_closes(smoke_run: Path, tmp_path: Path) -> N
         proc.wait()
 
 
+def _as_on_a_terminal() -> None:
+    """Ctrl-C interrupts, as in a user's shell, even when the tests run as a background job
+    (which starts with SIGINT ignored, and Python keeps an ignored SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn(run_dir: Path, home: Path, *args: str) -> pexpect.spawn:
     """The app on a pseudo-terminal 80 columns wide, with its history file in `home`."""
     cmd = translate_cmd(run_dir, *args)
     env = {**os.environ, "HOME": str(home), "TERM": "dumb"}
     return pexpect.spawn(
-        cmd[0], cmd[1:], env=env, cwd=str(home), encoding="utf-8", timeout=120, dimensions=(40, 80)
+        cmd[0],
+        cmd[1:],
+        env=env,
+        cwd=str(home),
+        encoding="utf-8",
+        timeout=120,
+        dimensions=(40, 80),
+        preexec_fn=_as_on_a_terminal,
     )
 
 
