@@ -1,4 +1,4 @@
-"""Benchmark of the reference model (issue 5): training and decoding speed, memory and FLOPs.
+"""Benchmark of the reference model: training and decoding speed, memory and FLOPs.
 
 It measures whatever the code currently does, through the project's own functions: data from
 ``read_parallel``/``train_tokenizers``/``encode_corpus``, batches from ``TokenBatchSampler`` and

@@ -15,7 +15,7 @@ from seq2seq.errors import ChecksumError, DataError
 
 log = logging.getLogger(__name__)
 
-# Every official task-1 raw file: train/val/test_2016 from the mirror's SHA256SUMS, rest: issue 2.
+# SHA-256 of every official task-1 raw file (train, val, test_2016 and the 2017/2018 test sets).
 MULTI30K_SHA256: dict[str, str] = {
     "train.cs.gz": "a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077",
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
