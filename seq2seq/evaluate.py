@@ -26,7 +26,7 @@ from seq2seq.checkpoint import TrainedRun, load_run
 from seq2seq.config import EvaluateConfig
 from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.errors import DataError, Seq2SeqError
-from seq2seq.monitor import AttentionSample, Monitor, run_hparams
+from seq2seq.monitor import AttentionSample, Monitor, attention_sample, run_hparams
 from seq2seq.search import Hypothesis
 from seq2seq.translate import Translation, Translator
 
@@ -107,22 +107,6 @@ def _attention_record(
     return json.dumps(record, ensure_ascii=False)
 
 
-def _attention_sample(
-    translator: Translator, translation: Translation, source: str, reference: str
-) -> AttentionSample:
-    """The heatmap of a translation's best hypothesis (every head's too, for multi-head)."""
-    hypothesis = translation.hypotheses[0]
-    weights = hypothesis.head_attention
-    return AttentionSample(
-        source=source,
-        reference=reference,
-        hypothesis=translator.text(hypothesis),
-        source_pieces=translator.source_pieces(translation),
-        target_pieces=translator.target_pieces(hypothesis),
-        weights=(hypothesis.attention if weights is None else weights).numpy(),
-    )
-
-
 def _log_tensorboard(
     run: TrainedRun,
     split: str | None,
@@ -198,7 +182,14 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     paths = _write_outputs(out_dir, stem, translator, translations)
     decoded = (i for i, t in enumerate(translations) if t.hypotheses)
     samples = [
-        _attention_sample(translator, translations[i], sources[i], references[i])
+        attention_sample(
+            sources[i],
+            references[i],
+            translations[i].hypotheses[0],
+            translations[i].source_ids,
+            run.src_tok,
+            run.tgt_tok,
+        )
         for i in itertools.islice(decoded, cfg.log_attention)
     ]
     _log_tensorboard(run, split, name, scores, samples)
