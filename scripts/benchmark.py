@@ -2,10 +2,11 @@
 
 It measures whatever the code currently does, through the project's own functions: data from
 ``read_parallel``/``train_tokenizers``/``encode_corpus``, batches from ``TokenBatchSampler`` and
-``collate``, the model from ``build_model``, train.py's own update step (``Trainer._update``) and
-``decode_corpus`` on test_2016_flickr. From the checkout root::
+``collate``, the model from ``build_model``, the engine's training step (``Updater.step``, what
+seq2seq-train runs) and ``decode_corpus`` on test_2016_flickr. From the checkout root::
 
     python scripts/benchmark.py --data-source /path/to/multi30k   # or: python -m scripts.benchmark
+    python scripts/benchmark.py --device cuda --precision fp32,bf16,fp16 ...
 
 prints a table, then one JSON line with every figure. ``--quick`` (tiny model and data) is for CI.
 """
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import gc
 import itertools
 import json
@@ -28,16 +28,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-import sacrebleu
 import torch
 from omegaconf import OmegaConf
 from torch.utils.flop_counter import FlopCounterMode
 
-from seq2seq.checkpoint import TrainedRun, load_run
 from seq2seq.config import (
     BahdanauConfig,
     DecodeConfig,
@@ -52,10 +49,11 @@ from seq2seq.data.batching import Batch, TokenBatchSampler, collate
 from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
+from seq2seq.engine import DEVICES, Engine, Updater, check_precision
 from seq2seq.errors import Seq2SeqError
+from seq2seq.inference import TrainedRun, load_run, score
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.search import decode_corpus, max_lengths
-from seq2seq.train import Trainer, build_optimizer, setup_runtime
 
 # Attention variants: (config class, Luong input feeding). Score, heads and sizes are defaults.
 ATTENTIONS = {
@@ -69,7 +67,7 @@ MEASURES = ("training", "decoding")
 BATCHES = ("peer", "recipe")  # ~1000 target tokens like the peers' 64 sentences; TrainConfig's
 PEER_TOKENS = 1000  # the peers' batches of 64 sentences hold about 967 target tokens
 SEARCHES = {"greedy": 1, "beam": DecodeConfig.beam_size}
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -130,8 +128,8 @@ def peer_batch_tokens(corpus: TokenizedCorpus, target: int, seed: int) -> int:
 # -- machine ---------------------------------------------------------------------------------------
 
 
-def machine_info() -> dict[str, Any]:
-    """torch version, threads, CPU model and whether it multiplies bf16 natively."""
+def machine_info(engine: Engine) -> dict[str, Any]:
+    """torch version, threads, CPU model and whether it multiplies bf16 natively; the device."""
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -145,6 +143,7 @@ def machine_info() -> dict[str, Any]:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "native_bf16": torch.cpu._is_avx512_bf16_supported(),
         "amx": torch.cpu._is_amx_tile_supported(),
+        "device": engine.describe().split(",")[0],
     }
 
 
@@ -167,18 +166,23 @@ def peak_rss_mib() -> float:
     return maxrss / 2**20 if sys.platform == "darwin" else maxrss / 1024
 
 
-def matmul_peak(dtype: torch.dtype, model: ModelConfig, vocab: int, seconds: float) -> float:
-    """This machine's matrix-multiply limit in GFLOP/s: the best ``torch.mm`` over the model's
+def matmul_peak(
+    engine: Engine, dtype: torch.dtype, model: ModelConfig, vocab: int, seconds: float
+) -> float:
+    """The device's matrix-multiply limit in GFLOP/s: the best ``torch.mm`` over the model's
     own shapes (64 rows: one decoder step; 1000 rows: a batch's tokens at once)."""
     h, a = model.hidden_size, model.attention.size
     best = 0.0
     for m, (k, n) in itertools.product((64, 1000), ((h, 3 * h), (2 * h, a), (h, vocab))):
-        x, w = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+        x = torch.randn(m, k).to(engine.device, dtype)
+        w = torch.randn(k, n).to(engine.device, dtype)
         torch.mm(x, w)  # warm-up
         times: list[float] = []
         while len(times) < 2 or (sum(times) < seconds and len(times) < 200):
+            engine.synchronize()
             start = time.perf_counter()
             torch.mm(x, w)
+            engine.synchronize()
             times.append(time.perf_counter() - start)
         best = max(best, 2 * m * k * n / min(times) / 1e9)
     return best
@@ -201,28 +205,25 @@ def flop_counter() -> FlopCounterMode:
 # -- measurements ----------------------------------------------------------------------------------
 
 
-def update_step(
-    model: Seq2Seq, optimizer: torch.optim.Optimizer, tcfg: TrainConfig
-) -> Callable[[Batch], float]:
-    """``Trainer._update`` itself, not a copy, bound to a stand-in holding what it reads (the
-    train config, model and optimizer): the benchmark times whatever train.py's update does."""
-    trainer = SimpleNamespace(cfg=SimpleNamespace(train=tcfg), model=model, optimizer=optimizer)
-    return functools.partial(Trainer._update, trainer)
-
-
 def run_updates(
-    update: Callable[[Batch], float], corpus: TokenizedCorpus, batches: Sequence[np.ndarray]
+    engine: Engine, updater: Updater, corpus: TokenizedCorpus, batches: Sequence[np.ndarray]
 ) -> int:
-    """Collate and apply each batch as the training loop does; returns the target tokens."""
+    """Collate and apply each batch as the training loop does (one batch per update, prepared
+    one ahead); returns the target tokens, after the device has finished."""
+
+    def prepare(ids: np.ndarray) -> Batch:
+        return engine.to_device(collate(corpus, ids))
+
     tokens = 0
-    for ids in batches:
-        batch = collate(corpus, ids)
-        update(batch)
+    for batch in engine.prefetch(batches, prepare):
+        updater.step([batch], batch.ntokens)
         tokens += batch.ntokens
+    engine.synchronize()
     return tokens
 
 
 def measure_training(
+    engine: Engine,
     model_cfg: ModelConfig,
     tcfg: TrainConfig,
     train: TokenizedCorpus,
@@ -231,28 +232,31 @@ def measure_training(
     peak_gflops: float,
 ) -> dict[str, Any]:
     """Target tokens/s of forward + backward + clipping + Adam, median over timed windows of
-    epoch-0 batches after a warm-up; FLOPs per target token, batch make-up and peak RSS."""
+    epoch-0 batches after a warm-up; FLOPs per target token, batch make-up, peak RSS and (on
+    CUDA) peak device memory."""
     gc.collect()
     reset_peak_rss()
-    setup_runtime(tcfg.threads, tcfg.seed)
+    engine.reset_peak_memory()
+    torch.manual_seed(tcfg.seed)
     model = build_model(OmegaConf.structured(model_cfg), *vocab)
-    optimizer = build_optimizer(model, tcfg)
-    update = update_step(model, optimizer, tcfg)
+    updater = engine.updater(model, tcfg)
+    updater.model.train()
     sampler = TokenBatchSampler(
         train.src_lengths, train.tgt_lengths, tcfg.batch_tokens, shuffle=True, seed=tcfg.seed
     )
     epoch = sampler.batches(0)
     needed = sizes.warmup + sizes.windows * sizes.window
     order = list(itertools.islice(itertools.cycle(epoch), needed))
-    run_updates(update, train, order[: sizes.warmup])
+    run_updates(engine, updater, train, order[: sizes.warmup])
     windows = [order[i : i + sizes.window] for i in range(sizes.warmup, needed, sizes.window)]
     rates = []
     for batches in windows:
         start = time.perf_counter()
-        tokens = run_updates(update, train, batches)
+        tokens = run_updates(engine, updater, train, batches)
         rates.append(tokens / (time.perf_counter() - start))
+    max_memory = engine.max_memory_allocated()
     with flop_counter() as counter:  # the first window again, counted, not timed
-        counted = run_updates(update, train, windows[0])
+        counted = run_updates(engine, updater, train, windows[0])
     flops_per_token = counter.get_total_flops() / counted
     tokens_per_s = statistics.median(rates)
     lengths = train.tgt_lengths
@@ -270,10 +274,12 @@ def measure_training(
         "flops_per_token": flops_per_token,
         "peak_share": flops_per_token * tokens_per_s / (peak_gflops * 1e9),
         "peak_rss_mib": peak_rss_mib(),
+        **({"max_memory_allocated_mib": max_memory / 2**20} if max_memory is not None else {}),
     }
 
 
 def measure_decoding(
+    engine: Engine,
     model: Seq2Seq,
     test: TokenizedCorpus,
     refs: list[str],
@@ -287,13 +293,15 @@ def measure_decoding(
     cfg = DecodeConfig(beam_size=beam_size, nbest=1)
     gc.collect()
     reset_peak_rss()
+    engine.reset_peak_memory()
     with flop_counter() as counter:  # also the warm-up
         hyps = decode_corpus(model, test, cfg)
     rates = []
     for _ in range(sizes.passes):
         start = time.perf_counter()
-        decode_corpus(model, test, cfg)
+        decode_corpus(model, test, cfg)  # results are on the host when it returns
         rates.append(len(test) / (time.perf_counter() - start))
+    max_memory = engine.max_memory_allocated()
     outputs = [nbest[0].tokens for nbest in hyps]
     limits = max_lengths(torch.from_numpy(test.src_lengths), cfg.max_len_a, cfg.max_len_b)
     text = [tgt_tok.decode(tokens) for tokens in outputs]
@@ -308,10 +316,11 @@ def measure_decoding(
         "passes": rates,
         "mean_output_len": statistics.mean(map(len, outputs)),
         "mean_max_len": float(limits.double().mean()),
-        "bleu": sacrebleu.corpus_bleu(text, [refs]).score,
+        "bleu": score(text, refs).bleu,
         "flops_per_sentence": flops_per_sentence,
         "peak_share": flops_per_sentence * sentences_per_s / (peak_gflops * 1e9),
         "peak_rss_mib": peak_rss_mib(),
+        **({"max_memory_allocated_mib": max_memory / 2**20} if max_memory is not None else {}),
     }
 
 
@@ -336,8 +345,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sizes = QUICK if args.quick else FULL
     if args.repeats:
         sizes = replace(sizes, windows=args.repeats, passes=args.repeats)
-    setup_runtime(args.threads, TrainConfig.seed)
-    trained = load_run(args.run_dir) if args.run_dir else None  # a bad folder fails first
+    engine = Engine.create(args.device, Precision.fp32, args.threads, TrainConfig.seed)
+    if args.precision is None:  # what this device can run
+        args.precision = [p for p in PRECISIONS if p != "fp16" or engine.device.type == "cuda"]
+    for precision in args.precision:  # an impossible precision fails before any work
+        check_precision(Precision(precision), engine.device)
+    trained = load_run(args.run_dir, engine=engine) if args.run_dir else None  # fails first
     per_phase = reset_peak_rss()
     data = data_config(args, sizes)
     with tempfile.TemporaryDirectory(prefix="seq2seq-benchmark-") as workdir:
@@ -346,7 +359,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         train = encode_corpus(src, tgt, src_tok, tgt_tok, Path(data.cache_dir), data.max_len, True)
         reference = model_config(args.attention[0], sizes)
         report: dict[str, Any] = {
-            **machine_info(),
+            **machine_info(engine),
             "quick": args.quick,
             "peak_rss_scope": "phase" if per_phase else "process",
             "model": {
@@ -370,7 +383,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         needed = set(args.precision) | {"fp32"}  # decoding runs in fp32
         peaks = {
-            p: matmul_peak(DTYPES[p], reference, tgt_tok.vocab_size, sizes.gemm_seconds)
+            p: matmul_peak(engine, DTYPES[p], reference, tgt_tok.vocab_size, sizes.gemm_seconds)
             for p in PRECISIONS
             if p in needed
         }
@@ -378,11 +391,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         progress(f"matmul peak GFLOP/s: {peaks}")
         if "training" in args.measure:
             vocab = (src_tok.vocab_size, tgt_tok.vocab_size)
-            report["training"] = training_rows(args, sizes, train, vocab, peaks)
+            report["training"] = training_rows(engine, args, sizes, train, vocab, peaks)
         if "decoding" in args.measure:
             tokenizers = (src_tok, tgt_tok)
             report["decoding"] = decoding_rows(
-                args, trained, data, sizes, tokenizers, peaks["fp32"]
+                engine, args, trained, data, sizes, tokenizers, peaks["fp32"]
             )
     phases = [*report.get("training", []), *report.get("decoding", [])]
     report["peak_rss_mib"] = max((row["peak_rss_mib"] for row in phases), default=peak_rss_mib())
@@ -390,6 +403,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def training_rows(
+    engine: Engine,
     args: argparse.Namespace,
     sizes: Sizes,
     train: TokenizedCorpus,
@@ -411,13 +425,15 @@ def training_rows(
         )
         name = f"training {attention} {precision} {batch} (batch_tokens {tcfg.batch_tokens})"
         progress(f"{name} ...")
-        row = measure_training(model, tcfg, train, vocab, sizes, peaks[precision])
+        at = Engine(engine.device, tcfg.precision, engine.topology)
+        row = measure_training(at, model, tcfg, train, vocab, sizes, peaks[precision])
         rows.append({"attention": attention, "precision": precision, "batch": batch, **row})
         progress(f"{name}: {row['tokens_per_s']:,.0f} target tokens/s")
     return rows
 
 
 def decoding_rows(
+    engine: Engine,
     args: argparse.Namespace,
     trained: TrainedRun | None,
     data: Multi30kConfig,
@@ -437,7 +453,7 @@ def decoding_rows(
             "settings": OmegaConf.to_container(trained.cfg.model),
             "trained_precision": trained.cfg.train.precision,
         }
-        models = [(type(trained.model.decoder.attention).__name__, trained.model, settings)]
+        models = [(trained.cfg.model.attention.name, trained.model, settings)]
         tokenizer = trained.tgt_tok
     else:
         src_tok, tgt_tok = tokenizers
@@ -446,13 +462,15 @@ def decoding_rows(
         for attention in args.attention:
             torch.manual_seed(TrainConfig.seed)
             cfg = OmegaConf.structured(model_config(attention, sizes))
-            model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size).eval()
+            model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size)
+            model.to(engine.device).eval()
             models.append((attention, model, {"model": "random"}))
         tokenizer = tgt_tok
     rows = []
     for (attention, model, settings), search in itertools.product(models, args.search):
         progress(f"decoding {attention} {search} ...")
-        row = measure_decoding(model, test, refs, tokenizer, SEARCHES[search], sizes, peak_gflops)
+        beam = SEARCHES[search]
+        row = measure_decoding(engine, model, test, refs, tokenizer, beam, sizes, peak_gflops)
         rows.append({"attention": attention, "search": search, **settings, **row})
         progress(f"decoding {attention} {search}: {row['sentences_per_s']:,.1f} sentences/s")
     return rows
@@ -571,14 +589,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--cache-dir", default=defaults.cache_dir, help="tokenizer/ids cache")
     lists = {  # option: (choices, help); every choice is measured unless a subset is given
         "--attention": (tuple(ATTENTIONS), "luong: general score with input feeding"),
-        "--precision": (PRECISIONS, "training under train.py's autocast; decoding is fp32"),
+        "--precision": (
+            PRECISIONS,
+            "training under its autocast (default: what the device runs); decoding is fp32",
+        ),
         "--measure": (MEASURES, "what to measure"),
         "--batch": (BATCHES, f"peer: ~{PEER_TOKENS} target tokens; recipe: train.batch_tokens"),
         "--search": (tuple(SEARCHES), f"greedy, beam {DecodeConfig.beam_size}"),
     }
     for option, (choices, text) in lists.items():
         help_text = f"comma-separated subset of {','.join(choices)}; {text}"
-        parser.add_argument(option, type=comma_list(choices), default=list(choices), help=help_text)
+        default = None if option == "--precision" else list(choices)
+        parser.add_argument(option, type=comma_list(choices), default=default, help=help_text)
+    parser.add_argument("--device", default="auto", help=f"{DEVICES} (default auto)")
     parser.add_argument("--run-dir", help="decode with this trained run (best.pt), not random")
     parser.add_argument(
         "--threads", type=at_least(0), default=TrainConfig.threads, help="0: the cores available"

@@ -31,7 +31,8 @@ class LuongScore(str, Enum):
 
 class Precision(str, Enum):
     fp32 = "fp32"
-    bf16 = "bf16"
+    bf16 = "bf16"  # autocast; CUDA, or CPUs with native bf16
+    fp16 = "fp16"  # autocast with loss scaling; CUDA only
 
 
 @dataclass
@@ -83,9 +84,10 @@ class CustomDataConfig(DataConfig):
 
 @dataclass
 class AttentionConfig:
-    """Base of the attention group; ``_target_`` is the class Hydra instantiates."""
+    """Base of the attention group; ``name`` is the key of ``seq2seq.model.registry.ATTENTIONS``,
+    and every other field is a keyword argument of that attention class."""
 
-    _target_: str = MISSING
+    name: str = MISSING
     size: int = 512  # hidden size of the score function / projections
 
 
@@ -93,14 +95,14 @@ class AttentionConfig:
 class BahdanauConfig(AttentionConfig):
     """Additive attention; previous decoder state queries, context enters the GRU input."""
 
-    _target_: str = "seq2seq.model.attention.BahdanauAttention"
+    name: str = "bahdanau"
 
 
 @dataclass
 class LuongConfig(AttentionConfig):
     """Global attention; current decoder state queries, attentional vector feeds the output."""
 
-    _target_: str = "seq2seq.model.attention.LuongAttention"
+    name: str = "luong"
     score: LuongScore = LuongScore.general
 
 
@@ -108,8 +110,11 @@ class LuongConfig(AttentionConfig):
 class MultiHeadConfig(AttentionConfig):
     """Scaled dot-product attention with several heads; Luong data flow."""
 
-    _target_: str = "seq2seq.model.attention.MultiHeadAttention"
+    name: str = "multihead"
     heads: int = 8
+
+
+ATTENTION_CONFIGS = (BahdanauConfig, LuongConfig, MultiHeadConfig)  # the model/attention group
 
 
 @dataclass
@@ -137,7 +142,8 @@ class TrainConfig:
     seed: int = 1234
     max_epochs: int = 50
     max_steps: Optional[int] = None  # stop after this many updates (benchmarks, smoke tests)
-    batch_tokens: int = 2000  # budget per batch: sentences x longest side, padding included
+    batch_tokens: int = 2000  # budget per batch and process: sentences x longest side, padded
+    accumulate: int = 1  # batches per update; the update sees batch_tokens x this x processes
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 0.0
@@ -149,7 +155,7 @@ class TrainConfig:
     val_beam_size: int = 1  # validation BLEU decodes greedily unless raised
     resume: bool = False  # continue from last.pt in the run folder
     precision: Precision = Precision.fp32
-    threads: int = 0  # torch threads; 0 = the cores this process may use
+    threads: int = 0  # torch threads; 0 = $OMP_NUM_THREADS, else this process's share of cores
     log_every: int = 50  # updates between training-loss scalars
 
 
@@ -173,6 +179,7 @@ class LogConfig:
 
 @dataclass
 class Config:
+    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
     data: DataConfig = MISSING
     model: ModelConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -180,8 +187,8 @@ class Config:
 
 
 @dataclass
-class EvaluateConfig(DecodeConfig):
-    """`seq2seq-evaluate`: decode a split of the run's corpus (or two files) and score it.
+class InferenceConfig(DecodeConfig):
+    """What every command that loads a trained run shares: which run, which checkpoint, where.
 
     The search keys (``beam_size``, ``alpha``, ``nbest``, ...) are inherited from DecodeConfig, so
     they are typed at the top level: ``seq2seq-evaluate run_dir=runs/x beam_size=1``.
@@ -189,6 +196,14 @@ class EvaluateConfig(DecodeConfig):
 
     run_dir: str = MISSING  # a training run folder
     checkpoint: str = "best"  # "best", "last", or a path to a checkpoint file
+    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
+    precision: Precision = Precision.fp32  # autocast while decoding, as in training
+
+
+@dataclass
+class EvaluateConfig(InferenceConfig):
+    """`seq2seq-evaluate`: decode a split of the run's corpus (or two files) and score it."""
+
     split: str = "test"  # a split name of the run's corpus, or train/valid/test = the run's own
     input: Optional[str] = None  # source file to translate instead of a split (needs reference)
     reference: Optional[str] = None  # its reference translations, one per line
@@ -196,14 +211,9 @@ class EvaluateConfig(DecodeConfig):
 
 
 @dataclass
-class TranslateConfig(DecodeConfig):
-    """`seq2seq-translate`: a prompt on a terminal, or one translation per line of piped input.
+class TranslateConfig(InferenceConfig):
+    """`seq2seq-translate`: a prompt on a terminal, or one translation per line of piped input."""
 
-    The search keys (``beam_size``, ``alpha``, ``nbest``, ...) are inherited from DecodeConfig.
-    """
-
-    run_dir: str = MISSING  # a training run folder
-    checkpoint: str = "best"  # "best", "last", or a path to a checkpoint file
     show_alignment: bool = False  # draw which source subwords each target subword attended to
 
 
@@ -216,9 +226,8 @@ def register_configs() -> None:
     cs.store(group="data", name="multi30k", node=Multi30kConfig)
     cs.store(group="data", name="custom", node=CustomDataConfig)
     cs.store(group="model", name="default", node=ModelConfig)
-    cs.store(group="model/attention", name="bahdanau", node=BahdanauConfig)
-    cs.store(group="model/attention", name="luong", node=LuongConfig)
-    cs.store(group="model/attention", name="multihead", node=MultiHeadConfig)
+    for node in ATTENTION_CONFIGS:
+        cs.store(group="model/attention", name=node.name, node=node)
     # Sweep folders are named after the overrides; "/" (model/attention=luong, a path) would nest
     # folders, so configs/config.yaml passes the name through this.
     if not OmegaConf.has_resolver("path_safe"):

@@ -11,3 +11,7 @@ class DataError(Seq2SeqError):
 
 class ChecksumError(DataError):
     """A downloaded file does not match its published SHA-256."""
+
+
+class ReportedByRankZero(Seq2SeqError):
+    """Rank 0's error, received by another process under torchrun: rank 0 reports it."""

@@ -20,19 +20,17 @@ from typing import Any
 import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
-from sacrebleu.metrics import BLEU, CHRF
 
-from seq2seq.checkpoint import TrainedRun, load_run
 from seq2seq.config import EvaluateConfig
 from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.engine import Engine
 from seq2seq.errors import DataError, Seq2SeqError
+from seq2seq.inference import TrainedRun, Translation, Translator, load_run, score
 from seq2seq.monitor import AttentionSample, Monitor, attention_sample, run_hparams
+from seq2seq.rundir import CHECKPOINTS, EVAL_DIR
 from seq2seq.search import Hypothesis
-from seq2seq.translate import Translation, Translator
 
 log = logging.getLogger("seq2seq.evaluate")
-
-EVAL_DIR = "eval"
 
 
 def pharaoh(attention: np.ndarray) -> str:
@@ -153,31 +151,29 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         raise Seq2SeqError("say which run to evaluate: run_dir=<a training run folder>")
     if cfg.log_attention < 0:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
-    run = load_run(cfg.run_dir, cfg.checkpoint)
-    translator = Translator(run, cfg, max_len=None)
+    engine = Engine.create(cfg.device, cfg.precision)
+    run = load_run(cfg.run_dir, cfg.checkpoint, engine)
+    translator = Translator.from_run(run, cfg, engine=engine)
     split, name, src_path, ref_path = _inputs(cfg, run)
     sources, references = read_parallel(src_path, ref_path)
     log.info(
-        "translating %d sentences of %s with %s (step %d), beam %d",
+        "translating %d sentences of %s with %s (step %d), beam %d, on %s",
         len(sources),
         src_path,
         run.checkpoint,
         run.step,
         cfg.beam_size,
+        engine.describe(),
     )
     start = time.perf_counter()
     translations = translator.translate(sources)
     seconds = time.perf_counter() - start
-    hypotheses = [translator.text(t.hypotheses[0]) if t.hypotheses else "" for t in translations]
-    bleu, chrf = BLEU(), CHRF()
-    scores = {
-        "bleu": bleu.corpus_score(hypotheses, [references]).score,
-        "chrf": chrf.corpus_score(hypotheses, [references]).score,
-    }
+    result_scores = score([translator.best_text(t) for t in translations], references)
+    scores = {"bleu": result_scores.bleu, "chrf": result_scores.chrf}
 
     out_dir = run.run_dir / EVAL_DIR
     out_dir.mkdir(exist_ok=True)
-    checkpoint = cfg.checkpoint if cfg.checkpoint in ("best", "last") else run.checkpoint.stem
+    checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else run.checkpoint.stem
     stem = f"{name}.{checkpoint}.beam{cfg.beam_size}"  # e.g. test_2016_flickr.best.beam5
     paths = _write_outputs(out_dir, stem, translator, translations)
     decoded = (i for i, t in enumerate(translations) if t.hypotheses)
@@ -196,8 +192,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
 
     result = {
         **scores,
-        "signature": str(bleu.get_signature()),
-        "chrf_signature": str(chrf.get_signature()),
+        "signature": result_scores.bleu_signature,
+        "chrf_signature": result_scores.chrf_signature,
         "hypotheses": str(paths["hyp"]),
         "alignments": str(paths["align"]),
         "attention": str(paths["attn.jsonl"]),
@@ -209,6 +205,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         "step": run.step,
         "beam_size": cfg.beam_size,
         "alpha": cfg.alpha,
+        "device": str(engine.device),
+        "precision": engine.precision.value,
         "sentences": len(sources),
         "seconds": round(seconds, 3),  # decoding only
         "sentences_per_second": round(len(sources) / max(seconds, 1e-9), 2),

@@ -24,10 +24,11 @@ from matplotlib.font_manager import fontManager
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
-from seq2seq.data.tokenizer import EOS, Tokenizer
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.rundir import TENSORBOARD_DIR
 from seq2seq.search import Hypothesis
+from seq2seq.vocab import EOS
 
-TENSORBOARD_DIR = "tensorboard"
 # Metric tags every run declares to the HParams tab, logged or not yet, so that all runs of a
 # sweep agree (TensorBoard takes the declaration of the first run it reads for all of them).
 HPARAM_METRICS = ("hparams/best_valid_bleu", "hparams/test_bleu")
@@ -263,10 +264,9 @@ def run_hparams(cfg: Any) -> dict[str, HParam]:
     TensorBoard shows the first five names alphabetically, so the attention settings lead.
     """
     attention = cfg.model.attention
-    kind = str(attention._target_).rsplit(".", 1)[-1].removesuffix("Attention").lower()
     score = getattr(attention, "score", None)
     return {
-        "attention": kind,
+        "attention": attention.name,
         "attention_heads": int(getattr(attention, "heads", 1)),
         "attention_score": _plain_hparam(score) if score is not None else "-",
         "attention_size": attention.size,

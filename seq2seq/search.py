@@ -2,7 +2,8 @@
 
 Both stop a sentence at ``max_len = floor(a * src_len + b)`` target tokens (src_len counts the
 source EOS) by forcing EOS there, so every hypothesis ends with EOS and its attention has one row
-per output token plus the EOS row. Call ``model.eval()`` first.
+per output token plus the EOS row. They run on the model's device: every buffer is created there,
+and results come back to the host once per batch. Call ``model.eval()`` first.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.data.tokenizer import BOS, EOS, PAD
 from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.vocab import BOS, EOS, PAD
 
 
 @dataclass
@@ -35,8 +36,8 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 def max_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
-    """Per-sentence limit on generated tokens before EOS is forced: [B] int64."""
-    return (src_lengths.double() * a + b).floor().long().clamp(min=0)
+    """Per-sentence limit on generated tokens before EOS is forced: [B] int64 (host lengths)."""
+    return (src_lengths.cpu().double() * a + b).floor().long().clamp(min=0)
 
 
 def _restrict(log_probs: Tensor, at_limit: Tensor) -> Tensor:
@@ -49,7 +50,7 @@ def _restrict(log_probs: Tensor, at_limit: Tensor) -> Tensor:
 
 
 def _hypothesis(tokens: Tensor, score: float, attention: Tensor, src_len: int) -> Hypothesis:
-    """Build a result from ids [L] and attention [L + 1, heads, S] cut to the real source."""
+    """Build a result from host ids [L] and attention [L + 1, heads, S] cut to the real source."""
     attention = attention[:, :, :src_len].float()  # [L + 1, heads, src_len]
     heads = attention.transpose(0, 1).clone() if attention.size(1) > 1 else None
     return Hypothesis(tokens.tolist(), score, attention.mean(1), heads)
@@ -63,22 +64,24 @@ def greedy_search(
     enc = model.encode(src, src_lengths)
     state = model.decoder.init_state(enc)
     batch, src_len = src.shape
-    limit = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
-    steps = int(limit.max()) + 1
+    device = src.device
+    limit_host = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
+    steps = int(limit_host.max()) + 1
+    limit = limit_host.to(device)
     heads = model.decoder.attention.heads
-    tokens = torch.full((batch, steps), PAD, dtype=torch.long)
-    attention = torch.zeros(batch, steps, heads, src_len)
-    scores = torch.zeros(batch, dtype=torch.float64)
-    lengths = torch.zeros(batch, dtype=torch.long)  # steps taken, EOS included
-    active = torch.arange(batch)  # original rows still decoding
-    prev = torch.full((batch,), BOS, dtype=torch.long)
+    tokens = torch.full((batch, steps), PAD, dtype=torch.long, device=device)
+    attention = torch.zeros(batch, steps, heads, src_len, device=device)
+    scores = torch.zeros(batch, device=device)
+    lengths = torch.zeros(batch, dtype=torch.long, device=device)  # steps taken, EOS included
+    active = torch.arange(batch, device=device)  # original rows still decoding
+    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     for t in range(steps):
         log_probs, state, weights = model.decoder.step(prev, state, enc)  # [b, V]
         log_probs = _restrict(log_probs, limit[active] == t)
         best, prev = log_probs.max(dim=-1)  # [b]
         tokens[active, t] = prev
         attention[active, t] = weights.float()
-        scores[active] += best.double()
+        scores[active] += best.float()
         done = prev == EOS
         if done.any():
             lengths[active[done]] = t + 1
@@ -87,6 +90,7 @@ def greedy_search(
                 break
             active, prev = active[keep], prev[keep]
             state, enc = state.index_select(keep), enc.index_select(keep)
+    tokens, attention, scores, lengths = (x.cpu() for x in (tokens, attention, scores, lengths))
     return [
         _hypothesis(tokens[i, : lengths[i] - 1], float(scores[i]), attention[i, : lengths[i]], n)
         for i, n in enumerate(src_lengths.tolist())
@@ -111,18 +115,21 @@ def beam_search(
     """
     k = beam_size
     batch, src_len = src.shape
-    enc = model.encode(src, src_lengths).index_select(torch.arange(batch).repeat_interleave(k))
+    device = src.device
+    beams = torch.arange(batch, device=device).repeat_interleave(k)
+    enc = model.encode(src, src_lengths).index_select(beams)
     state = model.decoder.init_state(enc)  # rows: sentence-major, k beams each
-    limit = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
+    limit = max_lengths(src_lengths, max_len_a, max_len_b).to(device)  # [B]
     heads = model.decoder.attention.heads
-    sent = torch.arange(batch)  # original sentence of each active sentence
-    scores = torch.full((batch, k), float("-inf"))  # [n, k] log-prob sums
+    sent = torch.arange(batch, device=device)  # original sentence of each active sentence
+    scores = torch.full((batch, k), float("-inf"), device=device)  # [n, k] log-prob sums
     scores[:, 0] = 0.0  # all beams start identical: expand only the first
-    tokens = torch.zeros(batch * k, 0, dtype=torch.long)  # [n * k, t]
-    history = torch.zeros(batch * k, 0, heads, src_len)  # [n * k, t, heads, S]
-    prev = torch.full((batch * k,), BOS, dtype=torch.long)
+    tokens = torch.zeros(batch * k, 0, dtype=torch.long, device=device)  # [n * k, t]
+    history = torch.zeros(batch * k, 0, heads, src_len, device=device)  # [n * k, t, heads, S]
+    prev = torch.full((batch * k,), BOS, dtype=torch.long, device=device)
     finished: list[list[tuple[float, Tensor, Tensor]]] = [[] for _ in range(batch)]
-    first_k = torch.arange(2 * k) < k  # [2k]
+    slots = torch.arange(2 * k, device=device)  # [2k]
+    first_k = slots < k
     for t in range(int(limit.max()) + 1):
         n = sent.numel()
         log_probs, state, weights = model.decoder.step(prev, state, enc)  # [n * k, V]
@@ -132,7 +139,7 @@ def beam_search(
         candidates = (scores.unsqueeze(2) + log_probs.view(n, k, vocab)).view(n, k * vocab)
         top_scores, top_idx = candidates.topk(2 * k, dim=1)  # [n, 2k]
         top_tokens = top_idx % vocab
-        parents = top_idx // vocab + (torch.arange(n) * k).unsqueeze(1)  # rows of this step
+        parents = top_idx // vocab + (torch.arange(n, device=device) * k).unsqueeze(1)
         is_eos = top_tokens == EOS
         ends = is_eos & first_k & top_scores.isfinite()  # [n, 2k]
         for i, j in ends.nonzero().tolist():
@@ -142,11 +149,12 @@ def beam_search(
                 attention = torch.cat([history[row], weights[row].unsqueeze(0).float()])
                 score = float(top_scores[i, j]) / length_penalty(t + 1, alpha)
                 hyps.append((score, tokens[row], attention))
-        done = at_limit | torch.tensor([len(finished[s]) >= k for s in sent.tolist()])
+        full = [len(finished[s]) >= k for s in sent.tolist()]
+        done = at_limit | torch.tensor(full, device=device)
         if bool(done.all()):
             break
         # the k best continuations that are not EOS, in score order
-        order = (is_eos * 2 * k + torch.arange(2 * k)).argsort(dim=1)[:, :k]  # [n, k]
+        order = (is_eos * 2 * k + slots).argsort(dim=1)[:, :k]  # [n, k]
         keep = (~done).nonzero().squeeze(1)  # [n']
         rows = parents.gather(1, order)[keep].view(-1)  # [n' * k]
         next_tokens = top_tokens.gather(1, order)[keep].view(-1)  # [n' * k]
@@ -155,12 +163,12 @@ def beam_search(
         history = torch.cat([history[rows], weights[rows].unsqueeze(1).float()], dim=1)
         state, prev = state.index_select(rows), next_tokens
         if keep.numel() < n:
-            enc = enc.index_select((keep.unsqueeze(1) * k + torch.arange(k)).view(-1))
+            enc = enc.index_select((keep.unsqueeze(1) * k + slots[:k]).view(-1))
             sent = sent[keep]
     results = []
     for hyps, n in zip(finished, src_lengths.tolist(), strict=True):
         best = sorted(hyps, key=lambda h: -h[0])[:nbest]
-        results.append([_hypothesis(toks, score, att, n) for score, toks, att in best])
+        results.append([_hypothesis(toks.cpu(), score, att.cpu(), n) for score, toks, att in best])
     return results
 
 
@@ -189,13 +197,15 @@ def decode_sources(
     """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept."""
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
+    device = next(model.parameters()).device
     for start in range(0, len(order), cfg.batch_size):
         chunk = order[start : start + cfg.batch_size]
         lengths = np.array([len(sources[i]) for i in chunk], dtype=np.int64)
         src = np.full((len(chunk), lengths.max()), PAD, dtype=np.int64)
         for row, i in enumerate(chunk):
             src[row, : lengths[row]] = sources[i]
-        nbest = decode(model, torch.from_numpy(src), torch.from_numpy(lengths), cfg)
+        src_ids = torch.from_numpy(src).to(device)
+        nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg)
         for i, hyps in zip(chunk, nbest, strict=True):
             results[i] = hyps
     return results

@@ -1,386 +1,362 @@
-"""`seq2seq-train`: train a BiGRU + attention translator in a Hydra run folder."""
+"""`seq2seq-train`: train a BiGRU + attention translator in a Hydra run folder.
+
+One process, or one per rank under ``torchrun`` (DistributedDataParallel through the engine):
+rank 0 owns the run folder and writes every file and log line; the other ranks train their share
+of each epoch and receive what they need (tokenizers, resumed state, validation results) from it.
+"""
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
-import math
-import os
-import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import hydra
-import sacrebleu
 import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from seq2seq.checkpoint import (
-    CONFIG_FILE,
-    SRC_TOKENIZER,
-    TGT_TOKENIZER,
-    load_checkpoint,
-    save_checkpoint,
-)
-from seq2seq.config import Config, DecodeConfig, Precision, TrainConfig
-from seq2seq.data.batching import TokenBatchSampler, collate
-from seq2seq.data.corpus import read_parallel, split_files
-from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
-from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
-from seq2seq.errors import Seq2SeqError
-from seq2seq.model.seq2seq import Seq2Seq, build_model
-from seq2seq.monitor import (
-    AttentionSample,
-    Monitor,
-    attention_sample,
-    attention_statistics,
-    hypothesis_weights,
-    run_hparams,
-)
-from seq2seq.search import decode_corpus
+from seq2seq.checkpoint import save_checkpoint, start_or_resume
+from seq2seq.config import Config, Precision
+from seq2seq.data.batching import TokenBatchSampler, Update, collate, plan_updates
+from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.engine import Engine, StepResult, process_rank
+from seq2seq.errors import ReportedByRankZero, Seq2SeqError
+from seq2seq.model.seq2seq import build_model
+from seq2seq.monitor import Monitor, run_hparams
+from seq2seq.rundir import BEST, LAST
+from seq2seq.validation import Validation, validate
 
 log = logging.getLogger("seq2seq.train")
 
 
-def setup_runtime(threads: int, seed: int) -> None:
-    """Use every core this process may run on (or `threads`) and seed torch."""
-    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
-    torch.manual_seed(seed)
-
-
-def autocast(precision: Precision) -> contextlib.AbstractContextManager:
-    """bf16 autocast with fp32 master weights, or nothing for fp32."""
-    if precision == Precision.bf16:
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def build_optimizer(model: torch.nn.Module, tcfg: TrainConfig) -> torch.optim.Adam:
-    """Adam over all parameters; the fused kernel updates them in one pass per tensor."""
-    return torch.optim.Adam(
-        model.parameters(),
-        lr=tcfg.lr,
-        betas=tuple(tcfg.betas),
-        weight_decay=tcfg.weight_decay,
-        fused=True,
-    )
-
-
 @dataclass
-class Validation:
-    """What one validation measured, ready to log."""
+class Progress:
+    """Where training stands; saved in every checkpoint and restored on resume."""
 
-    metrics: dict[str, float]  # loss, ppl, bleu, chrf, attention_entropy, attention_max_weight
-    samples: list[AttentionSample]  # the first `log.attention_samples` sentences, for heatmaps
+    step: int = 0  # updates so far
+    epoch: int = 0  # epochs finished
+    batch_in_epoch: int = 0  # updates of the current epoch done
+    best_bleu: float = -1.0
+    bad_validations: int = 0  # in a row, without a better BLEU
+    stopped_early: bool = False
+
+
+class Window:
+    """Training loss and speed between two log lines."""
+
+    def __init__(self) -> None:
+        self.loss: torch.Tensor | float = 0.0  # summed on this rank (a device tensor)
+        self.tokens = 0  # target tokens of all ranks
+        self.start = time.perf_counter()
+
+    def add(self, result: StepResult, tokens: int) -> None:
+        self.loss = self.loss + result.loss_sum
+        self.tokens += tokens
 
 
 class Trainer:
-    """Owns the data, model, optimizer and counters of one run, and checkpoints them."""
+    """The training loop of one run: updates, validation, early stopping and checkpoints."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        self.cfg, self.run_dir = cfg, run_dir
+    def __init__(self, cfg: DictConfig, run_dir: Path, engine: Engine) -> None:
+        self.cfg, self.run_dir, self.engine = cfg, run_dir, engine
         tcfg = cfg.train
-        setup_runtime(tcfg.threads, tcfg.seed)
-        last = run_dir / "last.pt"
-        state = self._checkpoint_to_resume(last)
-        if tcfg.precision == Precision.bf16 and not torch.cpu._is_avx512_bf16_supported():
-            log.warning("this CPU has no native bf16 (no AVX512-BF16/AMX): bf16 will be slow")
-
-        train_src, train_tgt = self._read("train", cfg.data.train_limit)
-        self.src_tok, self.tgt_tok = self._tokenizers(train_src, train_tgt, reuse=state is not None)
-        self.train_data = self._encode(train_src, train_tgt, drop_invalid=True)
-        self.valid_src, self.valid_refs = self._read("valid", cfg.data.valid_limit)
-        self.valid_data = self._encode(self.valid_src, self.valid_refs, drop_invalid=False)
+        if tcfg.accumulate < 1:
+            raise Seq2SeqError(f"train.accumulate must be at least 1, not {tcfg.accumulate}")
+        state = engine.from_main(lambda: start_or_resume(run_dir, cfg))
+        self.data = self._prepare_data(resuming=state is not None)
         self.sampler = TokenBatchSampler(
-            self.train_data.src_lengths,
-            self.train_data.tgt_lengths,
+            self.data.train.src_lengths,
+            self.data.train.tgt_lengths,
             tcfg.batch_tokens,
             shuffle=True,
             seed=tcfg.seed,
         )
-        self.model: Seq2Seq = build_model(
-            cfg.model, self.src_tok.vocab_size, self.tgt_tok.vocab_size
-        )
-        self.optimizer = build_optimizer(self.model, tcfg)
+        model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
+        self.updater = engine.updater(model, tcfg)
         self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            self.optimizer,
+            self.updater.optimizer,
             mode="max",
             factor=tcfg.scheduler.factor,
             patience=tcfg.scheduler.patience,
             min_lr=tcfg.scheduler.min_lr,
         )
-        self.step = self.epoch = self.batch_in_epoch = self.bad_validations = 0
-        self.best_bleu = -1.0
-        self.stopped_early = False
+        self.progress = Progress()
         if state is not None:
             self._restore(state)
         # Resuming hides whatever the interrupted run logged after the step of its last.pt.
-        self.monitor = Monitor(run_dir, purge_step=self.step + 1 if state is not None else None)
-        self._stop_signal: int | None = None
-        n_params = sum(p.numel() for p in self.model.parameters())
-        log.info(
-            "model: %s attention, %.2fM parameters; %d training pairs in %d batches per epoch",
-            OmegaConf.get_type(cfg.model.attention).__name__.removesuffix("Config").lower(),
-            n_params / 1e6,
-            len(self.train_data),
-            len(self.sampler.batches(0)),
-        )
+        purge = self.progress.step + 1 if state is not None else None
+        self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
+        self.skipped = 0  # updates with non-finite gradients, since the last log line
+        self._log_start(model)
 
     # -- setup -------------------------------------------------------------------------------
 
-    def _checkpoint_to_resume(self, last: Path) -> dict[str, Any] | None:
-        if not self.cfg.train.resume:
-            if last.exists():
-                raise Seq2SeqError(
-                    f"{self.run_dir} already holds a checkpoint (last.pt): add train.resume=true "
-                    "to continue it, or choose another folder with hydra.run.dir=..."
-                )
-            OmegaConf.save(self.cfg, self.run_dir / CONFIG_FILE, resolve=True)
-            return None
-        if not last.exists():
-            log.warning("train.resume=true but %s has no last.pt: starting afresh", self.run_dir)
-            OmegaConf.save(self.cfg, self.run_dir / CONFIG_FILE, resolve=True)
-            return None
-        state = load_checkpoint(last)
-        saved = OmegaConf.create(state["config"])
-        if OmegaConf.to_container(saved.model) != OmegaConf.to_container(
-            OmegaConf.create(OmegaConf.to_container(self.cfg.model, resolve=True, enum_to_str=True))
-        ):
-            raise Seq2SeqError("train.resume=true, but the model settings differ from last.pt's")
-        return state
+    def _prepare_data(self, resuming: bool) -> TrainingData:
+        """Rank 0 downloads, trains (or reuses) the tokenizers and fills the token-id cache
+        first; the other ranks then take its tokenizers and find the rest in the caches."""
+        prepared: list[TrainingData] = []
 
-    def _read(self, split: str, limit: int | None) -> tuple[list[str], list[str]]:
-        return read_parallel(*split_files(self.cfg.data, split), limit)
+        def on_main() -> tuple[bytes, bytes]:
+            make = functools.partial(run_tokenizers, self.cfg.data, self.run_dir, resuming)
+            data = training_data(self.cfg.data, make)
+            prepared.append(data)
+            return data.src_tok.proto, data.tgt_tok.proto
 
-    def _tokenizers(
-        self, src: list[str], tgt: list[str], reuse: bool
-    ) -> tuple[Tokenizer, Tokenizer]:
-        """The run's own tokenizers when resuming, else trained (or taken from the cache)."""
-        src_model, tgt_model = self.run_dir / SRC_TOKENIZER, self.run_dir / TGT_TOKENIZER
-        if reuse and src_model.exists() and tgt_model.exists():
-            return Tokenizer.load(src_model), Tokenizer.load(tgt_model)
-        return train_tokenizers(self.cfg.data, src, tgt, self.run_dir)
+        src_proto, tgt_proto = self.engine.from_main(on_main)
+        if prepared:
+            return prepared[0]
+        handed = Tokenizer(src_proto), Tokenizer(tgt_proto)
+        return training_data(self.cfg.data, lambda s, t: handed)
 
-    def _encode(self, src: list[str], tgt: list[str], drop_invalid: bool) -> TokenizedCorpus:
-        return encode_corpus(
-            src,
-            tgt,
-            self.src_tok,
-            self.tgt_tok,
-            Path(self.cfg.data.cache_dir),
-            self.cfg.data.max_len if drop_invalid else None,
-            drop_invalid=drop_invalid,
+    def _log_start(self, model: torch.nn.Module) -> None:
+        tcfg, world = self.cfg.train, self.engine.world_size
+        updates = len(plan_updates(self.sampler.batches(0), self.data.train.tgt_lengths, 0, world,
+                                   tcfg.accumulate))  # fmt: skip
+        log.info(
+            "model: %s attention, %.2fM parameters; %d training pairs, %d updates per epoch",
+            self.cfg.model.attention.name,
+            sum(p.numel() for p in model.parameters()) / 1e6,
+            len(self.data.train),
+            updates,
+        )
+        log.info(
+            "on %s; each update: batch_tokens %d x accumulate %d x %d process%s = %d tokens",
+            self.engine.describe(),
+            tcfg.batch_tokens,
+            tcfg.accumulate,
+            world,
+            "es" if world > 1 else "",
+            tcfg.batch_tokens * tcfg.accumulate * world,
         )
 
     # -- checkpoints -------------------------------------------------------------------------
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self, rng: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": self.updater.module.state_dict(),
+            **self.updater.state_dict(),
             "scheduler": self.scheduler.state_dict(),
-            "rng": torch.get_rng_state(),
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch_in_epoch": self.batch_in_epoch,
-            "best_bleu": self.best_bleu,
-            "bad_validations": self.bad_validations,
-            "stopped_early": self.stopped_early,
+            "rng": rng,  # one entry per rank
+            **asdict(self.progress),
+            "world_size": self.engine.world_size,
+            "accumulate": self.cfg.train.accumulate,
             "config": OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
         }
 
     def _restore(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.updater.module.load_state_dict(state["model"])
+        self.updater.load_state_dict(state)
         self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"])
-        for key in (
-            "step",
-            "epoch",
-            "batch_in_epoch",
-            "best_bleu",
-            "bad_validations",
-            "stopped_early",
-        ):
-            setattr(self, key, state[key])
+        self.progress = Progress(**{key: state[key] for key in asdict(Progress())})
+        if len(state["rng"]) == self.engine.world_size:
+            self.engine.set_rng_state(state["rng"][self.engine.rank])
+        split = (state.get("world_size", 1), state.get("accumulate", 1))
+        if split != (self.engine.world_size, self.cfg.train.accumulate):
+            # its position counts updates of another split of the epoch
+            log.warning("%s: %d processes, accumulate=%d; epoch starts over", LAST, *split)
+            self.progress.batch_in_epoch = 0
         log.info(
-            "resumed from last.pt: step %d, epoch %d, batch %d, best BLEU %.2f",
-            self.step,
-            self.epoch + 1,
-            self.batch_in_epoch,
-            self.best_bleu,
+            "resumed from %s: step %d, epoch %d, batch %d, best BLEU %.2f",
+            LAST,
+            self.progress.step,
+            self.progress.epoch + 1,
+            self.progress.batch_in_epoch,
+            self.progress.best_bleu,
         )
 
-    def _save(self, name: str) -> None:
-        save_checkpoint(self.run_dir / name, self._state())
+    def _save(self, *names: str) -> None:
+        """Every rank takes part (its random state is gathered); rank 0 writes the files."""
+        rng = self.engine.gather(self.engine.rng_state())
+        if self.engine.is_main:
+            state = self._state(rng)
+            for name in names:
+                save_checkpoint(self.run_dir / name, state)
 
     # -- training ----------------------------------------------------------------------------
 
     def fit(self) -> None:
         """Train until early stopping, `max_epochs`, `max_steps` or a stop signal."""
-        with self.monitor:
+        try:
             self._fit()
+        finally:
+            if self.monitor is not None:
+                self.monitor.close()
 
     def _fit(self) -> None:
-        if self.stopped_early:
-            log.info("this run has already stopped early (best BLEU %.2f)", self.best_bleu)
+        if self.progress.stopped_early:
+            log.info("this run has already stopped early (best BLEU %.2f)", self.progress.best_bleu)
             return
-        with self._stop_on_signals():
-            while not self._done():
-                self._train_epoch()
-                if self._stop_signal is not None:
-                    self._save("last.pt")
+        with self.engine.stop_signals() as request:
+            stop = 0
+            while not stop and not self._done():
+                stop = self._train_epoch(request)
+            if stop:
+                self._save(LAST)
+                if self.engine.is_main:
                     log.warning(
-                        "stopped by signal %d at step %d; last.pt saved: rerun with "
+                        "stopped by signal %d at step %d; %s saved: rerun with "
                         "train.resume=true to continue",
-                        self._stop_signal,
-                        self.step,
+                        stop,
+                        self.progress.step,
+                        LAST,
                     )
-                    raise SystemExit(128 + self._stop_signal)
-        self._save("last.pt")
-        log.info("finished after %d updates; best validation BLEU %.2f", self.step, self.best_bleu)
+                self.engine.barrier()  # no rank leaves before rank 0 has written last.pt
+                raise SystemExit(128 + stop)
+        self._save(LAST)
+        log.info(
+            "finished after %d updates; best validation BLEU %.2f",
+            self.progress.step,
+            self.progress.best_bleu,
+        )
+
+    def _out_of_steps(self) -> bool:
+        max_steps = self.cfg.train.max_steps
+        return max_steps is not None and self.progress.step >= max_steps
 
     def _done(self) -> bool:
-        tcfg = self.cfg.train
-        out_of_steps = tcfg.max_steps is not None and self.step >= tcfg.max_steps
-        return self.stopped_early or out_of_steps or self.epoch >= tcfg.max_epochs
+        p = self.progress
+        return p.stopped_early or self._out_of_steps() or p.epoch >= self.cfg.train.max_epochs
 
-    def _train_epoch(self) -> None:
-        tcfg = self.cfg.train
-        batches = self.sampler.batches(self.epoch)
-        self.model.train()
+    def _train_epoch(self, request) -> int:
+        """Updates until the epoch ends (then validation, unless by steps), training stops, or a
+        signal arrives; returns the agreed signal number (0: none)."""
+        tcfg, engine, p = self.cfg.train, self.engine, self.progress
+        plan = plan_updates(
+            self.sampler.batches(p.epoch),
+            self.data.train.tgt_lengths,
+            engine.rank,
+            engine.world_size,
+            tcfg.accumulate,
+        )
+        todo = plan[p.batch_in_epoch :]
+        self.updater.model.train()
         bar = tqdm(
-            batches[self.batch_in_epoch :],
-            desc=f"epoch {self.epoch + 1}",
-            disable=not self.cfg.log.progress,
+            total=len(plan),
+            initial=p.batch_in_epoch,
+            desc=f"epoch {p.epoch + 1}",
+            disable=not (self.cfg.log.progress and engine.is_main and sys.stderr.isatty()),
             dynamic_ncols=True,
             leave=False,
         )
-        window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
-        for ids in bar:
-            batch = collate(self.train_data, ids)
-            loss = self._update(batch)
-            self.step += 1
-            self.batch_in_epoch += 1
-            window_tokens += batch.ntokens
-            window_loss += loss * batch.ntokens
-            if self.step % tcfg.log_every == 0:
-                elapsed = time.perf_counter() - window_start
-                self._log_training(window_loss / window_tokens, window_tokens / elapsed)
-                bar.set_postfix(
-                    loss=f"{window_loss / window_tokens:.3f}",
-                    tok_s=f"{window_tokens / elapsed:,.0f}",
-                )
-                window_tokens, window_loss, window_start = 0, 0.0, time.perf_counter()
-            out_of_steps = tcfg.max_steps is not None and self.step >= tcfg.max_steps
-            if out_of_steps or (tcfg.validate_every and self.step % tcfg.validate_every == 0):
-                self._validate_and_checkpoint()
-                self.model.train()
-            if out_of_steps or self.stopped_early or self._stop_signal is not None:
-                bar.close()
-                return
-        bar.close()
-        self.epoch += 1
-        self.batch_in_epoch = 0
+        window = Window()
+        with bar:
+            batches_ahead = engine.prefetch(todo, self._device_batches)
+            for update, batches in zip(todo, batches_ahead, strict=True):
+                result = self.updater.step(batches, update.tokens)
+                p.step += 1
+                p.batch_in_epoch += 1
+                bar.update()
+                window.add(result, update.tokens)
+                if not result.applied:
+                    self.skipped += 1
+                if p.step % tcfg.log_every == 0:
+                    self._log_training(window, result, bar, len(plan))
+                    window = Window()
+                every = tcfg.validate_every
+                if self._out_of_steps() or (every and p.step % every == 0):
+                    self._validate_and_checkpoint()
+                    self.updater.model.train()
+                stop = engine.agreed_stop(request)
+                if stop or self._out_of_steps() or p.stopped_early:
+                    return stop
+        p.epoch += 1
+        p.batch_in_epoch = 0
         if not tcfg.validate_every:
             self._validate_and_checkpoint()
+        return engine.agreed_stop(request)
 
-    def _update(self, batch) -> float:
-        """One optimizer step on a batch; returns its mean loss per target token."""
-        tcfg = self.cfg.train
-        with autocast(tcfg.precision):
-            loss_sum, _, ntokens = self.model.loss(batch, tcfg.label_smoothing)
-        loss = loss_sum / ntokens
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), tcfg.clip_grad_norm
-        )
-        self.optimizer.step()
-        return loss.item()
+    def _device_batches(self, update: Update) -> list:
+        return [self.engine.to_device(collate(self.data.train, ids)) for ids in update.batches]
 
-    def _log_training(self, loss: float, tokens_per_s: float) -> None:
+    def _log_training(self, window: Window, last: StepResult, bar: tqdm, updates: int) -> None:
+        """Loss and speed over all ranks since the last log line: TensorBoard, and a log line
+        where no progress bar shows them."""
+        (loss_sum,) = self.engine.sum_over_ranks([float(window.loss)])
+        skipped = self.engine.max_over_ranks(self.skipped)
+        self.skipped = 0
+        elapsed = time.perf_counter() - window.start
+        loss, tok_s = loss_sum / window.tokens, window.tokens / elapsed
+        lr = self.updater.optimizer.param_groups[0]["lr"]
+        if skipped and self.engine.is_main:
+            log.warning(
+                "%d of the last %d updates had non-finite gradients and were skipped%s",
+                skipped,
+                self.cfg.train.log_every,
+                " (fp16 loss scale lowered)" if self.engine.precision == Precision.fp16 else "",
+            )
+        if self.monitor is None:
+            return
         self.monitor.scalars(
-            self.step,
+            self.progress.step,
             {
                 "train/loss": loss,
-                "train/lr": self.optimizer.param_groups[0]["lr"],
-                "train/tokens_per_s": tokens_per_s,
-                "train/grad_norm": float(self.grad_norm),
+                "train/lr": lr,
+                "train/tokens_per_s": tok_s,
+                "train/grad_norm": last.grad_norm,
             },
         )
+        if bar.disable:
+            left = (updates - self.progress.batch_in_epoch) * elapsed / self.cfg.train.log_every
+            log.info(
+                "epoch %d, update %d/%d (step %d): loss %.3f, %s tok/s, lr %.2g, epoch ETA %s",
+                self.progress.epoch + 1,
+                self.progress.batch_in_epoch,
+                updates,
+                self.progress.step,
+                loss,
+                f"{tok_s:,.0f}",
+                lr,
+                time.strftime("%H:%M:%S", time.gmtime(left)),
+            )
+        else:
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}")
 
     # -- validation --------------------------------------------------------------------------
 
-    @torch.inference_mode()
-    def validate(self) -> Validation:
-        """Teacher-forced loss and perplexity; BLEU, chrF and attention statistics of the
-        validation set decoded once, whose first `log.attention_samples` sentences become samples.
-        """
-        self.model.eval()
-        loss_sum = nll_sum = 0.0
-        ntokens = 0
-        order = TokenBatchSampler(
-            self.valid_data.src_lengths,
-            self.valid_data.tgt_lengths,
-            self.cfg.train.batch_tokens,
-            shuffle=False,
-        )
-        for ids in order.batches(0):
-            loss, nll, n = self.model.loss(collate(self.valid_data, ids), 0.0)
-            loss_sum, nll_sum, ntokens = loss_sum + float(loss), nll_sum + float(nll), ntokens + n
-        decode_cfg = DecodeConfig(beam_size=self.cfg.train.val_beam_size, nbest=1)
-        hyps = [nbest[0] for nbest in decode_corpus(self.model, self.valid_data, decode_cfg)]
-        text = [self.tgt_tok.decode(h.tokens) for h in hyps]
-        metrics = {
-            "loss": loss_sum / ntokens,
-            "ppl": math.exp(min(nll_sum / ntokens, 50.0)),
-            "bleu": sacrebleu.corpus_bleu(text, [self.valid_refs]).score,
-            "chrf": sacrebleu.corpus_chrf(text, [self.valid_refs]).score,
-            **attention_statistics([hypothesis_weights(h) for h in hyps]),
-        }
-        samples = [
-            attention_sample(
-                self.valid_src[i],
-                self.valid_refs[i],
-                hyps[i],
-                self.valid_data.src(i),
-                self.src_tok,
-                self.tgt_tok,
-            )
-            for i in range(min(self.cfg.log.attention_samples, len(hyps)))
-        ]
-        return Validation(metrics, samples)
-
     def _validate_and_checkpoint(self) -> None:
+        """Rank 0 validates; every rank takes the same decisions from its BLEU."""
         start = time.perf_counter()
-        result = self.validate()
-        bleu = result.metrics["bleu"]
-        improved = bleu > self.best_bleu
+        result = None
+        if self.engine.is_main:
+            tcfg = self.cfg.train
+            result = validate(
+                self.updater.module,
+                self.data,
+                self.engine,
+                tcfg.batch_tokens,
+                tcfg.val_beam_size,
+                self.cfg.log.attention_samples,
+            )
+        bleu = self.engine.broadcast(result.metrics["bleu"] if result else None)
+        p = self.progress
+        improved = bleu > p.best_bleu
         if improved:
-            self.best_bleu, self.bad_validations = bleu, 0
+            p.best_bleu, p.bad_validations = bleu, 0
         else:
-            self.bad_validations += 1
+            p.bad_validations += 1
         self.scheduler.step(bleu)
-        if self.bad_validations >= self.cfg.train.patience:
-            log.info("early stopping: no better BLEU in %d validations", self.bad_validations)
-            self.stopped_early = True
+        if p.bad_validations >= self.cfg.train.patience:
+            log.info("early stopping: no better BLEU in %d validations", p.bad_validations)
+            p.stopped_early = True
         logging_start = time.perf_counter()
-        self._log_validation(result)
+        if result is not None:
+            self._log_validation(result)
         logging_seconds = time.perf_counter() - logging_start
-        if improved:
-            self._save("best.pt")
-        self._save("last.pt")
+        self._save(*([BEST] if improved else []), LAST)
+        if result is None:
+            return
         log.info(
             "step %d (epoch %d): valid loss %.3f, ppl %.2f, BLEU %.2f%s, chrF %.2f "
             "(%.1f s, TensorBoard %.2f s)",
-            self.step,
-            self.epoch + (self.batch_in_epoch > 0),
+            p.step,
+            p.epoch + (p.batch_in_epoch > 0),
             result.metrics["loss"],
             result.metrics["ppl"],
             bleu,
@@ -392,42 +368,47 @@ class Trainer:
 
     def _log_validation(self, result: Validation) -> None:
         """Scalars, heatmaps, the samples table and HParams of one validation, flushed to disk."""
-        step = self.step
-        self.monitor.scalars(step, {f"valid/{name}": v for name, v in result.metrics.items()})
+        step, monitor = self.progress.step, self.monitor
+        monitor.scalars(step, {f"valid/{name}": v for name, v in result.metrics.items()})
         if result.samples:
-            self.monitor.attention(step, result.samples)
-            self.monitor.samples_table(step, result.samples)
-        best = {"hparams/best_valid_bleu": self.best_bleu}
-        self.monitor.hparams(step, run_hparams(self.cfg), best)
-        self.monitor.flush()  # a running TensorBoard shows this validation now
-
-    @contextlib.contextmanager
-    def _stop_on_signals(self):
-        """SIGINT/SIGTERM finish the current update, save last.pt and exit; a second one kills."""
-
-        def request_stop(signum, _frame):
-            if self._stop_signal is not None:
-                raise KeyboardInterrupt
-            self._stop_signal = signum
-            log.warning("signal %d: stopping after this update (send again to abort)", signum)
-
-        previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
+            monitor.attention(step, result.samples)
+            monitor.samples_table(step, result.samples)
+        best = {"hparams/best_valid_bleu": self.progress.best_bleu}
+        monitor.hparams(step, run_hparams(self.cfg), best)
+        monitor.flush()  # a running TensorBoard shows this validation now
 
 
 @hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="config")
-def main(cfg: Config) -> None:
+def _main(cfg: Config) -> None:
     """Train with the composed config; user errors exit 1 with one clear message."""
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    engine = None
     try:
-        Trainer(cfg, run_dir).fit()
+        tcfg = cfg.train
+        engine = Engine.create(cfg.device, tcfg.precision, tcfg.threads, tcfg.seed, True)
+        if not engine.is_main:  # rank 0 speaks for every rank; the others only warn
+            logging.getLogger().setLevel(logging.WARNING)
+        run_dir = Path(engine.broadcast(HydraConfig.get().runtime.output_dir))
+        Trainer(cfg, run_dir, engine).fit()
     except Seq2SeqError as e:
-        log.error("%s", e)
+        if not isinstance(e, ReportedByRankZero):
+            log.error("%s", e)
         sys.exit(1)
+    finally:
+        if engine is not None:
+            engine.close()
+
+
+def main() -> None:
+    """The `seq2seq-train` command. Under torchrun, ranks other than 0 get no Hydra output
+    folder or log file (rank 0 owns the run folder and tells them where it is)."""
+    rank = process_rank()
+    if rank > 0:
+        if {"-m", "--multirun"} & set(sys.argv):
+            sys.exit("seq2seq-train: a sweep (-m) cannot run under torchrun; start one per run")
+        kept = [arg for arg in sys.argv if not arg.startswith("hydra.run.dir=")]
+        sys.argv = [*kept, "hydra.run.dir=.", "hydra.output_subdir=null"]
+        sys.argv += ["hydra/job_logging=stderr", "hydra/hydra_logging=stderr"]
+    _main()
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 On a terminal it is a prompt loop (readline editing, history in ~/.seq2seq_history); otherwise it
 reads standard input in batches and writes exactly one line per input line, flushing each batch.
-The `Translator` here (raw text in, n-best hypotheses out) is also what `seq2seq-evaluate` uses.
+Translations come from `seq2seq.inference.Translator`, as in evaluation and validation.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import shutil
 import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -23,11 +22,10 @@ import hydra
 import numpy as np
 from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import TrainedRun, load_run
-from seq2seq.config import DecodeConfig, TranslateConfig
-from seq2seq.data.tokenizer import EOS
+from seq2seq.config import TranslateConfig
+from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
-from seq2seq.search import Hypothesis, decode_sources
+from seq2seq.inference import Translation, Translator, load_run
 
 log = logging.getLogger("seq2seq.translate")
 
@@ -37,64 +35,6 @@ NBEST_SEPARATOR = " ||| "  # between the candidates of one input line in piped n
 _SHADES = ((0.7, "█"), (0.5, "▓"), (0.3, "▒"), (0.1, "░"))  # lowest weight drawn with each shade
 _MAX_SOURCE_LABEL = 12  # display columns of a source subword label in the grid
 _MAX_TARGET_LABEL = 16
-
-
-@dataclass
-class Translation:
-    """The n-best list of one input line, and the source subword ids the model read."""
-
-    source_ids: list[int]  # pieces + EOS; empty for a blank line
-    hypotheses: list[Hypothesis]  # best first; empty for a blank line
-    source_length: int  # subwords of the whole line, before truncation
-
-    @property
-    def truncated(self) -> bool:
-        """Whether the model read fewer subwords than the line has."""
-        return bool(self.source_ids) and self.source_length > len(self.source_ids) - 1
-
-
-class Translator:
-    """A trained run ready for raw sentences: subwords in, detokenized n-best text out.
-
-    With `max_len`, longer inputs are cut to their first `max_len` subwords (see `truncated`).
-    """
-
-    def __init__(self, run: TrainedRun, search: DecodeConfig, max_len: int | None) -> None:
-        for key in ("beam_size", "nbest", "batch_size"):
-            if getattr(search, key) < 1:
-                raise Seq2SeqError(f"{key} must be at least 1, not {getattr(search, key)}")
-        if search.nbest > search.beam_size:
-            raise Seq2SeqError(
-                f"nbest={search.nbest} needs at least as many beams: add beam_size={search.nbest}"
-            )
-        self.run, self.search, self.max_len = run, search, max_len
-
-    def translate(self, lines: Sequence[str]) -> list[Translation]:
-        """Decode the non-blank lines together (in length-sorted batches); order is kept."""
-        # Lone surrogates (undecodable terminal bytes) become "?": sentencepiece takes only UTF-8.
-        text = [line.encode("utf-8", "replace").decode("utf-8").strip() for line in lines]
-        encoded = self.run.src_tok.encode_batch(text)
-        results = [Translation([], [], 0) for _ in lines]
-        todo = [i for i, line in enumerate(lines) if line.strip()]
-        for i in todo:
-            pieces = encoded[i][: self.max_len] if self.max_len is not None else encoded[i]
-            results[i] = Translation([*pieces, EOS], [], len(encoded[i]))
-        nbest = decode_sources(self.run.model, [results[i].source_ids for i in todo], self.search)
-        for i, hypotheses in zip(todo, nbest, strict=True):
-            results[i].hypotheses = hypotheses
-        return results
-
-    def text(self, hypothesis: Hypothesis) -> str:
-        """Detokenized translation on one line (any line break inside becomes a space)."""
-        return " ".join(self.run.tgt_tok.decode(hypothesis.tokens).split())
-
-    def source_pieces(self, translation: Translation) -> list[str]:
-        """Subword labels of the source as read, ending with "</s>" like the attention columns."""
-        return self.run.src_tok.pieces(translation.source_ids)
-
-    def target_pieces(self, hypothesis: Hypothesis) -> list[str]:
-        """Subword labels of a hypothesis, ending with "</s>" like the attention rows."""
-        return self.run.tgt_tok.pieces([*hypothesis.tokens, EOS])
 
 
 # -- the alignment view ------------------------------------------------------------------------
@@ -211,24 +151,25 @@ def _warn_truncated(translation: Translation, where: str, max_len: int) -> None:
         )
 
 
-def interactive(translator: Translator, cfg: TranslateConfig) -> None:
-    """Prompt loop: a translation (n-best with scores, an alignment view) per line typed."""
+def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, str]) -> None:
+    """Prompt loop: a translation (n-best with scores, an alignment view) per line typed;
+    `langs`: (source, target) language, for the prompt."""
     import readline  # importing it gives input() line editing and history
 
     history = HISTORY_FILE.expanduser()
     with contextlib.suppress(OSError):
         readline.read_history_file(history)
     readline.set_history_length(1000)
-    data = translator.run.cfg.data
+    src_lang, tgt_lang = langs
     print(
-        f"Translating {data.src_lang} to {data.tgt_lang}: type a sentence and press Enter; "
+        f"Translating {src_lang} to {tgt_lang}: type a sentence and press Enter; "
         f"{QUIT_COMMANDS[0]}, Ctrl-D or Ctrl-C leaves.",
         file=sys.stderr,
     )
     try:
         while True:
             try:
-                line = input(f"{data.src_lang}> ").strip()
+                line = input(f"{src_lang}> ").strip()
             except EOFError:
                 print()
                 return
@@ -315,11 +256,12 @@ def run_app(cfg: TranslateConfig) -> None:
     """Load the run named by `run_dir` and translate the terminal's or the pipe's lines."""
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise Seq2SeqError("say which trained model to use: run_dir=<a training run folder>")
-    run = load_run(cfg.run_dir, cfg.checkpoint)
-    translator = Translator(run, cfg, max_len=int(run.cfg.data.max_len))
-    log.info("loaded %s (step %d)", run.checkpoint, run.step)
+    engine = Engine.create(cfg.device, cfg.precision)
+    run = load_run(cfg.run_dir, cfg.checkpoint, engine)
+    translator = Translator.from_run(run, cfg, int(run.cfg.data.max_len), engine)
+    log.info("loaded %s (step %d) on %s", run.checkpoint, run.step, engine.describe())
     if sys.stdin.isatty():
-        interactive(translator, cfg)
+        interactive(translator, cfg, (run.cfg.data.src_lang, run.cfg.data.tgt_lang))
     else:
         piped(translator, cfg)
 

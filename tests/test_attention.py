@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from seq2seq.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import build_model
 from seq2seq.model.attention import LuongAttention, MultiHeadAttention
+from seq2seq.model.registry import build_attention
 from seq2seq.search import greedy_search
 
 QUERY, MEMORY = 6, 10
@@ -28,7 +28,7 @@ VARIANTS = {
 
 def make(cfg, query_size: int = QUERY, memory_size: int = MEMORY):
     torch.manual_seed(0)
-    return instantiate(OmegaConf.structured(cfg), query_size=query_size, memory_size=memory_size)
+    return build_attention(cfg, query_size, memory_size)
 
 
 def inputs(query_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -11,14 +11,14 @@ import torch
 
 from seq2seq.data.batching import TokenBatchSampler, collate
 from seq2seq.data.dataset import encode_corpus
-from seq2seq.data.tokenizer import BOS, EOS
+from seq2seq.vocab import BOS, EOS
 
 
 class NumberTokenizer:
     """Stands in for sentencepiece: "5 6 7" encodes to [5, 6, 7]; counts its calls."""
 
     def __init__(self, path: Path, model: bytes = b"numbers") -> None:
-        self.path = path
+        self.path, self.proto = path, model
         path.write_bytes(model)
         self.calls = 0
 

@@ -136,7 +136,7 @@ def test_decoding_a_trained_run_as_a_module(tmp_path: Path, data_args: list[str]
     assert "training" not in report
     assert list(report["matmul_peak_gflops"]) == ["fp32"]
     rows = report["decoding"]
-    assert [(r["attention"], r["search"]) for r in rows] == [("LuongAttention", "greedy")]
+    assert [(r["attention"], r["search"]) for r in rows] == [("luong", "greedy")]
     for row in rows:
         assert row["model"] == "trained" and row["run_dir"] == str(tmp_path)
         assert row["settings"]["input_feed"] is False

@@ -35,9 +35,8 @@ from seq2seq.config import (
     MultiHeadConfig,
     TokenizerConfig,
 )
-from seq2seq.data.tokenizer import EOS, train_tokenizers
+from seq2seq.data.tokenizer import train_tokenizers
 from seq2seq.monitor import (
-    TENSORBOARD_DIR,
     AttentionSample,
     Monitor,
     _Heatmap,
@@ -46,7 +45,9 @@ from seq2seq.monitor import (
     attention_statistics,
     run_hparams,
 )
+from seq2seq.rundir import TENSORBOARD_DIR
 from seq2seq.search import Hypothesis
+from seq2seq.vocab import EOS
 
 STEPS = (100, 200)
 BLEU = {"0_bahdanau": 21.5, "1_multihead": 24.0}  # best validation BLEU of each run

@@ -13,7 +13,8 @@ import sentencepiece as spm
 from seq2seq.config import Multi30kConfig, SubwordModel, TokenizerConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.dataset import encode_corpus
-from seq2seq.data.tokenizer import BOS, EOS, PAD, UNK, Tokenizer, train_tokenizers
+from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
+from seq2seq.vocab import BOS, EOS, PAD, UNK
 
 
 def config(cache: Path, **tokenizer: object) -> Multi30kConfig:

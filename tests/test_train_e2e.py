@@ -25,7 +25,8 @@ from tensorboard.backend.event_processing.event_accumulator import (
 from test_monitor import poll, request, tensorboard_server
 
 from seq2seq.data.corpus import read_parallel
-from seq2seq.monitor import TENSORBOARD_DIR, Monitor, _markdown_cell
+from seq2seq.monitor import Monitor, _markdown_cell
+from seq2seq.rundir import TENSORBOARD_DIR
 
 HEADS = 4
 ATTENTIONS = [

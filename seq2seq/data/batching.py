@@ -1,15 +1,17 @@
-"""Token-budget batches of similar lengths, reshuffled per epoch, padded with vectorised numpy."""
+"""Token-budget batches of similar lengths, reshuffled per epoch, padded with vectorised numpy,
+and each epoch's batches shared out among processes and grouped into updates."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from seq2seq.data.dataset import TokenizedCorpus
-from seq2seq.data.tokenizer import BOS, PAD
 from seq2seq.errors import Seq2SeqError
+from seq2seq.vocab import BOS, PAD
 
 POOL_BATCHES = 100  # a shuffled pool holds about this many batches, sorted by length inside
 
@@ -24,6 +26,17 @@ class Batch:
     tgt_out: torch.Tensor  # [B, T] pieces + EOS
     ids: torch.Tensor  # [B] positions in the TokenizedCorpus
     ntokens: int  # non-pad target tokens
+
+    def to(self, device: torch.device, pin: bool = False) -> Batch:
+        """The token tensors on ``device``, copied from pinned memory without blocking with
+        ``pin``; lengths and ids stay on the host, where packing and bookkeeping read them."""
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return (t.pin_memory() if pin else t).to(device, non_blocking=pin)
+
+        return replace(
+            self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out)
+        )
 
 
 def collate(corpus: TokenizedCorpus, ids: np.ndarray) -> Batch:
@@ -119,3 +132,51 @@ class TokenBatchSampler:
         if len(order):
             batches.append(order[start:])
         return batches
+
+
+def shard(batches: Sequence[np.ndarray], world_size: int) -> list[list[np.ndarray]]:
+    """Every rank's share of an epoch: the same number of batches each, every pair in exactly one.
+
+    While the count is not a multiple of ``world_size``, the batch with the most sentences is
+    halved (both halves stay within the budget).
+    """
+    batches = list(batches)
+    while len(batches) % world_size:
+        i = max(range(len(batches)), key=lambda j: len(batches[j]))
+        if len(batches[i]) < 2:
+            raise Seq2SeqError(
+                f"{len(batches)} batches of one pair each cannot be shared equally among "
+                f"{world_size} processes: use fewer processes or more data"
+            )
+        half = len(batches[i]) // 2
+        batches[i : i + 1] = [batches[i][:half], batches[i][half:]]
+    return [batches[rank::world_size] for rank in range(world_size)]
+
+
+@dataclass
+class Update:
+    """What one rank feeds one optimizer update."""
+
+    batches: list[np.ndarray]  # this rank's micro-batches (corpus positions)
+    tokens: int  # target tokens of the update: all micro-batches of all ranks
+
+
+def plan_updates(
+    batches: Sequence[np.ndarray],
+    tgt_lengths: np.ndarray,
+    rank: int = 0,
+    world_size: int = 1,
+    accumulate: int = 1,
+) -> list[Update]:
+    """An epoch's updates for ``rank``: its shard in groups of ``accumulate`` micro-batches.
+
+    Every rank computes the same shards, so each knows the token count of the whole update
+    without communicating.
+    """
+    shares = shard(batches, world_size)
+    updates = []
+    for start in range(0, len(shares[0]), accumulate):
+        groups = [share[start : start + accumulate] for share in shares]
+        tokens = sum(int(tgt_lengths[ids].sum()) for group in groups for ids in group)
+        updates.append(Update(groups[rank], tokens))
+    return updates

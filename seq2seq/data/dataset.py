@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.data.tokenizer import EOS, Tokenizer
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import DataError
+from seq2seq.vocab import EOS
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def encode_corpus(
         raise DataError(f"{len(src_lines)} source lines but {len(tgt_lines)} target lines")
     key = hashlib.sha256()
     settings = json.dumps([max_len, drop_invalid, len(src_lines)]).encode()
-    parts = (src_tok.path.read_bytes(), tgt_tok.path.read_bytes(), settings)
+    parts = (src_tok.proto, tgt_tok.proto, settings)
     for part in (*parts, "\n".join(src_lines).encode(), "\n".join(tgt_lines).encode()):
         key.update(hashlib.sha256(part).digest())
     directory = Path(cache_dir) / "corpus" / key.hexdigest()[:16]

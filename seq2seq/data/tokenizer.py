@@ -16,22 +16,27 @@ import sentencepiece as spm
 
 from seq2seq.config import DataConfig, SubwordModel, TokenizerConfig
 from seq2seq.errors import DataError
+from seq2seq.rundir import SRC_TOKENIZER, TGT_TOKENIZER
+from seq2seq.vocab import BOS, EOS, PAD, UNK
 
 log = logging.getLogger(__name__)
 
-PAD, UNK, BOS, EOS = 0, 1, 2, 3
-
 
 class Tokenizer:
-    """One sentencepiece model file; ids 0-3 are PAD, UNK, BOS, EOS in every vocabulary."""
+    """One sentencepiece model; ids 0-3 are PAD, UNK, BOS, EOS in every vocabulary.
 
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._sp = spm.SentencePieceProcessor(model_file=str(self.path))
+    ``proto`` is the serialized model (what the file holds): the key of caches, and what a
+    process that cannot read the run folder receives from rank 0.
+    """
+
+    def __init__(self, proto: bytes, path: Path | None = None) -> None:
+        self.proto, self.path = proto, path
+        self._sp = spm.SentencePieceProcessor(model_proto=proto)
 
     @classmethod
     def load(cls, path: Path) -> Tokenizer:
-        return cls(path)
+        path = Path(path)
+        return cls(path.read_bytes(), path)
 
     @property
     def vocab_size(self) -> int:
@@ -79,9 +84,9 @@ def train_tokenizers(
         )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, model in zip(("src.model", "tgt.model"), models, strict=True):
+    for name, model in zip((SRC_TOKENIZER, TGT_TOKENIZER), models, strict=True):
         shutil.copyfile(model, out_dir / name)
-    return Tokenizer(out_dir / "src.model"), Tokenizer(out_dir / "tgt.model")
+    return Tokenizer.load(out_dir / SRC_TOKENIZER), Tokenizer.load(out_dir / TGT_TOKENIZER)
 
 
 def _cached_model(lines: Sequence[str], tcfg: TokenizerConfig, cache: Path, label: str) -> Path:

@@ -1,4 +1,4 @@
-"""Encoder, attention variants, decoder and the composed model."""
+"""Encoder, attention variants and their registry, decoder and the composed model."""
 
 from seq2seq.model.attention import (
     Attention,
@@ -8,9 +8,11 @@ from seq2seq.model.attention import (
 )
 from seq2seq.model.decoder import Decoder, DecoderState, EncoderOutput
 from seq2seq.model.encoder import Encoder
+from seq2seq.model.registry import ATTENTIONS, attention_type
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 
 __all__ = [
+    "ATTENTIONS",
     "Attention",
     "BahdanauAttention",
     "Decoder",
@@ -20,5 +22,6 @@ __all__ = [
     "LuongAttention",
     "MultiHeadAttention",
     "Seq2Seq",
+    "attention_type",
     "build_model",
 ]

@@ -1,9 +1,9 @@
 """GRU decoder with attention: teacher-forced over whole sequences, or one step at a time.
 
-The Bahdanau and Luong data flows are two small step classes around the same GRU; the decoder picks
-one at construction. The embeddings' share of the GRU input is projected for all steps in one
-matrix product (and, for Bahdanau, the memory's share for all source positions, once per batch),
-and the recurrence runs its own GRU cell over ``nn.GRU`` parameters.
+The Bahdanau and Luong data flows are two small step classes around the same GRU; the model
+builder picks one from the attention registry. The embeddings' share of the GRU input is projected
+for all steps in one matrix product (and, for Bahdanau, the memory's share for all source positions,
+once per batch), and the recurrence runs its own GRU cell over ``nn.GRU`` parameters.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from seq2seq.data.tokenizer import PAD
-from seq2seq.model.attention import Attention, BahdanauAttention
+from seq2seq.model.attention import Attention
+from seq2seq.vocab import PAD
 
 
 @dataclass
@@ -75,6 +75,13 @@ class DecoderStep(nn.Module):
         self.emb_size = emb_size
         self.rnn = nn.GRU(emb_size + feed_size, hidden_size, batch_first=True)
 
+    @classmethod
+    def build(
+        cls, emb_size: int, hidden_size: int, attention: Attention, input_feed: bool
+    ) -> DecoderStep:
+        """The step of a model config; only the Luong flow has an input-feeding choice."""
+        return cls(emb_size, hidden_size, attention)
+
     def cell(self, gi: Tensor, hidden: Tensor) -> Tensor:
         """One GRU step from the full input projection gi [B, 3H]."""
         return gru_cell(gi, hidden, self.rnn.weight_hh_l0, self.rnn.bias_hh_l0)
@@ -95,6 +102,22 @@ class DecoderStep(nn.Module):
     def prepare(self, enc: EncoderOutput) -> EncoderOutput:
         """Per-batch work on the encoder output before the first step; none by default."""
         return enc
+
+    def init_state(self, hidden: Tensor) -> DecoderState:
+        """The state before the first step, from the bridged encoder summary [B, H]."""
+        raise NotImplementedError
+
+    def forward(
+        self, emb: Tensor, state: DecoderState, enc: EncoderOutput
+    ) -> tuple[Tensor, Tensor]:
+        """Teacher forcing: emb [B, T, E] -> (features [B, T, H], weights [B, heads, T, S])."""
+        raise NotImplementedError
+
+    def step(
+        self, emb: Tensor, state: DecoderState, enc: EncoderOutput
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One step: emb [B, E] -> (features [B, H], state, weights [B, heads, S])."""
+        raise NotImplementedError
 
 
 class BahdanauStep(DecoderStep):
@@ -152,6 +175,12 @@ class LuongStep(DecoderStep):
         self.input_feed = input_feed
         self.combine = nn.Linear(attention.context_size + hidden_size, hidden_size, bias=False)
 
+    @classmethod
+    def build(
+        cls, emb_size: int, hidden_size: int, attention: Attention, input_feed: bool
+    ) -> LuongStep:
+        return cls(emb_size, hidden_size, attention, input_feed)
+
     def init_state(self, hidden: Tensor) -> DecoderState:
         return DecoderState(hidden, torch.zeros_like(hidden) if self.input_feed else None)
 
@@ -194,22 +223,17 @@ class Decoder(nn.Module):
     def __init__(
         self,
         vocab_size: int,
-        emb_size: int,
-        hidden_size: int,
         memory_size: int,
-        attention: Attention,
+        flow: DecoderStep,
         dropout: float = 0.0,
-        input_feed: bool = True,
         tie_embeddings: bool = False,
     ) -> None:
         super().__init__()
+        emb_size, hidden_size = flow.emb_size, flow.rnn.hidden_size
         self.embedding = nn.Embedding(vocab_size, emb_size, padding_idx=PAD)
         self.dropout = nn.Dropout(dropout)
         self.bridge = nn.Linear(memory_size, hidden_size)
-        if isinstance(attention, BahdanauAttention):
-            self.flow: BahdanauStep | LuongStep = BahdanauStep(emb_size, hidden_size, attention)
-        else:
-            self.flow = LuongStep(emb_size, hidden_size, attention, input_feed)
+        self.flow = flow
         if tie_embeddings:  # readout -> emb_size, then the transposed target embedding
             projection = nn.Linear(emb_size, vocab_size)
             projection.weight = self.embedding.weight

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seq2seq.data.tokenizer import PAD
+from seq2seq.vocab import PAD
 
 
 class Encoder(nn.Module):

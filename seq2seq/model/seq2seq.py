@@ -1,18 +1,16 @@
-"""The composed translator: encoder, attention decoder, and the training loss."""
+"""The composed translator: encoder, attention decoder, and the training loss in ``forward``."""
 
 from __future__ import annotations
 
 import torch
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
+from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
-from seq2seq.data.tokenizer import PAD
-from seq2seq.errors import Seq2SeqError
-from seq2seq.model.attention import Attention
 from seq2seq.model.decoder import Decoder, EncoderOutput
 from seq2seq.model.encoder import Encoder
+from seq2seq.model.registry import attention_type, build_attention
+from seq2seq.vocab import PAD
 
 
 class SmoothedCrossEntropy(torch.autograd.Function):
@@ -43,7 +41,12 @@ class SmoothedCrossEntropy(torch.autograd.Function):
 
 
 class Seq2Seq(nn.Module):
-    """Bidirectional GRU encoder + attention decoder; ``loss`` scores a teacher-forced batch."""
+    """Bidirectional GRU encoder + attention decoder.
+
+    ``forward`` scores a teacher-forced batch and returns its loss, so that DistributedDataParallel,
+    whose hooks run on ``forward``, sees the whole graph; search uses ``encode`` and
+    ``decoder.step``.
+    """
 
     def __init__(self, encoder: Encoder, decoder: Decoder) -> None:
         super().__init__()
@@ -51,50 +54,42 @@ class Seq2Seq(nn.Module):
         self.decoder = decoder
 
     def encode(self, src: Tensor, lengths: Tensor) -> EncoderOutput:
-        """src [B, S], lengths [B] -> memory, mask, attention keys/values and the decoder flow's
-        per-batch projections, all computed once per batch."""
+        """src [B, S] (PAD after each sentence), lengths [B] (best on the host: packing reads
+        them there) -> memory, mask, attention keys/values and the decoder flow's per-batch
+        projections, all computed once per batch."""
         memory, final = self.encoder(src, lengths)  # [B, S, 2H], [B, 2H]
-        mask = torch.arange(src.size(1), device=src.device) < lengths.to(src.device)[:, None]
+        mask = src != PAD  # [B, S]
         keys, values = self.decoder.attention.precompute(memory)
         return self.decoder.flow.prepare(EncoderOutput(memory, mask, keys, values, final))
 
-    def forward(self, src: Tensor, lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+    def features(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
         """Teacher forcing -> (features [B, T, F], attention weights [B, heads, T, S])."""
-        return self.decoder(tgt_in, self.encode(src, lengths))
+        return self.decoder(tgt_in, self.encode(src, src_lengths))
 
-    def loss(self, batch, label_smoothing: float) -> tuple[Tensor, Tensor, int]:
-        """(label-smoothed loss sum, plain NLL sum, target tokens) over the non-pad targets.
+    def forward(
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        label_smoothing: float = 0.0,
+    ) -> tuple[Tensor, Tensor]:
+        """(label-smoothed loss sum, plain NLL sum) over the non-pad target positions.
 
-        Only the non-pad positions are projected to the vocabulary. ``batch`` is a
-        ``seq2seq.data.batching.Batch`` (src, src_lengths, tgt_in, tgt_out, ntokens).
+        Only those positions are projected to the vocabulary.
         """
-        features, _ = self(batch.src, batch.src_lengths, batch.tgt_in)  # [B, T, F]
-        real = batch.tgt_out != PAD  # [B, T]
+        features, _ = self.features(src, src_lengths, tgt_in)  # [B, T, F]
+        real = tgt_out != PAD  # [B, T]
         logits = self.decoder.output_layer(features[real])  # [N, V]
-        loss, nll = SmoothedCrossEntropy.apply(logits, batch.tgt_out[real], label_smoothing)
-        return loss, nll, batch.ntokens
+        return SmoothedCrossEntropy.apply(logits, tgt_out[real], label_smoothing)
 
 
-def build_model(cfg: ModelConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
-    """The model described by ``cfg`` (attention from ``cfg.attention`` via Hydra)."""
+def build_model(cfg: ModelConfig | DictConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
+    """The model described by ``cfg``; its attention and data flow come from the registry."""
     memory_size = 2 * cfg.hidden_size
-    try:
-        attention: Attention = instantiate(
-            cfg.attention, query_size=cfg.hidden_size, memory_size=memory_size
-        )
-    except InstantiationException as error:  # show the user's mistake, not Hydra's wrapper
-        if isinstance(error.__cause__, Seq2SeqError):
-            raise error.__cause__ from None
-        raise
+    attention = build_attention(cfg.attention, cfg.hidden_size, memory_size)
+    step = attention_type(cfg.attention.name).step
+    flow = step.build(cfg.emb_size, cfg.hidden_size, attention, cfg.input_feed)
     encoder = Encoder(src_vocab, cfg.emb_size, cfg.hidden_size, cfg.encoder_layers, cfg.dropout)
-    decoder = Decoder(
-        tgt_vocab,
-        cfg.emb_size,
-        cfg.hidden_size,
-        memory_size,
-        attention,
-        dropout=cfg.dropout,
-        input_feed=cfg.input_feed,
-        tie_embeddings=cfg.tie_embeddings,
-    )
+    decoder = Decoder(tgt_vocab, memory_size, flow, cfg.dropout, cfg.tie_embeddings)
     return Seq2Seq(encoder, decoder)

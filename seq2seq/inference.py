@@ -1,0 +1,173 @@
+"""One prediction path: load a run onto a device, decode raw sentences, detokenize, score.
+
+Validation during training, ``seq2seq-evaluate`` and ``seq2seq-translate`` all go through the
+`Translator` and `score` here, so validation BLEU and test BLEU are computed the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from sacrebleu.metrics import BLEU, CHRF
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import DecodeConfig
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.engine import Engine
+from seq2seq.errors import Seq2SeqError
+from seq2seq.model.seq2seq import Seq2Seq, build_model
+from seq2seq.rundir import CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER, checkpoint_path
+from seq2seq.search import Hypothesis, decode_sources
+from seq2seq.vocab import EOS
+
+
+@dataclass
+class TrainedRun:
+    """Everything a finished run folder provides for evaluation and translation."""
+
+    run_dir: Path
+    cfg: DictConfig
+    model: Seq2Seq  # in eval mode, on the engine's device
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    checkpoint: Path
+    step: int  # training updates behind the checkpoint
+
+
+def load_run(
+    run_dir: str | Path, checkpoint: str = "best", engine: Engine | None = None
+) -> TrainedRun:
+    """Rebuild the model of a training run from its folder, in eval mode, on the engine's device
+    (the host without one)."""
+    run_dir = Path(run_dir)
+    config_path = run_dir / CONFIG_FILE
+    if not config_path.is_file():
+        raise Seq2SeqError(f"{run_dir} is not a training run folder (no {CONFIG_FILE})")
+    cfg = OmegaConf.load(config_path)
+    ckpt_path = checkpoint_path(run_dir, checkpoint)
+    if not ckpt_path.is_file():
+        raise Seq2SeqError(f"checkpoint not found: {ckpt_path} (give best, last or a file's path)")
+    state = load_checkpoint(ckpt_path)
+    for name in (SRC_TOKENIZER, TGT_TOKENIZER):
+        if not (run_dir / name).is_file():
+            raise Seq2SeqError(f"{run_dir} has no tokenizer model {name}")
+    src_tok = Tokenizer.load(run_dir / SRC_TOKENIZER)
+    tgt_tok = Tokenizer.load(run_dir / TGT_TOKENIZER)
+    model = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
+    try:
+        model.load_state_dict(state["model"])
+    except (KeyError, RuntimeError) as e:  # a checkpoint of another model or another run
+        raise Seq2SeqError(f"{ckpt_path} does not fit the model of {run_dir}: {e}") from e
+    if engine is not None:
+        model.to(engine.device)
+    model.eval()
+    return TrainedRun(run_dir, cfg, model, src_tok, tgt_tok, ckpt_path, int(state.get("step", 0)))
+
+
+@dataclass
+class Translation:
+    """The n-best list of one input line, and the source subword ids the model read."""
+
+    source_ids: list[int]  # pieces + EOS; empty for a blank line
+    hypotheses: list[Hypothesis]  # best first; empty for a blank line
+    source_length: int  # subwords of the whole line, before truncation
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the model read fewer subwords than the line has."""
+        return bool(self.source_ids) and self.source_length > len(self.source_ids) - 1
+
+
+class Translator:
+    """A model with its tokenizers, ready for raw sentences: subwords in, detokenized text out.
+
+    Decoding runs under the engine's autocast. With `max_len`, longer inputs are cut to their
+    first `max_len` subwords (see `Translation.truncated`).
+    """
+
+    def __init__(
+        self,
+        model: Seq2Seq,
+        src_tok: Tokenizer,
+        tgt_tok: Tokenizer,
+        search: DecodeConfig,
+        max_len: int | None = None,
+        engine: Engine | None = None,
+    ) -> None:
+        for key in ("beam_size", "nbest", "batch_size"):
+            if getattr(search, key) < 1:
+                raise Seq2SeqError(f"{key} must be at least 1, not {getattr(search, key)}")
+        if search.nbest > search.beam_size:
+            raise Seq2SeqError(
+                f"nbest={search.nbest} needs at least as many beams: add beam_size={search.nbest}"
+            )
+        self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
+        self.search, self.max_len, self.engine = search, max_len, engine
+
+    @classmethod
+    def from_run(
+        cls,
+        run: TrainedRun,
+        search: DecodeConfig,
+        max_len: int | None = None,
+        engine: Engine | None = None,
+    ) -> Translator:
+        return cls(run.model, run.src_tok, run.tgt_tok, search, max_len, engine)
+
+    def translate(self, lines: Sequence[str]) -> list[Translation]:
+        """Decode the non-blank lines together (in length-sorted batches); order is kept."""
+        # Lone surrogates (undecodable terminal bytes) become "?": sentencepiece takes only UTF-8.
+        text = [line.encode("utf-8", "replace").decode("utf-8").strip() for line in lines]
+        encoded = self.src_tok.encode_batch(text)
+        results = [Translation([], [], 0) for _ in lines]
+        todo = [i for i, line in enumerate(text) if line]
+        for i in todo:
+            pieces = encoded[i][: self.max_len] if self.max_len is not None else encoded[i]
+            results[i] = Translation([*pieces, EOS], [], len(encoded[i]))
+        sources = [results[i].source_ids for i in todo]
+        with self.engine.autocast() if self.engine else contextlib.nullcontext():
+            nbest = decode_sources(self.model, sources, self.search)
+        for i, hypotheses in zip(todo, nbest, strict=True):
+            results[i].hypotheses = hypotheses
+        return results
+
+    def text(self, hypothesis: Hypothesis) -> str:
+        """Detokenized translation on one line (any line break inside becomes a space)."""
+        return " ".join(self.tgt_tok.decode(hypothesis.tokens).split())
+
+    def best_text(self, translation: Translation) -> str:
+        """The text of the best hypothesis; empty for a blank line."""
+        return self.text(translation.hypotheses[0]) if translation.hypotheses else ""
+
+    def source_pieces(self, translation: Translation) -> list[str]:
+        """Subword labels of the source as read, ending with "</s>" like the attention columns."""
+        return self.src_tok.pieces(translation.source_ids)
+
+    def target_pieces(self, hypothesis: Hypothesis) -> list[str]:
+        """Subword labels of a hypothesis, ending with "</s>" like the attention rows."""
+        return self.tgt_tok.pieces([*hypothesis.tokens, EOS])
+
+
+@dataclass
+class Scores:
+    """Corpus BLEU and chrF of detokenized hypotheses against raw references (sacrebleu)."""
+
+    bleu: float
+    chrf: float
+    bleu_signature: str
+    chrf_signature: str
+
+
+def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
+    """sacrebleu's corpus BLEU and chrF with their signatures; one reference per line."""
+    bleu, chrf = BLEU(), CHRF()
+    return Scores(
+        bleu.corpus_score(list(hypotheses), [list(references)]).score,
+        chrf.corpus_score(list(hypotheses), [list(references)]).score,
+        str(bleu.get_signature()),
+        str(chrf.get_signature()),
+    )

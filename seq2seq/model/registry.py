@@ -1,0 +1,53 @@
+"""The attention registry: ``model.attention.name`` -> its attention class and decoder data flow.
+
+The one place an attention choice is read: the model builder, logging and TensorBoard's HParams all
+go through it (or through the name itself), never through ``isinstance`` or class names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from seq2seq.errors import Seq2SeqError
+from seq2seq.model.attention import (
+    Attention,
+    BahdanauAttention,
+    LuongAttention,
+    MultiHeadAttention,
+)
+from seq2seq.model.decoder import BahdanauStep, DecoderStep, LuongStep
+
+
+@dataclass(frozen=True)
+class AttentionType:
+    """An attention class and the decoder step whose data flow uses it."""
+
+    attention: type[Attention]
+    step: type[DecoderStep]
+
+
+ATTENTIONS: dict[str, AttentionType] = {
+    "bahdanau": AttentionType(BahdanauAttention, BahdanauStep),
+    "luong": AttentionType(LuongAttention, LuongStep),
+    "multihead": AttentionType(MultiHeadAttention, LuongStep),
+}
+
+
+def attention_type(name: str) -> AttentionType:
+    """The registry entry of ``name``; an unknown name lists the valid ones."""
+    try:
+        return ATTENTIONS[name]
+    except KeyError:
+        valid = ", ".join(ATTENTIONS)
+        raise Seq2SeqError(f"unknown attention {name!r}; choose one of: {valid}") from None
+
+
+def build_attention(cfg: Any, query_size: int, memory_size: int) -> Attention:
+    """The attention module of an attention config: its name picks the class, the other fields
+    are that class's keyword arguments."""
+    settings = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+    kind = attention_type(settings.pop("name"))
+    return kind.attention(**settings, query_size=query_size, memory_size=memory_size)

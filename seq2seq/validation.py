@@ -1,0 +1,80 @@
+"""Validation during training: teacher-forced loss and perplexity, and the validation split
+translated and scored the way seq2seq-evaluate does it (one `Translator`, one `score`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import TokenBatchSampler, collate
+from seq2seq.data.prepare import TrainingData
+from seq2seq.engine import Engine
+from seq2seq.inference import Translator, score
+from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.monitor import (
+    AttentionSample,
+    attention_sample,
+    attention_statistics,
+    hypothesis_weights,
+)
+
+
+@dataclass
+class Validation:
+    """What one validation measured, ready to log."""
+
+    metrics: dict[str, float]  # loss, ppl, bleu, chrf, attention_entropy, attention_max_weight
+    samples: list[AttentionSample]  # the first sentences, for heatmaps and the samples table
+
+
+@torch.inference_mode()
+def validate(
+    model: Seq2Seq,
+    data: TrainingData,
+    engine: Engine,
+    batch_tokens: int,
+    beam_size: int,
+    samples: int,
+) -> Validation:
+    """Loss and perplexity over ``data.valid``; BLEU, chrF and attention statistics of
+    ``data.valid_src`` translated with ``beam_size``, whose first ``samples`` become samples."""
+    model.eval()
+    loss_sum = nll_sum = 0.0
+    ntokens = 0
+    order = TokenBatchSampler(
+        data.valid.src_lengths, data.valid.tgt_lengths, batch_tokens, shuffle=False
+    )
+    for ids in order.batches(0):
+        batch = engine.to_device(collate(data.valid, ids))
+        with engine.autocast():
+            loss, nll = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
+        loss_sum, nll_sum = loss_sum + float(loss), nll_sum + float(nll)
+        ntokens += batch.ntokens
+    search = DecodeConfig(beam_size=beam_size, nbest=1)
+    translator = Translator(model, data.src_tok, data.tgt_tok, search, engine=engine)
+    translations = translator.translate(data.valid_src)
+    scores = score([translator.best_text(t) for t in translations], data.valid_refs)
+    decoded = [i for i, t in enumerate(translations) if t.hypotheses]
+    weights = [hypothesis_weights(translations[i].hypotheses[0]) for i in decoded]
+    metrics = {
+        "loss": loss_sum / ntokens,
+        "ppl": math.exp(min(nll_sum / ntokens, 50.0)),
+        "bleu": scores.bleu,
+        "chrf": scores.chrf,
+        **attention_statistics(weights),
+    }
+    heatmaps = [
+        attention_sample(
+            data.valid_src[i],
+            data.valid_refs[i],
+            translations[i].hypotheses[0],
+            translations[i].source_ids,
+            data.src_tok,
+            data.tgt_tok,
+        )
+        for i in decoded[:samples]
+    ]
+    return Validation(metrics, heatmaps)

@@ -1,0 +1,118 @@
+"""The engine: device and precision choices, threads, prefetching, host copies, and the training
+step's accumulation (the same update however a batch is split)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from distributed_step import TGT_LENGTHS, batch_of, update
+
+from seq2seq.config import Precision
+from seq2seq.engine import (
+    HOST,
+    Engine,
+    Topology,
+    check_precision,
+    default_threads,
+    resolve_device,
+    to_host,
+)
+from seq2seq.errors import Seq2SeqError
+
+NO_CUDA = not torch.cuda.is_available()
+
+
+def test_cpu_and_auto_devices() -> None:
+    assert resolve_device("cpu", Topology()) == HOST
+    assert resolve_device(" CPU ", Topology()) == HOST
+    expected = torch.device("cuda", 0) if torch.cuda.is_available() else HOST
+    assert resolve_device("auto", Topology()) == expected
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="checks the messages of a machine without CUDA")
+@pytest.mark.parametrize("name", ["cuda", "cuda:0", "cuda:3"])
+def test_cuda_without_a_gpu_is_refused(name: str) -> None:
+    with pytest.raises(Seq2SeqError, match="no CUDA GPU.*device=cpu"):
+        resolve_device(name, Topology())
+
+
+@pytest.mark.parametrize("name", ["gpu", "tpu", "cuda0", ""])
+def test_unknown_device_lists_the_choices(name: str) -> None:
+    with pytest.raises(Seq2SeqError, match="auto, cpu, cuda, cuda:N or mps"):
+        resolve_device(name, Topology())
+
+
+def test_fp16_on_the_cpu_is_refused() -> None:
+    with pytest.raises(Seq2SeqError, match="fp16 needs CUDA"):
+        check_precision(Precision.fp16, HOST)
+    check_precision(Precision.fp32, HOST)
+
+
+def test_threads_default_to_omp_num_threads_else_a_share_of_the_cores(monkeypatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert default_threads(local_world_size=2) == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr("seq2seq.engine.available_cores", lambda: 16)
+    assert default_threads(1) == 16 and default_threads(4) == 4 and default_threads(32) == 1
+
+
+def test_topology_comes_from_torchrun_variables(monkeypatch) -> None:
+    env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert Topology.from_env() == Topology(3, 8, 1, 2)
+    for key in env:
+        monkeypatch.delenv(key)
+    assert Topology.from_env() == Topology(0, 1, 0, 1)
+
+
+def test_prefetch_prepares_one_item_ahead_in_order() -> None:
+    engine = Engine.create("cpu")
+    prepared: list[int] = []
+
+    def prepare(item: int) -> int:
+        prepared.append(item)
+        return item * 10
+
+    seen = []
+    for value in engine.prefetch(range(4), prepare):
+        seen.append(value)
+        assert prepared[-1] == min(len(seen), 3)  # the next item is ready before it is asked for
+    assert seen == [0, 10, 20, 30] and prepared == [0, 1, 2, 3]
+    assert list(engine.prefetch([], prepare)) == []
+
+
+def test_to_host_copies_every_tensor_inside() -> None:
+    state = {"a": torch.ones(2), "b": [torch.zeros(1), (torch.arange(3), 4)], "c": "text"}
+    host = to_host(state)
+    assert host["b"][1][1] == 4 and host["c"] == "text" and isinstance(host["b"][1], tuple)
+    assert all(t.device == HOST for t in (host["a"], host["b"][0], host["b"][1][0]))
+
+
+def test_process_group_calls_are_no_ops_for_one_process() -> None:
+    engine = Engine.create("cpu")
+    assert not engine.distributed and engine.is_main
+    assert engine.broadcast("x") == "x" and engine.gather(5) == [5]
+    assert engine.max_over_ranks(7) == 7 and engine.sum_over_ranks([1.5, 2]) == [1.5, 2]
+    assert engine.from_main(lambda: 42) == 42
+    engine.barrier()
+
+
+def assert_same_update(a: dict, b: dict) -> None:
+    """Gradients (after clipping) and parameters (after Adam) agree to float rounding."""
+    for kind, tolerance in (("grads", 1e-6), ("params", 1e-6)):
+        for name, value in a[kind].items():
+            torch.testing.assert_close(value, b[kind][name], atol=tolerance, rtol=1e-4, msg=name)
+
+
+def test_accumulated_update_equals_the_whole_batch() -> None:
+    """accumulate=2 (two micro-batches, one update) == one batch of all four sentences."""
+    engine = Engine.create("cpu")
+    tokens = sum(TGT_LENGTHS)
+    whole = update(engine, [batch_of([0, 1, 2, 3])], tokens)
+    split = update(engine, [batch_of([0, 1]), batch_of([2, 3])], tokens)
+    assert_same_update(whole, split)
+    # Normalising each micro-batch by its own tokens would be a different update.
+    wrong = update(engine, [batch_of([0, 1]), batch_of([2, 3])], tokens // 2)
+    name = "decoder.bridge.bias"
+    assert not torch.allclose(wrong["grads"][name], whole["grads"][name])
