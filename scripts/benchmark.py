@@ -55,13 +55,18 @@ from seq2seq.inference import TrainedRun, load_run, score
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.search import decode_corpus, max_lengths
 
-# Attention variants: (config class, Luong input feeding). Score, heads and sizes are defaults.
+# The reference model (ModelConfig's defaults) with each attention: (config class, Luong input
+# feeding); score, heads and sizes are defaults.
 ATTENTIONS = {
     "bahdanau": (BahdanauConfig, True),
     "luong": (LuongConfig, True),
     "luong-nofeed": (LuongConfig, False),
     "multihead": (MultiHeadConfig, True),
 }
+# OpenNMT-py's model in ../shared/peers/opennmt: a 2x256 BiGRU encoder, a 512 GRU decoder,
+# embeddings of 256, MLP (additive: Luong concat here) attention with input feeding, a bridge.
+PEER = "peer"
+MODELS = ("reference", PEER)
 PRECISIONS = tuple(p.value for p in Precision)
 MEASURES = ("training", "decoding")
 BATCHES = ("peer", "recipe")  # ~1000 target tokens like the peers' 64 sentences; TrainConfig's
@@ -102,12 +107,38 @@ def data_config(args: argparse.Namespace, sizes: Sizes) -> Multi30kConfig:
 
 
 def model_config(attention: str, sizes: Sizes) -> ModelConfig:
-    """The reference model (the ModelConfig defaults) with one benchmarked attention."""
-    attention_cls, input_feed = ATTENTIONS[attention]
-    cfg = ModelConfig(attention=attention_cls(), input_feed=input_feed)
+    """The reference model with one benchmarked attention, or (``peer``) OpenNMT-py's shape."""
+    if attention == PEER:
+        cfg = ModelConfig(
+            emb_size=256,
+            hidden_size=512,
+            encoder_size=256,
+            attention=LuongConfig(size=512, score="concat"),
+            input_feed=True,
+        )
+    else:
+        attention_cls, input_feed = ATTENTIONS[attention]
+        cfg = ModelConfig(attention=attention_cls(), input_feed=input_feed)
     if sizes.dims is not None:
         cfg.emb_size, cfg.hidden_size, cfg.attention.size = sizes.dims
+        cfg.encoder_size = cfg.encoder_size and cfg.hidden_size // 2
     return cfg
+
+
+def shape_of(cfg: Any) -> str:
+    """The sizes of a model config, in words."""
+    encoder = getattr(cfg, "encoder_size", None) or cfg.hidden_size
+    return (
+        f"emb {cfg.emb_size}, encoder 2x{encoder}, decoder {cfg.hidden_size}, "
+        f"{cfg.attention.name} attention {cfg.attention.size}"
+    )
+
+
+def benchmarked_models(args: argparse.Namespace) -> list[str]:
+    """The reference model with each ``--attention``, then OpenNMT-py's shape, as ``--model``
+    asks."""
+    return [*(args.attention if "reference" in args.model else []), *(
+        [PEER] if PEER in args.model else [])]  # fmt: skip
 
 
 def peer_batch_tokens(corpus: TokenizedCorpus, target: int, seed: int) -> int:
@@ -288,18 +319,20 @@ def measure_decoding(
     sizes: Sizes,
     peak_gflops: float,
 ) -> dict[str, Any]:
-    """Sentences/s of ``decode_corpus`` (median over passes after a counted warm-up pass), FLOPs
-    per sentence, mean output length, BLEU and peak RSS."""
+    """Sentences/s of ``decode_corpus`` under the engine's autocast (median over passes after a
+    counted warm-up pass), FLOPs per sentence, output length in pieces and words, BLEU, peak
+    RSS."""
     cfg = DecodeConfig(beam_size=beam_size, nbest=1)
     gc.collect()
     reset_peak_rss()
     engine.reset_peak_memory()
-    with flop_counter() as counter:  # also the warm-up
-        hyps = decode_corpus(model, test, cfg)
+    with flop_counter() as counter, engine.autocast():  # also the warm-up
+        hyps = decode_corpus(model, test, cfg, engine.check_every)
     rates = []
     for _ in range(sizes.passes):
         start = time.perf_counter()
-        decode_corpus(model, test, cfg)  # results are on the host when it returns
+        with engine.autocast():
+            decode_corpus(model, test, cfg, engine.check_every)  # results on the host after
         rates.append(len(test) / (time.perf_counter() - start))
     max_memory = engine.max_memory_allocated()
     outputs = [nbest[0].tokens for nbest in hyps]
@@ -315,6 +348,8 @@ def measure_decoding(
         "sentences_per_s_max": max(rates),
         "passes": rates,
         "mean_output_len": statistics.mean(map(len, outputs)),
+        "mean_output_words": sum(len(line.split()) for line in text) / len(test),
+        "words_per_s": sum(len(line.split()) for line in text) / len(test) * sentences_per_s,
         "mean_max_len": float(limits.double().mean()),
         "bleu": score(text, refs).bleu,
         "flops_per_sentence": flops_per_sentence,
@@ -357,7 +392,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         src, tgt = read_parallel(*split_files(data, "train"), data.train_limit)
         src_tok, tgt_tok = train_tokenizers(data, src, tgt, Path(workdir))
         train = encode_corpus(src, tgt, src_tok, tgt_tok, Path(data.cache_dir), data.max_len, True)
-        reference = model_config(args.attention[0], sizes)
+        reference = model_config(benchmarked_models(args)[0], sizes)
         report: dict[str, Any] = {
             **machine_info(engine),
             "quick": args.quick,
@@ -365,6 +400,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "model": {
                 "emb_size": reference.emb_size,
                 "hidden_size": reference.hidden_size,
+                "encoder_size": reference.encoder_size or reference.hidden_size,
                 "encoder_layers": reference.encoder_layers,
                 "attention_size": reference.attention.size,
                 "dropout": reference.dropout,
@@ -381,7 +417,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "passes": sizes.passes,
             },
         }
-        needed = set(args.precision) | {"fp32"}  # decoding runs in fp32
+        needed = set(args.precision)
         peaks = {
             p: matmul_peak(engine, DTYPES[p], reference, tgt_tok.vocab_size, sizes.gemm_seconds)
             for p in PRECISIONS
@@ -395,7 +431,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if "decoding" in args.measure:
             tokenizers = (src_tok, tgt_tok)
             report["decoding"] = decoding_rows(
-                engine, args, trained, data, sizes, tokenizers, peaks["fp32"]
+                engine, args, trained, data, sizes, tokenizers, peaks
             )
     phases = [*report.get("training", []), *report.get("decoding", [])]
     report["peak_rss_mib"] = max((row["peak_rss_mib"] for row in phases), default=peak_rss_mib())
@@ -417,7 +453,7 @@ def training_rows(
     }
     rows = []
     for attention, precision, batch in itertools.product(
-        args.attention, args.precision, args.batch
+        benchmarked_models(args), args.precision, args.batch
     ):
         model = model_config(attention, sizes)
         tcfg = TrainConfig(
@@ -427,7 +463,8 @@ def training_rows(
         progress(f"{name} ...")
         at = Engine(engine.device, tcfg.precision, engine.topology)
         row = measure_training(at, model, tcfg, train, vocab, sizes, peaks[precision])
-        rows.append({"attention": attention, "precision": precision, "batch": batch, **row})
+        rows.append({"attention": attention, "precision": precision, "batch": batch,
+                     "shape": shape_of(model), **row})  # fmt: skip
         progress(f"{name}: {row['tokens_per_s']:,.0f} target tokens/s")
     return rows
 
@@ -439,9 +476,10 @@ def decoding_rows(
     data: Multi30kConfig,
     sizes: Sizes,
     tokenizers: tuple[Tokenizer, Tokenizer],
-    peak_gflops: float,
+    peaks: dict[str, float],
 ) -> list[dict[str, Any]]:
-    """Greedy and beam rows for the ``trained`` run, else for each random attention model."""
+    """Greedy and beam rows in each precision for the ``trained`` run, else for each random
+    model."""
     if trained is not None:
         langs = {"src_lang": trained.cfg.data.src_lang, "tgt_lang": trained.cfg.data.tgt_lang}
         run_data = replace(data, **langs)
@@ -452,6 +490,7 @@ def decoding_rows(
             "checkpoint": str(trained.checkpoint),
             "settings": OmegaConf.to_container(trained.cfg.model),
             "trained_precision": trained.cfg.train.precision,
+            "shape": shape_of(trained.cfg.model),
         }
         models = [(trained.cfg.model.attention.name, trained.model, settings)]
         tokenizer = trained.tgt_tok
@@ -459,20 +498,25 @@ def decoding_rows(
         src_tok, tgt_tok = tokenizers
         test, refs = encode_test_split(data, src_tok, tgt_tok, sizes.test_limit)
         models = []
-        for attention in args.attention:
+        for attention in benchmarked_models(args):
             torch.manual_seed(TrainConfig.seed)
             cfg = OmegaConf.structured(model_config(attention, sizes))
             model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size)
             model.to(engine.device).eval()
-            models.append((attention, model, {"model": "random"}))
+            models.append((attention, model, {"model": "random", "shape": shape_of(cfg)}))
         tokenizer = tgt_tok
     rows = []
-    for (attention, model, settings), search in itertools.product(models, args.search):
-        progress(f"decoding {attention} {search} ...")
+    for (attention, model, settings), precision, search in itertools.product(
+        models, args.precision, args.search
+    ):
+        name = f"decoding {attention} {precision} {search}"
+        progress(f"{name} ...")
+        at = Engine(engine.device, Precision(precision), engine.topology)
         beam = SEARCHES[search]
-        row = measure_decoding(engine, model, test, refs, tokenizer, beam, sizes, peak_gflops)
-        rows.append({"attention": attention, "search": search, **settings, **row})
-        progress(f"decoding {attention} {search}: {row['sentences_per_s']:,.1f} sentences/s")
+        row = measure_decoding(at, model, test, refs, tokenizer, beam, sizes, peaks[precision])
+        rows.append({"attention": attention, "precision": precision, "search": search,
+                     **settings, **row})  # fmt: skip
+        progress(f"{name}: {row['sentences_per_s']:,.1f} sentences/s")
     return rows
 
 
@@ -497,10 +541,13 @@ TRAINING_COLUMNS = (
 DECODING_COLUMNS = (
     ("attention", "<19", lambda r: r["attention"]),
     ("search", "<7", lambda r: r["search"]),
+    ("prec", "<5", lambda r: r["precision"]),
     ("sent/s", ">8", lambda r: f"{r['sentences_per_s']:,.1f}"),
     ("min", ">8", lambda r: f"{r['sentences_per_s_min']:,.1f}"),
     ("max", ">8", lambda r: f"{r['sentences_per_s_max']:,.1f}"),
     ("out len", ">8", lambda r: f"{r['mean_output_len']:.1f}"),
+    ("words", ">6", lambda r: f"{r['mean_output_words']:.1f}"),
+    ("words/s", ">8", lambda r: f"{r['words_per_s']:,.0f}"),
     ("max len", ">8", lambda r: f"{r['mean_max_len']:.1f}"),
     ("BLEU", ">6", lambda r: f"{r['bleu']:.1f}"),
     ("GFLOP/sent", ">11", lambda r: f"{r['flops_per_sentence'] / 1e9:.3f}"),
@@ -548,7 +595,8 @@ def print_table(report: dict[str, Any]) -> None:
         else:
             what = "RANDOM models (max-length output: pessimistic; --run-dir for a trained one)"
         print(
-            f"\ndecoding {rows[0]['sentences']} test sentences (fp32, batches of "
+            f"\ndecoding {rows[0]['sentences']} test sentences (each precision's autocast, "
+            f"batches of "
             f"{DecodeConfig.batch_size}, max length {DecodeConfig.max_len_a} x source + "
             f"{DecodeConfig.max_len_b}), median of {timing['passes']} passes: {what}"
         )
@@ -588,10 +636,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-root", default=defaults.root, help="download folder")
     parser.add_argument("--cache-dir", default=defaults.cache_dir, help="tokenizer/ids cache")
     lists = {  # option: (choices, help); every choice is measured unless a subset is given
+        "--model": (
+            MODELS,
+            "reference: the default model with each --attention; peer: "
+            "OpenNMT-py's shape (2x256 encoder, mlp attention, input feeding)",
+        ),
         "--attention": (tuple(ATTENTIONS), "luong: general score with input feeding"),
         "--precision": (
             PRECISIONS,
-            "training under its autocast (default: what the device runs); decoding is fp32",
+            "training and decoding under its autocast (default: what the device runs)",
         ),
         "--measure": (MEASURES, "what to measure"),
         "--batch": (BATCHES, f"peer: ~{PEER_TOKENS} target tokens; recipe: train.batch_tokens"),
@@ -599,7 +652,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     }
     for option, (choices, text) in lists.items():
         help_text = f"comma-separated subset of {','.join(choices)}; {text}"
-        default = None if option == "--precision" else list(choices)
+        default = {"--precision": None, "--model": ["reference"]}.get(option, list(choices))
         parser.add_argument(option, type=comma_list(choices), default=default, help=help_text)
     parser.add_argument("--device", default="auto", help=f"{DEVICES} (default auto)")
     parser.add_argument("--run-dir", help="decode with this trained run (best.pt), not random")

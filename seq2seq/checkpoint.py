@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,33 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class CheckpointWriter:
+    """Writes checkpoints in a background thread, in order, so that training pays only for a
+    host copy of the state; ``wait`` returns when everything asked for is on disk (and raises
+    what writing raised)."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending: Future | None = None
+
+    def save(self, paths: list[Path], state: dict[str, Any]) -> None:
+        """Copy ``state`` to host memory now; write it to each of ``paths`` in the background."""
+        self.wait()
+        snapshot = to_host(state, copy=True)  # training goes on changing the originals
+        self._pending = self._pool.submit(lambda: [save_checkpoint(p, snapshot) for p in paths])
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._pool.shutdown()
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:

@@ -120,7 +120,8 @@ ATTENTION_CONFIGS = (BahdanauConfig, LuongConfig, MultiHeadConfig)  # the model/
 @dataclass
 class ModelConfig:
     emb_size: int = 256
-    hidden_size: int = 512  # per encoder direction, and the decoder GRU
+    hidden_size: int = 512  # the decoder GRU, and each encoder direction unless encoder_size
+    encoder_size: Optional[int] = None  # per encoder direction; None: hidden_size
     encoder_layers: int = 1
     dropout: float = 0.3
     input_feed: bool = True  # Luong flow only: feed the previous attentional vector to the GRU
@@ -153,8 +154,10 @@ class TrainConfig:
     validate_every: Optional[int] = None  # updates between validations; None = every epoch
     patience: int = 5  # validations without a better BLEU before early stopping
     val_beam_size: int = 1  # validation BLEU decodes greedily unless raised
+    val_batch_size: int = 64  # sentences per validation decoding batch; GPUs take more
     resume: bool = False  # continue from last.pt in the run folder
     precision: Precision = Precision.fp32
+    compile: bool = False  # torch.compile the decoder's per-step work (time-step loops)
     threads: int = 0  # torch threads; 0 = $OMP_NUM_THREADS, else this process's share of cores
     log_every: int = 50  # updates between training-loss scalars
 
@@ -198,6 +201,7 @@ class InferenceConfig(DecodeConfig):
     checkpoint: str = "best"  # "best", "last", or a path to a checkpoint file
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
     precision: Precision = Precision.fp32  # autocast while decoding, as in training
+    compile: bool = False  # torch.compile the decoder's search step
 
 
 @dataclass

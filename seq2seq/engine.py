@@ -229,6 +229,12 @@ class Engine:
             ahead = following if following is sentinel else prepare(following)
             yield current
 
+    @property
+    def check_every(self) -> int:
+        """Search steps between looks at the device: every step on the host (looking is free
+        there, and finished sentences leave the batch at once), every 8 on an accelerator."""
+        return 1 if self.device == HOST else 8
+
     def synchronize(self) -> None:
         """Wait for queued device work (for honest timings)."""
         if self.device.type == "cuda":
@@ -315,6 +321,11 @@ class Engine:
         if self.device.type == "cuda" and "cuda" in state:
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
+    def compile(self, model: nn.Module) -> None:
+        """torch.compile the model's per-step work, shapes dynamic (every batch size and
+        source length share one compiled unit); the first batches pay for compiling."""
+        model.compile_steps(lambda fn: torch.compile(fn, dynamic=True))
+
     # -- training --------------------------------------------------------------------------------
 
     def updater(self, model: nn.Module, tcfg: TrainConfig) -> Updater:
@@ -388,6 +399,8 @@ class Updater:
     def __init__(self, engine: Engine, model: nn.Module, tcfg: TrainConfig) -> None:
         self.engine, self.tcfg = engine, tcfg
         self.module = model.to(engine.device)
+        if tcfg.compile:
+            engine.compile(self.module)
         if engine.distributed:  # broadcasts rank 0's parameters to every rank
             ids = [engine.device.index] if engine.device.type == "cuda" else None
             self.model: nn.Module = nn.parallel.DistributedDataParallel(
@@ -438,14 +451,15 @@ class Updater:
             self.scaler.load_state_dict(state["scaler"])
 
 
-def to_host(obj: Any) -> Any:
-    """``obj`` with every tensor inside (dicts, lists, tuples) copied to host memory."""
+def to_host(obj: Any, copy: bool = False) -> Any:
+    """``obj`` with every tensor inside (dicts, lists, tuples) in host memory; with ``copy``,
+    copied even where it is there already."""
     if isinstance(obj, Tensor):
-        return obj.detach().to(HOST)
+        return obj.detach().to(HOST, copy=copy)
     if isinstance(obj, dict):
-        return {key: to_host(value) for key, value in obj.items()}
+        return {key: to_host(value, copy) for key, value in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(to_host(value) for value in obj)
+        return type(obj)(to_host(value, copy) for value in obj)
     return obj
 
 

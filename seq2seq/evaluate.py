@@ -153,6 +153,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
     engine = Engine.create(cfg.device, cfg.precision)
     run = load_run(cfg.run_dir, cfg.checkpoint, engine)
+    if cfg.compile:
+        engine.compile(run.model)
     translator = Translator.from_run(run, cfg, engine=engine)
     split, name, src_path, ref_path = _inputs(cfg, run)
     sources, references = read_parallel(src_path, ref_path)

@@ -274,6 +274,7 @@ def run_hparams(cfg: Any) -> dict[str, HParam]:
         "dropout": cfg.model.dropout,
         "emb_size": cfg.model.emb_size,
         "encoder_layers": cfg.model.encoder_layers,
+        "encoder_size": getattr(cfg.model, "encoder_size", None) or cfg.model.hidden_size,
         "hidden_size": cfg.model.hidden_size,
         "input_feed": cfg.model.input_feed,
         "label_smoothing": cfg.train.label_smoothing,

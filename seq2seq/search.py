@@ -1,13 +1,18 @@
-"""Greedy and beam search, batched: finished sentences leave the active set as soon as they end.
+"""Greedy and beam search, batched, on the model's device.
 
 Both stop a sentence at ``max_len = floor(a * src_len + b)`` target tokens (src_len counts the
 source EOS) by forcing EOS there, so every hypothesis ends with EOS and its attention has one row
-per output token plus the EOS row. They run on the model's device: every buffer is created there,
-and results come back to the host once per batch. Call ``model.eval()`` first.
+per output token plus the EOS row. Call ``model.eval()`` first.
+
+The step loop never waits for the device: every buffer is preallocated there, finished beams are
+written into fixed slots, and the loop looks at the device only every ``check_every`` steps (to
+stop, and to drop finished sentences from the batch). Results come back to the host once per
+batch. On the CPU, where looking costs nothing, ``check_every=1`` drops sentences at once.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,6 +21,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.model.decoder import DecoderState, EncoderOutput
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD
 
@@ -40,9 +46,18 @@ def max_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
     return (src_lengths.cpu().double() * a + b).floor().long().clamp(min=0)
 
 
-def _restrict(log_probs: Tensor, at_limit: Tensor) -> Tensor:
-    """Forbid PAD and BOS everywhere, and anything but EOS in rows that reached their limit."""
-    log_probs[:, [PAD, BOS]] = float("-inf")
+def _restrict(log_probs: Tensor, at_limit: Tensor, look: bool) -> Tensor:
+    """Forbid PAD and BOS everywhere, and anything but EOS in rows that reached their limit.
+
+    With ``look`` (free on the host) only rows at their limit are touched; without, a masked
+    fill over all rows avoids asking the device whether there are any.
+    """
+    log_probs[:, PAD] = float("-inf")
+    log_probs[:, BOS] = float("-inf")
+    if not look:
+        not_eos = torch.ones(log_probs.size(1), dtype=torch.bool, device=log_probs.device)
+        not_eos[EOS] = False
+        return log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
     if at_limit.any():
         log_probs[at_limit, :EOS] = float("-inf")
         log_probs[at_limit, EOS + 1 :] = float("-inf")
@@ -56,9 +71,19 @@ def _hypothesis(tokens: Tensor, score: float, attention: Tensor, src_len: int) -
     return Hypothesis(tokens.tolist(), score, attention.mean(1), heads)
 
 
+def _checkpoint(t: int, steps: int, check_every: int) -> bool:
+    """Whether the loop looks at the device after step ``t``."""
+    return (t + 1) % check_every == 0 or t + 1 == steps
+
+
 @torch.inference_mode()
 def greedy_search(
-    model: Seq2Seq, src: Tensor, src_lengths: Tensor, max_len_a: float, max_len_b: int
+    model: Seq2Seq,
+    src: Tensor,
+    src_lengths: Tensor,
+    max_len_a: float,
+    max_len_b: int,
+    check_every: int = 1,
 ) -> list[Hypothesis]:
     """Most probable next token at every step, for a batch src [B, S] at once."""
     enc = model.encode(src, src_lengths)
@@ -73,28 +98,56 @@ def greedy_search(
     attention = torch.zeros(batch, steps, heads, src_len, device=device)
     scores = torch.zeros(batch, device=device)
     lengths = torch.zeros(batch, dtype=torch.long, device=device)  # steps taken, EOS included
-    active = torch.arange(batch, device=device)  # original rows still decoding
+    active = torch.arange(batch, device=device)  # batch rows still in the loop
+    running = torch.ones(batch, dtype=torch.bool, device=device)  # of those, not yet ended
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     for t in range(steps):
         log_probs, state, weights = model.decoder.step(prev, state, enc)  # [b, V]
-        log_probs = _restrict(log_probs, limit[active] == t)
+        look = _checkpoint(t, steps, check_every)
+        log_probs = _restrict(log_probs, limit[active] == t, look)
         best, prev = log_probs.max(dim=-1)  # [b]
-        tokens[active, t] = prev
+        tokens[active, t] = prev  # rows that ended earlier write past their length: unread
         attention[active, t] = weights.float()
-        scores[active] += best.float()
-        done = prev == EOS
-        if done.any():
-            lengths[active[done]] = t + 1
-            keep = (~done).nonzero().squeeze(1)
-            if keep.numel() == 0:
+        scores[active] += torch.where(running, best.float(), 0.0)
+        ended = running & (prev == EOS)
+        lengths[active] = torch.where(ended, t + 1, lengths[active])
+        running &= ~ended
+        if look:
+            if not running.any():
                 break
-            active, prev = active[keep], prev[keep]
-            state, enc = state.index_select(keep), enc.index_select(keep)
+            if not running.all():
+                keep = running.nonzero().squeeze(1)
+                active, prev, running = active[keep], prev[keep], running[keep]
+                state, enc = state.index_select(keep), enc.index_select(keep)
     tokens, attention, scores, lengths = (x.cpu() for x in (tokens, attention, scores, lengths))
     return [
         _hypothesis(tokens[i, : lengths[i] - 1], float(scores[i]), attention[i, : lengths[i]], n)
         for i, n in enumerate(src_lengths.tolist())
     ]
+
+
+@dataclass
+class _Beams:
+    """What beam search carries from step to step for the ``n`` sentences still decoded."""
+
+    sent: Tensor  # [n] batch row of each sentence
+    scores: Tensor  # [n, k] log-prob sums of the live beams (-inf: none)
+    done: Tensor  # [n] bool: k hypotheses finished, or the length limit reached
+    prev: Tensor  # [n * k] last token of each beam
+    state: DecoderState
+    enc: EncoderOutput
+
+    def select(self, keep: Tensor, k: int) -> _Beams:
+        """Sentences ``keep`` [n'] only, with their k beams each."""
+        rows = (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).view(-1)
+        return _Beams(
+            self.sent[keep],
+            self.scores[keep],
+            self.done[keep],
+            self.prev[rows],
+            self.state.index_select(rows),
+            self.enc.index_select(rows),
+        )
 
 
 @torch.inference_mode()
@@ -107,77 +160,132 @@ def beam_search(
     nbest: int,
     max_len_a: float,
     max_len_b: int,
+    check_every: int = 1,
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch src [B, S]; per sentence the ``nbest`` best, sorted by score.
 
     Each step keeps the ``beam_size`` best unfinished continuations; EOS among the ``beam_size``
     best candidates finishes a hypothesis, and a sentence is done with ``beam_size`` of them.
+    A beam's history is a chain of back-pointers through the steps, followed back once at the end.
+    The first step runs one row per sentence (all its beams would be the same); the k beams of
+    each sentence start from its k best first tokens.
     """
     k = beam_size
     batch, src_len = src.shape
     device = src.device
-    beams = torch.arange(batch, device=device).repeat_interleave(k)
-    enc = model.encode(src, src_lengths).index_select(beams)
-    state = model.decoder.init_state(enc)  # rows: sentence-major, k beams each
-    limit = max_lengths(src_lengths, max_len_a, max_len_b).to(device)  # [B]
+    limit_host = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
+    steps = int(limit_host.max()) + 1
+    limit = limit_host.to(device)
     heads = model.decoder.attention.heads
-    sent = torch.arange(batch, device=device)  # original sentence of each active sentence
-    scores = torch.full((batch, k), float("-inf"), device=device)  # [n, k] log-prob sums
-    scores[:, 0] = 0.0  # all beams start identical: expand only the first
-    tokens = torch.zeros(batch * k, 0, dtype=torch.long, device=device)  # [n * k, t]
-    history = torch.zeros(batch * k, 0, heads, src_len, device=device)  # [n * k, t, heads, S]
-    prev = torch.full((batch * k,), BOS, dtype=torch.long, device=device)
-    finished: list[list[tuple[float, Tensor, Tensor]]] = [[] for _ in range(batch)]
+    enc = model.encode(src, src_lengths)
+    beams = _Beams(
+        torch.arange(batch, device=device),
+        torch.zeros(batch, 1, device=device),  # [n, width]: one row per sentence at first
+        torch.zeros(batch, dtype=torch.bool, device=device),
+        torch.full((batch,), BOS, dtype=torch.long, device=device),
+        model.decoder.init_state(enc),
+        enc,
+    )
+    # Row j of step t + 1 continues row parents[t, j] of step t with token fed[t, j]; the rows
+    # of a step are those of its live sentences, so their number shrinks as sentences finish.
+    parents = torch.zeros(steps, batch * k, dtype=torch.long, device=device)
+    fed = torch.zeros(steps, batch * k, dtype=torch.long, device=device)
+    history = torch.zeros(steps, batch * k, heads, src_len, device=device)
+    # Finished hypotheses per batch sentence: k slots, and a last one where the others go.
+    ended_score = torch.full((batch, k + 1), float("-inf"), device=device)
+    ended_step = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
+    ended_row = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
+    ended = torch.zeros(batch, dtype=torch.long, device=device)  # hypotheses finished so far
     slots = torch.arange(2 * k, device=device)  # [2k]
-    first_k = slots < k
-    for t in range(int(limit.max()) + 1):
-        n = sent.numel()
-        log_probs, state, weights = model.decoder.step(prev, state, enc)  # [n * k, V]
-        at_limit = limit[sent] == t  # [n]
-        log_probs = _restrict(log_probs, at_limit.repeat_interleave(k))
+    for t in range(steps):
+        n, width = beams.scores.shape  # width: rows per sentence, 1 at the first step, then k
+        log_probs, state, weights = model.decoder.step(beams.prev, beams.state, beams.enc)
+        history[t, : n * width] = weights.float()
+        at_limit = limit[beams.sent] == t  # [n]
+        look = _checkpoint(t, steps, check_every)
+        log_probs = _restrict(log_probs, at_limit.repeat_interleave(width), look)
         vocab = log_probs.size(1)
-        candidates = (scores.unsqueeze(2) + log_probs.view(n, k, vocab)).view(n, k * vocab)
-        top_scores, top_idx = candidates.topk(2 * k, dim=1)  # [n, 2k]
+        candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
+        top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]
         top_tokens = top_idx % vocab
-        parents = top_idx // vocab + (torch.arange(n, device=device) * k).unsqueeze(1)
+        top_rows = top_idx // vocab + (torch.arange(n, device=device) * width).unsqueeze(1)
         is_eos = top_tokens == EOS
-        ends = is_eos & first_k & top_scores.isfinite()  # [n, 2k]
-        for i, j in ends.nonzero().tolist():
-            hyps = finished[int(sent[i])]
-            if len(hyps) < k:
-                row = int(parents[i, j])
-                attention = torch.cat([history[row], weights[row].unsqueeze(0).float()])
-                score = float(top_scores[i, j]) / length_penalty(t + 1, alpha)
-                hyps.append((score, tokens[row], attention))
-        full = [len(finished[s]) >= k for s in sent.tolist()]
-        done = at_limit | torch.tensor(full, device=device)
-        if bool(done.all()):
-            break
+        # EOS among the first k candidates ends a hypothesis, while the sentence has room
+        ends = is_eos & (slots < k) & top_scores.isfinite()  # [n, 2k]
+        before = ended[beams.sent].unsqueeze(1)  # [n, 1]
+        rank = before + ends.cumsum(1)  # 1-based slot of each ending
+        accepted = ends & (rank <= k)
+        slot = torch.where(accepted, rank - 1, k)
+        sentence = beams.sent.unsqueeze(1).expand(n, 2 * k)
+        penalised = top_scores / length_penalty(t + 1, alpha)
+        ended_score.index_put_((sentence, slot), torch.where(accepted, penalised, float("-inf")))
+        ended_step.index_put_((sentence, slot), torch.full_like(slot, t))
+        ended_row.index_put_((sentence, slot), top_rows)
+        ended.index_add_(0, beams.sent, accepted.sum(1))
+        done = beams.done | at_limit | (ended[beams.sent] >= k)
         # the k best continuations that are not EOS, in score order
         order = (is_eos * 2 * k + slots).argsort(dim=1)[:, :k]  # [n, k]
-        keep = (~done).nonzero().squeeze(1)  # [n']
-        rows = parents.gather(1, order)[keep].view(-1)  # [n' * k]
-        next_tokens = top_tokens.gather(1, order)[keep].view(-1)  # [n' * k]
-        scores = top_scores.gather(1, order)[keep]  # [n', k]
-        tokens = torch.cat([tokens[rows], next_tokens.unsqueeze(1)], dim=1)  # [n' * k, t + 1]
-        history = torch.cat([history[rows], weights[rows].unsqueeze(1).float()], dim=1)
-        state, prev = state.index_select(rows), next_tokens
-        if keep.numel() < n:
-            enc = enc.index_select((keep.unsqueeze(1) * k + slots[:k]).view(-1))
-            sent = sent[keep]
+        rows = top_rows.gather(1, order).view(-1)  # [n * k] rows of this step
+        next_tokens = top_tokens.gather(1, order).view(-1)
+        next_scores = top_scores.gather(1, order).masked_fill(done.unsqueeze(1), float("-inf"))
+        parents[t, : n * k], fed[t, : n * k] = rows, next_tokens
+        enc = beams.enc if width == k else beams.enc.index_select(rows)  # k beams each
+        beams = _Beams(beams.sent, next_scores, done, next_tokens, state.index_select(rows), enc)
+        if look:
+            if bool(done.all()):
+                break
+            if bool(done.any()):
+                keep = (~done).nonzero().squeeze(1)
+                kept = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
+                parents[t, : kept.numel()] = parents[t, kept].clone()
+                fed[t, : kept.numel()] = fed[t, kept].clone()
+                beams = beams.select(keep, k)
+    return _backtrack(ended_score[:, :k], ended_step[:, :k], ended_row[:, :k], parents, fed,
+                      history, src_lengths, nbest)  # fmt: skip
+
+
+def _backtrack(
+    scores: Tensor,
+    ends: Tensor,
+    rows: Tensor,
+    parents: Tensor,
+    fed: Tensor,
+    history: Tensor,
+    src_lengths: Tensor,
+    nbest: int,
+) -> list[list[Hypothesis]]:
+    """Follow the back-pointers of each sentence's ``nbest`` best finished hypotheses (slots
+    [B, k]: scores, the step of their EOS, its row) on the device; then one copy to the host."""
+    best_scores, best = scores.sort(dim=1, descending=True, stable=True)  # [B, k]
+    best_scores, best = best_scores[:, :nbest], best[:, :nbest]
+    end, row = ends.gather(1, best).view(-1), rows.gather(1, best).view(-1)  # [H]
+    longest = int(end.max())
+    tokens = torch.full((len(end), longest), PAD, dtype=torch.long, device=end.device)
+    attention = torch.zeros(len(end), longest + 1, *history.shape[2:], device=end.device)
+    attention[torch.arange(len(end), device=end.device), end] = history[end, row]  # EOS rows
+    for t in range(longest - 1, -1, -1):
+        back = t < end  # [H] hypotheses that are longer than t
+        tokens[:, t] = torch.where(back, fed[t, row], PAD)
+        row = torch.where(back, parents[t, row], row)
+        attention[:, t] = torch.where(back[:, None, None], history[t, row], attention[:, t])
+    best_scores, end, tokens, attention = (x.cpu() for x in (best_scores, end, tokens, attention))
     results = []
-    for hyps, n in zip(finished, src_lengths.tolist(), strict=True):
-        best = sorted(hyps, key=lambda h: -h[0])[:nbest]
-        results.append([_hypothesis(toks.cpu(), score, att.cpu(), n) for score, toks, att in best])
+    for b, n in enumerate(src_lengths.tolist()):
+        hyps = []
+        for j, score in enumerate(best_scores[b].tolist()):
+            if math.isfinite(score):
+                h, length = b * nbest + j, int(end[b * nbest + j])
+                hyps.append(_hypothesis(tokens[h, :length], score, attention[h, : length + 1], n))
+        results.append(hyps)
     return results
 
 
 def decode(
-    model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig
+    model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, check_every: int = 1
 ) -> list[list[Hypothesis]]:
     """n-best lists for a padded batch; beam_size 1 is greedy search."""
     if cfg.beam_size == 1:
-        hyps = greedy_search(model, src, src_lengths, cfg.max_len_a, cfg.max_len_b)
+        hyps = greedy_search(model, src, src_lengths, cfg.max_len_a, cfg.max_len_b, check_every)
         return [[h] for h in hyps]
     return beam_search(
         model,
@@ -188,11 +296,12 @@ def decode(
         min(cfg.nbest, cfg.beam_size),
         cfg.max_len_a,
         cfg.max_len_b,
+        check_every,
     )
 
 
 def decode_sources(
-    model: Seq2Seq, sources: Sequence[Sequence[int]], cfg: DecodeConfig
+    model: Seq2Seq, sources: Sequence[Sequence[int]], cfg: DecodeConfig, check_every: int = 1
 ) -> list[list[Hypothesis]]:
     """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept."""
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
@@ -205,12 +314,14 @@ def decode_sources(
         for row, i in enumerate(chunk):
             src[row, : lengths[row]] = sources[i]
         src_ids = torch.from_numpy(src).to(device)
-        nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg)
+        nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg, check_every)
         for i, hyps in zip(chunk, nbest, strict=True):
             results[i] = hyps
     return results
 
 
-def decode_corpus(model: Seq2Seq, corpus, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def decode_corpus(
+    model: Seq2Seq, corpus, cfg: DecodeConfig, check_every: int = 1
+) -> list[list[Hypothesis]]:
     """Decode every source of a ``TokenizedCorpus`` (anything with len and ``src(i)``)."""
-    return decode_sources(model, [corpus.src(i) for i in range(len(corpus))], cfg)
+    return decode_sources(model, [corpus.src(i) for i in range(len(corpus))], cfg, check_every)

@@ -21,8 +21,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from seq2seq.checkpoint import save_checkpoint, start_or_resume
-from seq2seq.config import Config, Precision
+from seq2seq.checkpoint import CheckpointWriter, start_or_resume
+from seq2seq.config import Config, DecodeConfig, Precision
 from seq2seq.data.batching import TokenBatchSampler, Update, collate, plan_updates
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data
 from seq2seq.data.tokenizer import Tokenizer
@@ -93,6 +93,7 @@ class Trainer:
         # Resuming hides whatever the interrupted run logged after the step of its last.pt.
         purge = self.progress.step + 1 if state is not None else None
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
+        self.writer = CheckpointWriter()
         self.skipped = 0  # updates with non-finite gradients, since the last log line
         self._log_start(model)
 
@@ -172,12 +173,11 @@ class Trainer:
         )
 
     def _save(self, *names: str) -> None:
-        """Every rank takes part (its random state is gathered); rank 0 writes the files."""
+        """Every rank takes part (its random state is gathered); rank 0 writes the files, in
+        the background."""
         rng = self.engine.gather(self.engine.rng_state())
         if self.engine.is_main:
-            state = self._state(rng)
-            for name in names:
-                save_checkpoint(self.run_dir / name, state)
+            self.writer.save([self.run_dir / name for name in names], self._state(rng))
 
     # -- training ----------------------------------------------------------------------------
 
@@ -186,6 +186,7 @@ class Trainer:
         try:
             self._fit()
         finally:
+            self.writer.close()  # every checkpoint asked for is on disk
             if self.monitor is not None:
                 self.monitor.close()
 
@@ -199,6 +200,7 @@ class Trainer:
                 stop = self._train_epoch(request)
             if stop:
                 self._save(LAST)
+                self.writer.wait()
                 if self.engine.is_main:
                     log.warning(
                         "stopped by signal %d at step %d; %s saved: rerun with "
@@ -331,7 +333,7 @@ class Trainer:
                 self.data,
                 self.engine,
                 tcfg.batch_tokens,
-                tcfg.val_beam_size,
+                DecodeConfig(beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size),
                 self.cfg.log.attention_samples,
             )
         bleu = self.engine.broadcast(result.metrics["bleu"] if result else None)

@@ -258,6 +258,8 @@ def run_app(cfg: TranslateConfig) -> None:
         raise Seq2SeqError("say which trained model to use: run_dir=<a training run folder>")
     engine = Engine.create(cfg.device, cfg.precision)
     run = load_run(cfg.run_dir, cfg.checkpoint, engine)
+    if cfg.compile:
+        engine.compile(run.model)
     translator = Translator.from_run(run, cfg, int(run.cfg.data.max_len), engine)
     log.info("loaded %s (step %d) on %s", run.checkpoint, run.step, engine.describe())
     if sys.stdin.isatty():

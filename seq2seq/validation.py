@@ -36,11 +36,11 @@ def validate(
     data: TrainingData,
     engine: Engine,
     batch_tokens: int,
-    beam_size: int,
+    search: DecodeConfig,
     samples: int,
 ) -> Validation:
     """Loss and perplexity over ``data.valid``; BLEU, chrF and attention statistics of
-    ``data.valid_src`` translated with ``beam_size``, whose first ``samples`` become samples."""
+    ``data.valid_src`` translated with ``search``, whose first ``samples`` become samples."""
     model.eval()
     loss_sum = nll_sum = 0.0
     ntokens = 0
@@ -53,7 +53,6 @@ def validate(
             loss, nll = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
         loss_sum, nll_sum = loss_sum + float(loss), nll_sum + float(nll)
         ntokens += batch.ntokens
-    search = DecodeConfig(beam_size=beam_size, nbest=1)
     translator = Translator(model, data.src_tok, data.tgt_tok, search, engine=engine)
     translations = translator.translate(data.valid_src)
     scores = score([translator.best_text(t) for t in translations], data.valid_refs)

@@ -38,6 +38,7 @@ TRAINING_FIGURES = (
 )
 DECODING_FIGURES = (
     "sentences_per_s",
+    "words_per_s",
     "sentences_per_s_min",
     "sentences_per_s_max",
     "mean_output_len",
@@ -100,8 +101,8 @@ def test_quick_benchmark_reports_every_figure(data_args: list[str]) -> None:
             assert row["mean_target_tokens"] <= 1000 < row["batch_tokens"]
 
     rows = report["decoding"]
-    expected = itertools.product(ATTENTIONS, ("greedy", "beam"))
-    assert [(r["attention"], r["search"]) for r in rows] == list(expected)
+    expected = itertools.product(ATTENTIONS, ("fp32", "bf16"), ("greedy", "beam"))
+    assert [(r["attention"], r["precision"], r["search"]) for r in rows] == list(expected)
     for row in rows:
         assert row["model"] == "random"
         assert_positive(row, DECODING_FIGURES)
@@ -151,3 +152,16 @@ def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
     proc = benchmark("--quick", "--run-dir", str(tmp_path))  # no config.yaml: not a run folder
     assert proc.returncode == 1
     assert "not a training run folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_peer_shape_and_impossible_precision(data_args: list[str]) -> None:
+    args = ["--quick", "--model", "peer", "--measure", "training", "--batch", "peer"]
+    report = report_of(benchmark(*args, "--precision", "fp32", *data_args))
+    [row] = report["training"]
+    assert row["attention"] == "peer" and row["shape"].startswith(
+        "emb 32, encoder 2x32, decoder 64"
+    )
+    assert_positive(row, TRAINING_FIGURES)
+    if not torch.cuda.is_available():
+        proc = benchmark(*args, "--precision", "fp16", *data_args)
+        assert proc.returncode == 1 and "fp16 needs CUDA" in proc.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq.checkpoint import CheckpointWriter, load_checkpoint, save_checkpoint
 from seq2seq.errors import Seq2SeqError
 
 
@@ -41,3 +41,19 @@ def test_foreign_or_missing_file_is_a_user_error(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "junk.pt")
     with pytest.raises(Seq2SeqError, match="checkpoint not found"):
         load_checkpoint(tmp_path / "none.pt")
+
+
+def test_background_writer_saves_a_snapshot_and_reports_errors(tmp_path: Path) -> None:
+    writer = CheckpointWriter()
+    weights = torch.zeros(3)
+    writer.save([tmp_path / "a.pt", tmp_path / "b.pt"], {"w": weights, "step": 1})
+    weights += 1  # training goes on while the file is written
+    writer.wait()
+    for name in ("a.pt", "b.pt"):
+        state = load_checkpoint(tmp_path / name)
+        assert torch.equal(state["w"], torch.zeros(3)) and state["step"] == 1
+    (tmp_path / "dir.pt").mkdir()  # a file cannot replace a folder
+    writer.save([tmp_path / "dir.pt"], {"w": weights})
+    with pytest.raises(OSError):
+        writer.close()
+    assert not list(tmp_path.glob("*.tmp"))

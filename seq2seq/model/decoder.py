@@ -8,6 +8,7 @@ once per batch), and the recurrence runs its own GRU cell over ``nn.GRU`` parame
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.attention import Attention
+from seq2seq.model.autocast import cast, compute_dtype
 from seq2seq.vocab import PAD
 
 
@@ -82,6 +84,12 @@ class DecoderStep(nn.Module):
         """The step of a model config; only the Luong flow has an input-feeding choice."""
         return cls(emb_size, hidden_size, attention)
 
+    def compile_steps(self, compiler: Callable[[Callable], Callable]) -> None:
+        """Run the per-step work (a teacher-forcing step, a search step) through ``compiler``,
+        e.g. ``torch.compile``: the time-step loops stay in Python, each step one compiled unit."""
+        self._advance = compiler(self._advance)
+        self.step = compiler(self.step)
+
     def cell(self, gi: Tensor, hidden: Tensor) -> Tensor:
         """One GRU step from the full input projection gi [B, 3H]."""
         return gru_cell(gi, hidden, self.rnn.weight_hh_l0, self.rnn.bias_hh_l0)
@@ -144,14 +152,18 @@ class BahdanauStep(DecoderStep):
         hidden = state.hidden
         states, weights = [], []
         for gi_t in gi_emb:
-            gi_context, w = self.attention(hidden, enc.keys, enc.gates, enc.mask)  # [B, 3H]
-            hidden = self.cell(gi_t + gi_context, hidden)  # [B, H]
+            hidden, w = self._advance(gi_t, hidden, enc)
             states.append(hidden)
             weights.append(w)
         weights = torch.stack(weights, 2)  # [B, 1, T, S]
         contexts = weights[:, 0] @ enc.values  # [B, T, C], all steps at once
         features = torch.cat([torch.stack(states, 1), contexts, emb], -1)
         return torch.tanh(self.readout(features)), weights
+
+    def _advance(self, gi_t: Tensor, hidden: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """One teacher-forced step from the embeddings' gate share gi_t [B, 3H]."""
+        gi_context, weights = self.attention(hidden, enc.keys, enc.gates, enc.mask)  # [B, 3H]
+        return self.cell(gi_t + gi_context, hidden), weights  # [B, H]
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
@@ -197,15 +209,22 @@ class LuongStep(DecoderStep):
             states, _ = self.rnn(emb, state.hidden.unsqueeze(0))  # [B, T, H]
             return self.attentional(states, enc)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
-        w_feed = self.feed_weight().t()  # [H, 3H]
+        w_feed = cast(self.feed_weight().t(), compute_dtype(emb.device))  # [H, 3H], cast once
         hidden, feed = state.hidden, state.feed
         outputs, weights = [], []
         for gi_t in gi_emb:
-            hidden = self.cell(torch.addmm(gi_t, feed, w_feed), hidden)  # [B, H]
-            feed, w = self.attentional(hidden, enc)  # [B, H]
+            hidden, feed, w = self._advance(gi_t, hidden, feed, w_feed, enc)
             outputs.append(feed)
             weights.append(w)
         return torch.stack(outputs, 1), torch.stack(weights, 2)
+
+    def _advance(
+        self, gi_t: Tensor, hidden: Tensor, feed: Tensor, w_feed: Tensor, enc: EncoderOutput
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One teacher-forced step with input feeding: (state, attentional vector, weights)."""
+        hidden = self.cell(torch.addmm(gi_t, feed, w_feed), hidden)  # [B, H]
+        feed, weights = self.attentional(hidden, enc)  # [B, H]
+        return hidden, feed, weights
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput

@@ -6,11 +6,16 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from seq2seq.model.autocast import compute_dtype
 from seq2seq.vocab import PAD
 
 
 class Encoder(nn.Module):
-    """Embedding -> dropout -> packed bidirectional GRU over the real (unpadded) tokens."""
+    """Embedding -> dropout -> packed bidirectional GRU over the real (unpadded) tokens.
+
+    Under autocast the GRU runs in autocast's dtype (bf16 on CPUs that have it, ...), with the
+    weights cast once per batch: it is the encoder's largest cost.
+    """
 
     def __init__(
         self,
@@ -40,7 +45,12 @@ class Encoder(nn.Module):
         """
         emb = self.dropout(self.embedding(src))  # [B, S, E]
         packed = pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        output, h_n = self.rnn(packed)  # h_n [layers * 2, B, H]
+        dtype = compute_dtype(src.device)
+        if dtype is None:
+            output, h_n = self.rnn(packed)  # h_n [layers * 2, B, H]
+        else:  # autocast leaves the GRU in fp32: run it in the low precision too
+            weights = {name: p.to(dtype) for name, p in self.rnn.named_parameters()}
+            output, h_n = torch.func.functional_call(self.rnn, weights, (packed.to(dtype),))
         memory, _ = pad_packed_sequence(output, batch_first=True, total_length=src.size(1))
         final = torch.cat([h_n[-2], h_n[-1]], dim=-1)  # [B, 2H]
         return memory, final

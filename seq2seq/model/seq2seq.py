@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
@@ -53,6 +55,10 @@ class Seq2Seq(nn.Module):
         self.encoder = encoder
         self.decoder = decoder
 
+    def compile_steps(self, compiler: Callable[[Callable], Callable]) -> None:
+        """Compile the decoder's per-step work (see ``DecoderStep.compile_steps``)."""
+        self.decoder.flow.compile_steps(compiler)
+
     def encode(self, src: Tensor, lengths: Tensor) -> EncoderOutput:
         """src [B, S] (PAD after each sentence), lengths [B] (best on the host: packing reads
         them there) -> memory, mask, attention keys/values and the decoder flow's per-batch
@@ -86,10 +92,11 @@ class Seq2Seq(nn.Module):
 
 def build_model(cfg: ModelConfig | DictConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:
     """The model described by ``cfg``; its attention and data flow come from the registry."""
-    memory_size = 2 * cfg.hidden_size
+    encoder_size = getattr(cfg, "encoder_size", None) or cfg.hidden_size
+    memory_size = 2 * encoder_size
     attention = build_attention(cfg.attention, cfg.hidden_size, memory_size)
     step = attention_type(cfg.attention.name).step
     flow = step.build(cfg.emb_size, cfg.hidden_size, attention, cfg.input_feed)
-    encoder = Encoder(src_vocab, cfg.emb_size, cfg.hidden_size, cfg.encoder_layers, cfg.dropout)
+    encoder = Encoder(src_vocab, cfg.emb_size, encoder_size, cfg.encoder_layers, cfg.dropout)
     decoder = Decoder(tgt_vocab, memory_size, flow, cfg.dropout, cfg.tie_embeddings)
     return Seq2Seq(encoder, decoder)
