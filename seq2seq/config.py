@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+
+from seq2seq.errors import Seq2SeqError
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 
@@ -219,6 +221,40 @@ class TranslateConfig(InferenceConfig):
     """`seq2seq-translate`: a prompt on a terminal, or one translation per line of piped input."""
 
     show_alignment: bool = False  # draw which source subwords each target subword attended to
+
+
+_POSITIVE = (
+    "model.emb_size", "model.hidden_size", "model.encoder_size", "model.encoder_layers",
+    "model.attention.size", "model.attention.heads", "data.max_len", "data.train_limit",
+    "data.valid_limit", "data.tokenizer.vocab_size", "train.max_epochs", "train.max_steps",
+    "train.batch_tokens", "train.accumulate", "train.lr", "train.clip_grad_norm",
+    "train.patience", "train.val_beam_size", "train.val_batch_size", "train.log_every",
+    "train.validate_every", "beam_size", "nbest", "batch_size",
+)  # fmt: skip
+_FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay")  # in [0, 1)
+
+
+def check_config(cfg: Any) -> None:
+    """Refuse, in one line, values that their types allow but that cannot work (a negative size,
+    a dropout of 1, the same source and target language), before any work starts."""
+    problems = []
+    for key in _POSITIVE:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and value <= 0:
+            problems.append(f"{key}={value} must be positive")
+    for key in _FRACTIONS:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not 0 <= value < 1:
+            problems.append(f"{key}={value} must be at least 0 and below 1")
+    for key in ("train.threads", "alpha", "max_len_a", "max_len_b"):
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and value < 0:
+            problems.append(f"{key}={value} must not be negative")
+    src, tgt = OmegaConf.select(cfg, "data.src_lang"), OmegaConf.select(cfg, "data.tgt_lang")
+    if src is not None and src == tgt:
+        problems.append(f"data.src_lang and data.tgt_lang are both {src!r}")
+    if problems:
+        raise Seq2SeqError("; ".join(problems))
 
 
 def register_configs() -> None:

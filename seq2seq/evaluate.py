@@ -21,7 +21,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import EvaluateConfig
+from seq2seq.config import EvaluateConfig, check_config
 from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.engine import Engine
 from seq2seq.errors import DataError, Seq2SeqError
@@ -151,6 +151,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         raise Seq2SeqError("say which run to evaluate: run_dir=<a training run folder>")
     if cfg.log_attention < 0:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
+    check_config(cfg)
     engine = Engine.create(cfg.device, cfg.precision)
     run = load_run(cfg.run_dir, cfg.checkpoint, engine)
     if cfg.compile:

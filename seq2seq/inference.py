@@ -19,8 +19,9 @@ from seq2seq.config import DecodeConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
+from seq2seq.manifest import damage
 from seq2seq.model.seq2seq import Seq2Seq, build_model
-from seq2seq.rundir import CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER, checkpoint_path
+from seq2seq.rundir import CONFIG_FILE, MANIFEST, SRC_TOKENIZER, TGT_TOKENIZER, checkpoint_path
 from seq2seq.search import Hypothesis, decode_sources
 from seq2seq.vocab import EOS
 
@@ -47,7 +48,12 @@ def load_run(
     config_path = run_dir / CONFIG_FILE
     if not config_path.is_file():
         raise Seq2SeqError(f"{run_dir} is not a training run folder (no {CONFIG_FILE})")
-    cfg = OmegaConf.load(config_path)
+    if (run_dir / MANIFEST).is_file() and (problems := damage(run_dir / MANIFEST)):
+        raise Seq2SeqError(
+            f"{run_dir} is damaged: {'; '.join(problems)} (see {MANIFEST}); restore the files "
+            "from a copy of the run folder"
+        )
+    cfg = read_config(config_path)
     ckpt_path = checkpoint_path(run_dir, checkpoint)
     if not ckpt_path.is_file():
         raise Seq2SeqError(f"checkpoint not found: {ckpt_path} (give best, last or a file's path)")
@@ -57,15 +63,38 @@ def load_run(
             raise Seq2SeqError(f"{run_dir} has no tokenizer model {name}")
     src_tok = Tokenizer.load(run_dir / SRC_TOKENIZER)
     tgt_tok = Tokenizer.load(run_dir / TGT_TOKENIZER)
-    model = build_model(cfg.model, src_tok.vocab_size, tgt_tok.vocab_size)
+    vocab = (src_tok.vocab_size, tgt_tok.vocab_size)
+    if "vocab" in state and tuple(state["vocab"]) != vocab:
+        raise Seq2SeqError(
+            f"{ckpt_path} was trained with vocabularies of {state['vocab'][0]}/"
+            f"{state['vocab'][1]} pieces, but the tokenizers in {run_dir} have {vocab[0]}/"
+            f"{vocab[1]}: it belongs to another run"
+        )
     try:
+        model = build_model(cfg.model, *vocab)
         model.load_state_dict(state["model"])
-    except (KeyError, RuntimeError) as e:  # a checkpoint of another model or another run
+    except (KeyError, RuntimeError, TypeError) as e:  # a checkpoint of another model or run
         raise Seq2SeqError(f"{ckpt_path} does not fit the model of {run_dir}: {e}") from e
     if engine is not None:
         model.to(engine.device)
     model.eval()
     return TrainedRun(run_dir, cfg, model, src_tok, tgt_tok, ckpt_path, int(state.get("step", 0)))
+
+
+def read_config(path: Path) -> DictConfig:
+    """A run's config.yaml; unreadable YAML, or YAML that is not a run's config, is a
+    Seq2SeqError naming the file."""
+    what = "restore it from a copy of the run folder"
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as e:  # yaml's and omegaconf's many errors
+        raise Seq2SeqError(f"{path} is damaged ({type(e).__name__}: {e}); {what}") from None
+    needed = ("model.attention.name", "model.hidden_size", "data.src_lang", "data.tgt_lang")
+    missing = [key for key in needed if not isinstance(cfg, DictConfig) or
+               OmegaConf.select(cfg, key) is None]  # fmt: skip
+    if missing:
+        raise Seq2SeqError(f"{path} is not a run's config (no {', '.join(missing)}); {what}")
+    return cfg
 
 
 @dataclass

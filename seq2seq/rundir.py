@@ -1,14 +1,30 @@
-"""What a run folder holds: every file name in one place."""
+"""What a run folder holds: every file name in one place, and the lock of its one writer."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import socket
+import time
 from pathlib import Path
+
+from seq2seq.errors import Seq2SeqError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; the lock file is created exclusively instead
+    fcntl = None
+
+log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"  # the resolved training config
 SRC_TOKENIZER = "src.model"  # sentencepiece models
 TGT_TOKENIZER = "tgt.model"
+MANIFEST = "manifest.json"  # sizes and SHA-256 of the tokenizer models and config
 BEST = "best.pt"  # the checkpoint of the best validation BLEU
 LAST = "last.pt"  # the latest checkpoint, to resume from
+LOCK = "train.lock"  # held by the training that writes the folder
 TENSORBOARD_DIR = "tensorboard"  # event files
 EVAL_DIR = "eval"  # seq2seq-evaluate's outputs
 CHECKPOINTS = {"best": BEST, "last": LAST}
@@ -19,3 +35,86 @@ def checkpoint_path(run_dir: Path, checkpoint: str) -> Path:
     if checkpoint in CHECKPOINTS:
         return Path(run_dir) / CHECKPOINTS[checkpoint]
     return Path(checkpoint)
+
+
+class RunLock:
+    """One training at a time per run folder: an advisory lock on ``train.lock``, which holds the
+    holder's host and PID. The operating system drops the lock when its process ends, however it
+    ends, so a lock left by a killed process is simply taken over."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or refuse with one line naming the process that holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if fcntl is None:
+            fd = self._create_exclusively()
+        else:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise self._busy() from None
+        previous = os.read(fd, 4096).decode("utf-8", "replace").strip()
+        if previous:
+            log.warning(
+                "took over %s, left by a training that no longer runs: %s", self.path, previous
+            )
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        holder = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
+        os.write(fd, json.dumps(holder).encode())
+        os.fsync(fd)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Empty the lock file (an empty one was released cleanly) and let go of it."""
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)
+        os.close(self._fd)  # closing drops the lock
+        if fcntl is None:
+            self.path.unlink(missing_ok=True)
+        self._fd = None
+
+    def holder(self) -> str:
+        """Who holds the lock, as its file says."""
+        try:
+            info = json.loads(self.path.read_text(encoding="utf-8"))
+            return f"process {info['pid']} on {info['host']} (since {info['since']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another process"
+
+    def _busy(self) -> Seq2SeqError:
+        return Seq2SeqError(
+            f"{self.path.parent} is in use: a training ({self.holder()}) writes it; wait for it "
+            "to finish or stop it, or choose another folder with hydra.run.dir=..."
+        )
+
+    def _create_exclusively(self) -> int:
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise Seq2SeqError(
+                f"{self._busy()} (if no training runs there, remove {self.path})"
+            ) from None
+
+    def check_free(self) -> None:
+        """Refuse, as ``acquire`` would, if another process holds the lock now; takes nothing."""
+        if not self.path.exists():
+            return
+        if fcntl is None:
+            self._create_exclusively()  # raises: the file exists
+        with open(self.path, "rb") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise self._busy() from None
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)

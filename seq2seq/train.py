@@ -22,15 +22,25 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from seq2seq.checkpoint import CheckpointWriter, start_or_resume
-from seq2seq.config import Config, DecodeConfig, Precision
+from seq2seq.config import Config, DecodeConfig, Precision, check_config
 from seq2seq.data.batching import TokenBatchSampler, Update, collate, plan_updates
+from seq2seq.data.corpus import check_splits
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.engine import Engine, StepResult, process_rank
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
+from seq2seq.manifest import write_manifest
 from seq2seq.model.seq2seq import build_model
 from seq2seq.monitor import Monitor, run_hparams
-from seq2seq.rundir import BEST, LAST
+from seq2seq.rundir import (
+    BEST,
+    CONFIG_FILE,
+    LAST,
+    MANIFEST,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
+    RunLock,
+)
 from seq2seq.validation import Validation, validate
 
 log = logging.getLogger("seq2seq.train")
@@ -69,7 +79,8 @@ class Trainer:
         tcfg = cfg.train
         if tcfg.accumulate < 1:
             raise Seq2SeqError(f"train.accumulate must be at least 1, not {tcfg.accumulate}")
-        state = engine.from_main(lambda: start_or_resume(run_dir, cfg))
+        self.lock = RunLock(run_dir)
+        state = engine.from_main(self._claim)
         self.data = self._prepare_data(resuming=state is not None)
         self.sampler = TokenBatchSampler(
             self.data.train.src_lengths,
@@ -99,6 +110,11 @@ class Trainer:
 
     # -- setup -------------------------------------------------------------------------------
 
+    def _claim(self) -> dict[str, Any] | None:
+        """Rank 0: lock the run folder, then start the run or take up its last.pt."""
+        self.lock.acquire()
+        return start_or_resume(self.run_dir, self.cfg)
+
     def _prepare_data(self, resuming: bool) -> TrainingData:
         """Rank 0 downloads, trains (or reuses) the tokenizers and fills the token-id cache
         first; the other ranks then take its tokenizers and find the rest in the caches."""
@@ -107,6 +123,8 @@ class Trainer:
         def on_main() -> tuple[bytes, bytes]:
             make = functools.partial(run_tokenizers, self.cfg.data, self.run_dir, resuming)
             data = training_data(self.cfg.data, make)
+            files = [self.run_dir / name for name in (SRC_TOKENIZER, TGT_TOKENIZER, CONFIG_FILE)]
+            write_manifest(self.run_dir / MANIFEST, files)
             prepared.append(data)
             return data.src_tok.proto, data.tgt_tok.proto
 
@@ -145,6 +163,7 @@ class Trainer:
             **self.updater.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng,  # one entry per rank
+            "vocab": [self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size],
             **asdict(self.progress),
             "world_size": self.engine.world_size,
             "accumulate": self.cfg.train.accumulate,
@@ -186,9 +205,12 @@ class Trainer:
         try:
             self._fit()
         finally:
-            self.writer.close()  # every checkpoint asked for is on disk
-            if self.monitor is not None:
-                self.monitor.close()
+            try:
+                self.writer.close()  # every checkpoint asked for is on disk
+            finally:
+                if self.monitor is not None:
+                    self.monitor.close()
+                self.lock.release()
 
     def _fit(self) -> None:
         if self.progress.stopped_early:
@@ -385,6 +407,8 @@ def _main(cfg: Config) -> None:
     """Train with the composed config; user errors exit 1 with one clear message."""
     engine = None
     try:
+        check_config(cfg)
+        check_splits(cfg.data)
         tcfg = cfg.train
         engine = Engine.create(cfg.device, tcfg.precision, tcfg.threads, tcfg.seed, True)
         if not engine.is_main:  # rank 0 speaks for every rank; the others only warn
@@ -404,6 +428,12 @@ def main() -> None:
     """The `seq2seq-train` command. Under torchrun, ranks other than 0 get no Hydra output
     folder or log file (rank 0 owns the run folder and tells them where it is)."""
     rank = process_rank()
+    run_dir = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("hydra.run.dir=")), None)
+    if rank == 0 and run_dir:  # a busy folder is refused before Hydra writes into it
+        try:
+            RunLock(Path(run_dir)).check_free()
+        except Seq2SeqError as e:
+            sys.exit(f"seq2seq-train: {e}")
     if rank > 0:
         if {"-m", "--multirun"} & set(sys.argv):
             sys.exit("seq2seq-train: a sweep (-m) cannot run under torchrun; start one per run")

@@ -19,6 +19,18 @@ def multi30k_splits() -> dict[str, list[str]]:
     return splits
 
 
+def check_splits(cfg: DataConfig) -> None:
+    """The configured splits exist, in both languages (no download): a DataError otherwise."""
+    for split in ("train", "valid", "test"):
+        name = {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}[split]
+        if name is None:
+            continue
+        if cfg.name == "multi30k":
+            _multi30k_names(cfg, name)
+        else:
+            _prefix_file(name, cfg.src_lang), _prefix_file(name, cfg.tgt_lang)
+
+
 def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
     """Source and target file of ``split``: "train"/"valid"/"test" name the configured splits.
 
@@ -35,7 +47,8 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
     return _prefix_file(name, cfg.src_lang), _prefix_file(name, cfg.tgt_lang)
 
 
-def _multi30k_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
+def _multi30k_names(cfg: DataConfig, split: str) -> list[str]:
+    """The two file names of a Multi30k split, after checking that it has both languages."""
     splits = multi30k_splits()
     if split not in splits:
         raise DataError(f"unknown Multi30k split {split!r}; splits are: {', '.join(splits)}")
@@ -43,8 +56,11 @@ def _multi30k_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
         if lang not in splits[split]:
             have = ", ".join(splits[split])
             raise DataError(f"Multi30k {split} has no language {lang!r}; it has: {have}")
-    names = [f"{split}.{cfg.src_lang}.gz", f"{split}.{cfg.tgt_lang}.gz"]
-    src, tgt = fetch(cfg.source, Path(cfg.root), names)
+    return [f"{split}.{cfg.src_lang}.gz", f"{split}.{cfg.tgt_lang}.gz"]
+
+
+def _multi30k_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
+    src, tgt = fetch(cfg.source, Path(cfg.root), _multi30k_names(cfg, split))
     return src, tgt
 
 

@@ -15,12 +15,14 @@ import numpy as np
 
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import DataError
+from seq2seq.manifest import damage, write_manifest
 from seq2seq.vocab import EOS
 
 log = logging.getLogger(__name__)
 
 _CHUNK = 10_000  # sentences per sentencepiece call
 _ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets", "line_numbers")
+MANIFEST = "manifest.json"  # sizes and SHA-256 of the arrays and counts, checked on reuse
 
 
 class TokenizedCorpus:
@@ -73,8 +75,14 @@ def encode_corpus(
         key.update(hashlib.sha256(part).digest())
     directory = Path(cache_dir) / "corpus" / key.hexdigest()[:16]
     if directory.is_dir():
-        log.info("reusing cached token ids %s", directory)
-    else:
+        problems = damage(directory / MANIFEST)
+        if not problems:
+            log.info("reusing cached token ids %s", directory)
+        else:
+            log.warning("cached token ids %s are damaged (%s): encoding again", directory,
+                        "; ".join(problems))  # fmt: skip
+            shutil.rmtree(directory, ignore_errors=True)
+    if not directory.is_dir():
         _encode_into(directory, src_lines, tgt_lines, src_tok, tgt_tok, max_len, drop_invalid)
     if drop_invalid:
         counts = json.loads((directory / "counts.json").read_text())
@@ -118,6 +126,7 @@ def _encode_into(
         np.save(tmp / f"{name}.npy", array)
     counts = {"pairs": len(src_lines), "empty": int(empty.sum()), "long": int(long.sum())}
     (tmp / "counts.json").write_text(json.dumps(counts))
+    write_manifest(tmp / MANIFEST, [tmp / f"{name}.npy" for name in arrays] + [tmp / "counts.json"])
     try:
         tmp.rename(directory)
         log.info("encoded %d pairs into %s", len(src_lines), directory)

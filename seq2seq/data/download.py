@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from seq2seq.errors import ChecksumError, DataError
+from seq2seq.manifest import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +43,6 @@ MULTI30K_SHA256: dict[str, str] = {
 }
 
 _CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def fetch(source: str, root: Path, names: list[str]) -> list[Path]:

@@ -16,6 +16,7 @@ import sentencepiece as spm
 
 from seq2seq.config import DataConfig, SubwordModel, TokenizerConfig
 from seq2seq.errors import DataError
+from seq2seq.manifest import damage, write_manifest
 from seq2seq.rundir import SRC_TOKENIZER, TGT_TOKENIZER
 from seq2seq.vocab import BOS, EOS, PAD, UNK
 
@@ -35,8 +36,13 @@ class Tokenizer:
 
     @classmethod
     def load(cls, path: Path) -> Tokenizer:
+        """The model in ``path``; a missing or damaged file is a DataError naming it."""
         path = Path(path)
-        return cls(path.read_bytes(), path)
+        try:
+            return cls(path.read_bytes(), path)
+        except (OSError, RuntimeError) as e:  # sentencepiece: "could not parse ModelProto"
+            reason = str(e).rsplit("] ", 1)[-1].strip()
+            raise DataError(f"cannot read the sentencepiece model {path}: {reason}") from None
 
     @property
     def vocab_size(self) -> int:
@@ -101,9 +107,14 @@ def _cached_model(lines: Sequence[str], tcfg: TokenizerConfig, cache: Path, labe
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     digest.update("\n".join(lines).encode())
     path = cache / f"{digest.hexdigest()[:16]}.model"
+    manifest = path.with_suffix(".json")  # its size and SHA-256
     if path.exists():
-        log.info("reusing cached %s tokenizer %s", label, path)
-        return path
+        problems = damage(manifest)
+        if not problems:
+            log.info("reusing cached %s tokenizer %s", label, path)
+            return path
+        log.warning("cached %s tokenizer %s is damaged (%s): training it again", label, path,
+                    "; ".join(problems))  # fmt: skip
     sample = list(lines)
     if 0 < tcfg.input_sentence_size < len(sample):  # own seeded sample: sentencepiece's varies
         rng = np.random.default_rng(0)
@@ -145,4 +156,5 @@ def _cached_model(lines: Sequence[str], tcfg: TokenizerConfig, cache: Path, labe
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(model.getvalue())
     os.replace(tmp, path)
+    write_manifest(manifest, [path])
     return path
