@@ -33,6 +33,10 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:  # a full disk, a read-only folder, ...
+        tmp.unlink(missing_ok=True)
+        kept = f"the previous {path.name} is kept" if path.is_file() else "none was written"
+        raise Seq2SeqError(f"could not write {path}: {e.strerror or e}; {kept}") from e
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -375,6 +375,7 @@ class StepResult:
     loss_sum: Tensor
     grad_norm: float
     applied: bool  # False: non-finite gradients (or an fp16 overflow), parameters unchanged
+    finite_loss: bool
 
 
 def build_optimizer(model: nn.Module, tcfg: TrainConfig, device: torch.device) -> torch.optim.Adam:
@@ -435,12 +436,12 @@ class Updater:
             loss_sum += loss.detach()
         self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.tcfg.clip_grad_norm)
-        grad_norm = float(norm)  # the one host synchronisation of an update
-        applied = math.isfinite(grad_norm)
+        loss_value, grad_norm = torch.stack([loss_sum.float(), norm.float()]).tolist()  # the one
+        applied = math.isfinite(grad_norm)  # host synchronisation of an update
         if applied:
             self.scaler.step(self.optimizer)
         self.scaler.update()
-        return StepResult(loss_sum, grad_norm, applied)
+        return StepResult(loss_sum, grad_norm, applied, math.isfinite(loss_value))
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict()}

@@ -156,7 +156,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     run = load_run(cfg.run_dir, cfg.checkpoint, engine)
     if cfg.compile:
         engine.compile(run.model)
-    translator = Translator.from_run(run, cfg, engine=engine)
+    max_len = int(run.cfg.data.max_len)  # what the model was trained on; longer input is cut
+    translator = Translator.from_run(run, cfg, max_len, engine)
     split, name, src_path, ref_path = _inputs(cfg, run)
     sources, references = read_parallel(src_path, ref_path)
     log.info(
@@ -171,6 +172,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     start = time.perf_counter()
     translations = translator.translate(sources)
     seconds = time.perf_counter() - start
+    if cut := sum(t.truncated for t in translations):
+        log.warning("%d input lines had more than %d subwords; each was cut there", cut, max_len)
     result_scores = score([translator.best_text(t) for t in translations], references)
     scores = {"bleu": result_scores.bleu, "chrf": result_scores.chrf}
 

@@ -11,7 +11,7 @@ import functools
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,8 @@ from seq2seq.engine import Engine, StepResult, process_rank
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
 from seq2seq.manifest import write_manifest
 from seq2seq.model.seq2seq import build_model
-from seq2seq.monitor import Monitor, run_hparams
+from seq2seq.monitor import Monitor
+from seq2seq.progress import Progress, Report, Window
 from seq2seq.rundir import (
     BEST,
     CONFIG_FILE,
@@ -41,34 +42,11 @@ from seq2seq.rundir import (
     TGT_TOKENIZER,
     RunLock,
 )
-from seq2seq.validation import Validation, validate
+from seq2seq.validation import validate
 
 log = logging.getLogger("seq2seq.train")
 
-
-@dataclass
-class Progress:
-    """Where training stands; saved in every checkpoint and restored on resume."""
-
-    step: int = 0  # updates so far
-    epoch: int = 0  # epochs finished
-    batch_in_epoch: int = 0  # updates of the current epoch done
-    best_bleu: float = -1.0
-    bad_validations: int = 0  # in a row, without a better BLEU
-    stopped_early: bool = False
-
-
-class Window:
-    """Training loss and speed between two log lines."""
-
-    def __init__(self) -> None:
-        self.loss: torch.Tensor | float = 0.0  # summed on this rank (a device tensor)
-        self.tokens = 0  # target tokens of all ranks
-        self.start = time.perf_counter()
-
-    def add(self, result: StepResult, tokens: int) -> None:
-        self.loss = self.loss + result.loss_sum
-        self.tokens += tokens
+MAX_BAD_UPDATES = 5  # non-finite updates in a row that stop training
 
 
 class Trainer:
@@ -104,9 +82,13 @@ class Trainer:
         # Resuming hides whatever the interrupted run logged after the step of its last.pt.
         purge = self.progress.step + 1 if state is not None else None
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
+        self.report = Report(cfg, engine, self.monitor)
         self.writer = CheckpointWriter()
-        self.skipped = 0  # updates with non-finite gradients, since the last log line
-        self._log_start(model)
+        self.bad_in_a_row = 0  # updates skipped for a non-finite loss, in a row
+        updates = plan_updates(self.sampler.batches(0), self.data.train.tgt_lengths, 0,
+                               engine.world_size, tcfg.accumulate)  # fmt: skip
+        parameters = sum(p.numel() for p in model.parameters())
+        self.report.start(parameters, len(self.data.train), len(updates))
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -133,27 +115,6 @@ class Trainer:
             return prepared[0]
         handed = Tokenizer(src_proto), Tokenizer(tgt_proto)
         return training_data(self.cfg.data, lambda s, t: handed)
-
-    def _log_start(self, model: torch.nn.Module) -> None:
-        tcfg, world = self.cfg.train, self.engine.world_size
-        updates = len(plan_updates(self.sampler.batches(0), self.data.train.tgt_lengths, 0, world,
-                                   tcfg.accumulate))  # fmt: skip
-        log.info(
-            "model: %s attention, %.2fM parameters; %d training pairs, %d updates per epoch",
-            self.cfg.model.attention.name,
-            sum(p.numel() for p in model.parameters()) / 1e6,
-            len(self.data.train),
-            updates,
-        )
-        log.info(
-            "on %s; each update: batch_tokens %d x accumulate %d x %d process%s = %d tokens",
-            self.engine.describe(),
-            tcfg.batch_tokens,
-            tcfg.accumulate,
-            world,
-            "es" if world > 1 else "",
-            tcfg.batch_tokens * tcfg.accumulate * world,
-        )
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -278,10 +239,10 @@ class Trainer:
                 p.batch_in_epoch += 1
                 bar.update()
                 window.add(result, update.tokens)
-                if not result.applied:
-                    self.skipped += 1
+                self._check_finite(result)
                 if p.step % tcfg.log_every == 0:
-                    self._log_training(window, result, bar, len(plan))
+                    lr = self.updater.optimizer.param_groups[0]["lr"]
+                    self.report.training(p, window, result, lr, bar, len(plan))
                     window = Window()
                 every = tcfg.validate_every
                 if self._out_of_steps() or (every and p.step % every == 0):
@@ -296,51 +257,34 @@ class Trainer:
             self._validate_and_checkpoint()
         return engine.agreed_stop(request)
 
+    def _check_finite(self, result: StepResult) -> None:
+        """Count skipped updates; stop after several in a row that are not fp16's loss scale
+        settling (a finite loss whose gradients overflowed)."""
+        if result.applied:
+            self.bad_in_a_row = 0
+            return
+        if result.finite_loss and self.engine.precision == Precision.fp16:
+            return
+        self.bad_in_a_row += 1
+        what = "loss" if not result.finite_loss else "gradients"
+        if self.engine.is_main:
+            log.warning("update %d: non-finite %s; skipped", self.progress.step, what)
+        if self.bad_in_a_row >= MAX_BAD_UPDATES:
+            tcfg = self.cfg.train
+            kept = [name for name in (BEST, LAST) if (self.run_dir / name).is_file()]
+            raise Seq2SeqError(
+                f"{self.bad_in_a_row} updates in a row had a non-finite {what} (step "
+                f"{self.progress.step}): lower the learning rate (train.lr={tcfg.lr}) or use a "
+                f"wider precision (train.precision={tcfg.precision.value}); "
+                + (
+                    f"{' and '.join(kept)} keep the last validated state"
+                    if kept
+                    else "no checkpoint was written yet"
+                )  # fmt: skip
+            )
+
     def _device_batches(self, update: Update) -> list:
         return [self.engine.to_device(collate(self.data.train, ids)) for ids in update.batches]
-
-    def _log_training(self, window: Window, last: StepResult, bar: tqdm, updates: int) -> None:
-        """Loss and speed over all ranks since the last log line: TensorBoard, and a log line
-        where no progress bar shows them."""
-        (loss_sum,) = self.engine.sum_over_ranks([float(window.loss)])
-        skipped = self.engine.max_over_ranks(self.skipped)
-        self.skipped = 0
-        elapsed = time.perf_counter() - window.start
-        loss, tok_s = loss_sum / window.tokens, window.tokens / elapsed
-        lr = self.updater.optimizer.param_groups[0]["lr"]
-        if skipped and self.engine.is_main:
-            log.warning(
-                "%d of the last %d updates had non-finite gradients and were skipped%s",
-                skipped,
-                self.cfg.train.log_every,
-                " (fp16 loss scale lowered)" if self.engine.precision == Precision.fp16 else "",
-            )
-        if self.monitor is None:
-            return
-        self.monitor.scalars(
-            self.progress.step,
-            {
-                "train/loss": loss,
-                "train/lr": lr,
-                "train/tokens_per_s": tok_s,
-                "train/grad_norm": last.grad_norm,
-            },
-        )
-        if bar.disable:
-            left = (updates - self.progress.batch_in_epoch) * elapsed / self.cfg.train.log_every
-            log.info(
-                "epoch %d, update %d/%d (step %d): loss %.3f, %s tok/s, lr %.2g, epoch ETA %s",
-                self.progress.epoch + 1,
-                self.progress.batch_in_epoch,
-                updates,
-                self.progress.step,
-                loss,
-                f"{tok_s:,.0f}",
-                lr,
-                time.strftime("%H:%M:%S", time.gmtime(left)),
-            )
-        else:
-            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}")
 
     # -- validation --------------------------------------------------------------------------
 
@@ -357,6 +301,7 @@ class Trainer:
                 tcfg.batch_tokens,
                 DecodeConfig(beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size),
                 self.cfg.log.attention_samples,
+                self.cfg.data.max_len,
             )
         bleu = self.engine.broadcast(result.metrics["bleu"] if result else None)
         p = self.progress
@@ -369,37 +314,9 @@ class Trainer:
         if p.bad_validations >= self.cfg.train.patience:
             log.info("early stopping: no better BLEU in %d validations", p.bad_validations)
             p.stopped_early = True
-        logging_start = time.perf_counter()
         if result is not None:
-            self._log_validation(result)
-        logging_seconds = time.perf_counter() - logging_start
+            self.report.validation(p, result, improved, start)
         self._save(*([BEST] if improved else []), LAST)
-        if result is None:
-            return
-        log.info(
-            "step %d (epoch %d): valid loss %.3f, ppl %.2f, BLEU %.2f%s, chrF %.2f "
-            "(%.1f s, TensorBoard %.2f s)",
-            p.step,
-            p.epoch + (p.batch_in_epoch > 0),
-            result.metrics["loss"],
-            result.metrics["ppl"],
-            bleu,
-            " (best)" if improved else "",
-            result.metrics["chrf"],
-            time.perf_counter() - start,
-            logging_seconds,
-        )
-
-    def _log_validation(self, result: Validation) -> None:
-        """Scalars, heatmaps, the samples table and HParams of one validation, flushed to disk."""
-        step, monitor = self.progress.step, self.monitor
-        monitor.scalars(step, {f"valid/{name}": v for name, v in result.metrics.items()})
-        if result.samples:
-            monitor.attention(step, result.samples)
-            monitor.samples_table(step, result.samples)
-        best = {"hparams/best_valid_bleu": self.progress.best_bleu}
-        monitor.hparams(step, run_hparams(self.cfg), best)
-        monitor.flush()  # a running TensorBoard shows this validation now
 
 
 @hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="config")

@@ -154,12 +154,15 @@ def _warn_truncated(translation: Translation, where: str, max_len: int) -> None:
 def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, str]) -> None:
     """Prompt loop: a translation (n-best with scores, an alignment view) per line typed;
     `langs`: (source, target) language, for the prompt."""
-    import readline  # importing it gives input() line editing and history
-
+    try:
+        import readline  # importing it gives input() line editing and history
+    except ImportError:  # Windows: a plain prompt
+        readline = None
     history = HISTORY_FILE.expanduser()
-    with contextlib.suppress(OSError):
-        readline.read_history_file(history)
-    readline.set_history_length(1000)
+    if readline is not None:
+        with contextlib.suppress(OSError):
+            readline.read_history_file(history)
+        readline.set_history_length(1000)
     src_lang, tgt_lang = langs
     print(
         f"Translating {src_lang} to {tgt_lang}: type a sentence and press Enter; "
@@ -191,13 +194,18 @@ def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, 
     except KeyboardInterrupt:
         print()
     finally:
-        with contextlib.suppress(OSError):
-            readline.write_history_file(history)
+        if readline is not None:
+            with contextlib.suppress(OSError):
+                readline.write_history_file(history)
 
 
 def _ready(fd: int) -> bool:
-    """Whether reading `fd` would return at once."""
-    return bool(select.select([fd], [], [], 0)[0])
+    """Whether reading `fd` would return at once; False where ``select`` cannot tell (pipes on
+    Windows), so that lines are then answered one read at a time."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def line_batches(stream: BinaryIO, max_lines: int) -> Iterator[list[str]]:

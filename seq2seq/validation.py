@@ -38,9 +38,11 @@ def validate(
     batch_tokens: int,
     search: DecodeConfig,
     samples: int,
+    max_len: int,
 ) -> Validation:
     """Loss and perplexity over ``data.valid``; BLEU, chrF and attention statistics of
-    ``data.valid_src`` translated with ``search``, whose first ``samples`` become samples."""
+    ``data.valid_src`` translated with ``search`` (lines cut at ``max_len`` subwords, as
+    seq2seq-evaluate does), whose first ``samples`` become samples."""
     model.eval()
     loss_sum = nll_sum = 0.0
     ntokens = 0
@@ -53,7 +55,7 @@ def validate(
             loss, nll = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
         loss_sum, nll_sum = loss_sum + float(loss), nll_sum + float(nll)
         ntokens += batch.ntokens
-    translator = Translator(model, data.src_tok, data.tgt_tok, search, engine=engine)
+    translator = Translator(model, data.src_tok, data.tgt_tok, search, max_len, engine)
     translations = translator.translate(data.valid_src)
     scores = score([translator.best_text(t) for t in translations], data.valid_refs)
     decoded = [i for i, t in enumerate(translations) if t.hypotheses]

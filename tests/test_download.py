@@ -144,3 +144,10 @@ def test_missing_or_unknown_files(tiny: Path, tmp_path: Path) -> None:
         fetch(str(tiny), tmp_path / "b", ["tiny.txt"])
     with pytest.raises(DataError, match="not a Multi30k"):
         fetch(str(tiny), tmp_path / "c", ["train.xx.gz"])
+
+
+def test_an_unreachable_source_names_the_file_and_the_source(tiny: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    with pytest.raises(DataError, match=r"could not fetch http://127.0.0.1:9/tiny.txt"):
+        fetch("http://127.0.0.1:9/", root, ["tiny.txt"])  # the discard port: nothing listens
+    assert leftovers(root) == []

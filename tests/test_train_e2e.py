@@ -274,6 +274,10 @@ def test_interrupted_run_resumes_where_it_stopped(
     assert steps == sorted(set(steps)), "a validation step was repeated"
     assert steps == [step for step, _ in scalars(full, "valid/loss")]
     assert scalars(run, "test/marker") == [(stopped["step"], float(stopped["step"]))]
+    # Model, optimizer, schedule, random state and data order all resume: the same run, to the
+    # float (on the CPU, whose products are deterministic for the same shapes and threads).
+    assert scalars(run, "valid/bleu")[-1] == scalars(full, "valid/bleu")[-1]
+    assert scalars(run, "valid/loss")[-1] == scalars(full, "valid/loss")[-1]
 
 
 def test_existing_run_is_not_overwritten(tmp_path: Path, data_dirs: list[str]) -> None:

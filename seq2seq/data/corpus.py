@@ -79,6 +79,9 @@ def read_parallel(src: Path, tgt: Path, limit: int | None = None) -> tuple[list[
     Both whole files are validated (UTF-8, equal line counts) even when ``limit`` is set.
     """
     src_lines, tgt_lines = _read_lines(Path(src)), _read_lines(Path(tgt))
+    for path, lines in ((src, src_lines), (tgt, tgt_lines)):
+        if not lines:
+            raise DataError(f"{path} is empty")
     if len(src_lines) != len(tgt_lines):
         raise DataError(
             f"parallel files differ in length: {src} has {len(src_lines)} lines, "
@@ -88,7 +91,8 @@ def read_parallel(src: Path, tgt: Path, limit: int | None = None) -> tuple[list[
 
 
 def _read_lines(path: Path) -> list[str]:
-    """Lines split on "\\n" only (so U+2028 and friends cannot break the alignment), stripped."""
+    """Lines split on "\\n" only (so U+2028 and friends cannot break the alignment), stripped
+    (CR, surrounding spaces), without a leading byte-order mark."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
@@ -100,7 +104,7 @@ def _read_lines(path: Path) -> list[str]:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise DataError(f"{path}, line {line}: invalid UTF-8 ({e.reason})") from None
-    lines = text.split("\n")
+    lines = text.removeprefix("\ufeff").split("\n")  # a byte-order mark is not text
     if lines[-1] == "":
         lines.pop()
-    return [line.strip() for line in lines]
+    return [line.strip() for line in lines]  # also the "\r" of CRLF line ends

@@ -1,0 +1,128 @@
+"""Where training stands and how it is told: the counters every checkpoint keeps, and the log lines
+and TensorBoard records of training and validation (rank 0's; the other ranks only add to sums)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from seq2seq.engine import Engine, StepResult
+from seq2seq.monitor import Monitor, run_hparams
+from seq2seq.validation import Validation
+
+log = logging.getLogger("seq2seq.train")
+
+
+@dataclass
+class Progress:
+    """Where training stands; saved in every checkpoint and restored on resume."""
+
+    step: int = 0  # updates so far
+    epoch: int = 0  # epochs finished
+    batch_in_epoch: int = 0  # updates of the current epoch done
+    best_bleu: float = -1.0
+    bad_validations: int = 0  # in a row, without a better BLEU
+    stopped_early: bool = False
+
+
+class Window:
+    """Training loss and speed between two log lines."""
+
+    def __init__(self) -> None:
+        self.loss: torch.Tensor | float = 0.0  # summed on this rank (a device tensor)
+        self.tokens = 0  # target tokens of all ranks
+        self.skipped = 0  # updates with non-finite gradients
+        self.start = time.perf_counter()
+
+    def add(self, result: StepResult, tokens: int) -> None:
+        self.loss = self.loss + result.loss_sum
+        self.tokens += tokens
+        self.skipped += not result.applied
+
+
+class Report:
+    """The log lines and TensorBoard records of one run."""
+
+    def __init__(self, cfg: DictConfig, engine: Engine, monitor: Monitor | None) -> None:
+        self.cfg, self.engine, self.monitor = cfg, engine, monitor
+
+    def start(self, parameters: int, pairs: int, updates: int) -> None:
+        tcfg, world = self.cfg.train, self.engine.world_size
+        log.info(
+            "model: %s attention, %.2fM parameters; %d training pairs, %d updates per epoch",
+            self.cfg.model.attention.name,
+            parameters / 1e6,
+            pairs,
+            updates,
+        )
+        log.info(
+            "on %s; each update: batch_tokens %d x accumulate %d x %d process%s = %d tokens",
+            self.engine.describe(),
+            tcfg.batch_tokens,
+            tcfg.accumulate,
+            world,
+            "es" if world > 1 else "",
+            tcfg.batch_tokens * tcfg.accumulate * world,
+        )
+
+    def training(
+        self, p: Progress, window: Window, last: StepResult, lr: float, bar: tqdm, updates: int
+    ) -> None:
+        """Loss and speed over all ranks since the last log line: TensorBoard, and a log line
+        where no progress bar shows them (every rank takes part in the sums)."""
+        loss_sum, skipped = self.engine.sum_over_ranks([float(window.loss), window.skipped])
+        elapsed = time.perf_counter() - window.start
+        loss, tok_s = loss_sum / window.tokens, window.tokens / elapsed
+        if self.monitor is None:
+            return
+        if skipped:
+            log.warning("%d of the last %d updates were skipped (non-finite gradients)",
+                        skipped, self.cfg.train.log_every)  # fmt: skip
+        scalars = {"loss": loss, "lr": lr, "tokens_per_s": tok_s, "grad_norm": last.grad_norm}
+        self.monitor.scalars(p.step, {f"train/{name}": v for name, v in scalars.items()})
+        if not bar.disable:
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}")
+            return
+        left = (updates - p.batch_in_epoch) * elapsed / self.cfg.train.log_every
+        log.info(
+            "epoch %d, update %d/%d (step %d): loss %.3f, %s tok/s, lr %.2g, epoch ETA %s",
+            p.epoch + 1,
+            p.batch_in_epoch,
+            updates,
+            p.step,
+            loss,
+            f"{tok_s:,.0f}",
+            lr,
+            time.strftime("%H:%M:%S", time.gmtime(left)),
+        )
+
+    def validation(self, p: Progress, result: Validation, improved: bool, start: float) -> None:
+        """Scalars, heatmaps, the samples table and HParams of one validation, flushed to disk,
+        and its log line (rank 0)."""
+        logging_start = time.perf_counter()
+        monitor = self.monitor
+        monitor.scalars(p.step, {f"valid/{name}": v for name, v in result.metrics.items()})
+        if result.samples:
+            monitor.attention(p.step, result.samples)
+            monitor.samples_table(p.step, result.samples)
+        monitor.hparams(p.step, run_hparams(self.cfg), {"hparams/best_valid_bleu": p.best_bleu})
+        monitor.flush()  # a running TensorBoard shows this validation now
+        now = time.perf_counter()
+        log.info(
+            "step %d (epoch %d): valid loss %.3f, ppl %.2f, BLEU %.2f%s, chrF %.2f "
+            "(%.1f s, TensorBoard %.2f s)",
+            p.step,
+            p.epoch + (p.batch_in_epoch > 0),
+            result.metrics["loss"],
+            result.metrics["ppl"],
+            result.metrics["bleu"],
+            " (best)" if improved else "",
+            result.metrics["chrf"],
+            now - start,
+            now - logging_start,
+        )

@@ -1,0 +1,309 @@
+"""Nothing lost, nothing unsafe: one writer per run folder, damaged files detected, interrupted
+writes, bad input and bad settings each answered with one clear line, logs that fit a file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_train_e2e import TRAIN_TIMEOUT, finish
+
+from seq2seq.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq.config import DecodeConfig
+from seq2seq.data.corpus import read_parallel
+from seq2seq.errors import DataError, Seq2SeqError
+from seq2seq.inference import Translator, load_run
+from seq2seq.rundir import LOCK
+
+SMOKE = ["experiment=smoke", "log.progress=false"]
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
+    base = tmp_path_factory.mktemp("data")
+    return [
+        f"data.source={multi30k_url}",
+        f"data.root={base / 'multi30k'}",
+        f"data.cache_dir={base / 'cache'}",
+    ]
+
+
+def start(command: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", f"seq2seq.{command}", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def run(command: str, *args: str, timeout: float = TRAIN_TIMEOUT) -> tuple[int, str]:
+    proc = start(command, *args)
+    out = finish(proc, timeout)
+    return proc.returncode, out
+
+
+def wait_for(path: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + TRAIN_TIMEOUT
+    while not path.exists() or not path.stat().st_size:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"{path} never appeared:\n{proc.communicate()[0]}")
+        time.sleep(0.05)
+
+
+def assert_one_line_error(code: int, out: str, *expected: str) -> None:
+    assert code != 0, out
+    assert "Traceback" not in out, out
+    errors = [line for line in out.splitlines() if "ERROR" in line or "seq2seq-train:" in line]
+    assert len(errors) == 1, out
+    for text in expected:
+        assert text in errors[0], out
+
+
+# -- one writer per run folder -------------------------------------------------------------------
+
+
+def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs) -> None:
+    folder = tmp_path / "run"
+    first = start("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs)
+    wait_for(folder / LOCK, first)
+    holder = json.loads((folder / LOCK).read_text())
+    assert holder["pid"] == first.pid
+    for extra in ([], ["train.resume=true"]):
+        code, out = run("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs, *extra)
+        assert_one_line_error(code, out, "is in use", f"process {first.pid} on")
+    assert finish(first, TRAIN_TIMEOUT) and first.returncode == 0
+    assert (folder / LOCK).read_text() == ""  # released
+    assert load_checkpoint(folder / "last.pt")["step"] > 0
+
+
+def test_a_lock_left_by_a_killed_training_is_taken_over(tmp_path: Path, data_dirs) -> None:
+    folder = tmp_path / "run"
+    first = start("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs)
+    wait_for(folder / "last.pt", first)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert json.loads((folder / LOCK).read_text())["pid"] == first.pid  # left behind
+    code, out = run("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs, "train.resume=true")
+    assert code == 0, out
+    assert f'"pid": {first.pid}' in out and "took over" in out
+
+
+# -- damaged files -------------------------------------------------------------------------------
+
+
+def test_damaged_caches_are_rebuilt(tmp_path: Path, multi30k_url: str) -> None:
+    cache = tmp_path / "cache"
+    common = [*SMOKE, "train.max_steps=2", f"data.source={multi30k_url}"]
+    common += [f"data.root={tmp_path / 'multi30k'}", f"data.cache_dir={cache}"]
+    code, out = run("train", *common, f"hydra.run.dir={tmp_path / 'a'}")
+    assert code == 0, out
+    ids = sorted((cache / "corpus").glob("*/src_ids.npy"))
+    models = sorted((cache / "tokenizers").glob("*.model"))
+    assert ids and models
+    for path in (*ids, *models):
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # truncated
+    code, out = run("train", *common, f"hydra.run.dir={tmp_path / 'b'}")
+    assert code == 0, out
+    assert out.count("are damaged") == len(ids) and "encoding again" in out
+    assert out.count("is damaged") == len(models) and "training it again" in out
+
+
+@pytest.mark.parametrize("name", ["src.model", "config.yaml", "best.pt"])
+def test_a_damaged_run_file_stops_translate_with_one_line(
+    smoke_run: Path, tmp_path: Path, name: str
+) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    path = folder / name
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 3] + b"\xff junk")
+    proc = subprocess.run(
+        [sys.executable, "-m", "seq2seq.translate", f"run_dir={folder}"],
+        input="Ein Hund.\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    [error] = [line for line in proc.stderr.splitlines() if "ERROR" in line]
+    assert name in error
+
+
+def test_a_checkpoint_of_another_run_says_so(smoke_run: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    state = load_checkpoint(folder / "best.pt")
+    state["vocab"] = [8000, 7931]
+    save_checkpoint(folder / "best.pt", state)
+    with pytest.raises(Seq2SeqError, match="vocabularies of 8000/7931 pieces.*another run"):
+        load_run(folder)
+
+
+# -- interrupted and failed writes ---------------------------------------------------------------
+
+
+def test_a_kill_between_write_and_rename_keeps_the_old_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"step": 1, "w": torch.zeros(4)})
+    child = (
+        "import os, signal, torch, sys\n"
+        "from pathlib import Path\n"
+        "from seq2seq.checkpoint import save_checkpoint\n"
+        "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # dies before renaming\n"
+        f"save_checkpoint(Path({str(path)!r}), {{'step': 2, 'w': torch.ones(4)}})\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", child], timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert load_checkpoint(path)["step"] == 1  # the old one, whole
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"step": 1})
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(Seq2SeqError, match="No space left on device; the previous last.pt is kept"):
+        save_checkpoint(path, {"step": 2})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["step"] == 1 and not list(tmp_path.glob("*.tmp"))
+
+
+# -- bad corpora ---------------------------------------------------------------------------------
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_bom_crlf_and_control_characters_are_read(tmp_path: Path) -> None:
+    src = write(tmp_path / "a.de", "\ufeffEin Hund.\r\nZwei\x07 Katzen.\r\n".encode())
+    tgt = write(tmp_path / "a.en", b"A dog.\nTwo\x1b cats.\n")
+    assert read_parallel(src, tgt) == (
+        ["Ein Hund.", "Zwei\x07 Katzen."],
+        ["A dog.", "Two\x1b cats."],
+    )
+
+
+@pytest.mark.parametrize(
+    ("src", "tgt", "message"),
+    [
+        (b"", b"", "is empty"),
+        (b"a\nb\n", b"a\n", "differ in length"),
+        (b"a\n\xff\xfe\n", b"a\nb\n", "line 2: invalid UTF-8"),
+    ],
+)
+def test_broken_corpora_are_refused(tmp_path: Path, src: bytes, tgt: bytes, message: str) -> None:
+    with pytest.raises(DataError, match=message):
+        read_parallel(write(tmp_path / "x.de", src), write(tmp_path / "x.en", tgt))
+
+
+def test_overlong_and_odd_training_lines_are_dropped_and_counted(
+    tmp_path: Path, multi30k_dir: Path
+) -> None:
+    """A custom corpus with a BOM, CRLF ends, control characters and a 100,000-character line
+    trains; the long pair is dropped and counted."""
+    src, tgt = read_parallel(multi30k_dir / "train.de.gz", multi30k_dir / "train.en.gz", 400)
+    src[5] = "Hund " * 20_000  # 100,000 characters
+    src[7] += "\x07\x1b"
+    (tmp_path / "train.de").write_bytes(("\ufeff" + "\r\n".join(src) + "\r\n").encode())
+    (tmp_path / "train.en").write_text("\n".join(tgt) + "\n")
+    for lang, lines in (("de", src[:20]), ("en", tgt[:20])):
+        (tmp_path / f"val.{lang}").write_text("\n".join(lines) + "\n")
+    code, out = run(
+        "train", *SMOKE, "data=custom", f"data.train={tmp_path / 'train'}",
+        f"data.valid={tmp_path / 'val'}", "train.max_steps=3", "data.max_len=400",
+        f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "dropped 1 of 400 pairs (0 empty, 1 longer than max_len)" in out
+
+
+# -- bad settings --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.hidden_size=-8"], "model.hidden_size=-8 must be positive"),
+        (["model.dropout=1.5"], "model.dropout=1.5 must be at least 0 and below 1"),
+        (["data.tgt_lang=de"], "data.src_lang and data.tgt_lang are both 'de'"),
+        (["data.src_lang=xx"], "has no language 'xx'"),
+        (["train.precision=fp16", "device=cpu"], "fp16 needs CUDA"),
+        (["device=tpu"], "unknown device 'tpu'"),
+        (["train.batch_tokens=0"], "train.batch_tokens=0 must be positive"),
+    ],
+)
+def test_bad_settings_stop_before_any_work(tmp_path: Path, overrides: list[str], message: str):
+    folder = tmp_path / "run"
+    code, out = run("train", *SMOKE, f"hydra.run.dir={folder}", *overrides, timeout=300)
+    assert_one_line_error(code, out, message)
+    assert not (folder / "config.yaml").exists()  # nothing was started
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [(["train.lrate=1"], "lrate"), (["train.batch_tokens=many"], "batch_tokens")],
+)
+def test_unknown_keys_and_wrong_types_are_hydras_errors(tmp_path, overrides, message) -> None:
+    code, out = run("train", *SMOKE, f"hydra.run.dir={tmp_path}", *overrides, timeout=300)
+    assert code != 0 and message in out and "Traceback" not in out
+
+
+# -- numerical trouble and logs ------------------------------------------------------------------
+
+
+def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path: Path, data_dirs) -> None:
+    """A learning rate of 1e300 overflows fp32 in the first update: every later loss is inf."""
+    code, out = run("train", *SMOKE, f"hydra.run.dir={tmp_path}", *data_dirs, "train.lr=1e300")
+    assert code == 1, out
+    assert out.count("non-finite loss; skipped") == 5
+    assert_one_line_error(code, out, "5 updates in a row", "train.lr=1e+300")
+
+
+def test_logs_in_a_file_have_no_progress_bar(tmp_path: Path, data_dirs) -> None:
+    """stderr is a pipe here, as under nohup or a cluster's job log: plain lines, no bars."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "train.max_epochs=1",
+         f"hydra.run.dir={tmp_path}", *data_dirs],
+        capture_output=True, text=True, timeout=TRAIN_TIMEOUT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "\r" not in proc.stdout + proc.stderr and "\x1b[" not in proc.stdout + proc.stderr
+    assert "epoch 1, update 50/56 (step 50): loss" in proc.stdout + proc.stderr
+
+
+# -- any text in, one line out -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def translator(smoke_run: Path) -> Translator:
+    return Translator.from_run(load_run(smoke_run), DecodeConfig(beam_size=2), max_len=100)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.text(max_size=60), min_size=1, max_size=6))
+def test_any_unicode_gives_one_line_per_line(translator: Translator, lines: list[str]) -> None:
+    lines = [line.replace("\n", " ") for line in lines]  # one input line each
+    translations = translator.translate(lines)
+    assert len(translations) == len(lines)
+    for line, translation in zip(lines, translations, strict=True):
+        text = translator.best_text(translation)
+        assert "\n" not in text and "\r" not in text
+        assert bool(translation.hypotheses) == bool(line.strip())  # blank in, blank out
