@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -14,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.engine import HOST, to_host
 from seq2seq.errors import Seq2SeqError
-from seq2seq.rundir import CONFIG_FILE, LAST
+from seq2seq.rundir import CONFIG_FILE, KEPT_DIR, KEPT_INDEX, LAST, kept_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -99,3 +100,25 @@ def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
         log.warning("train.resume=true but %s has no %s: starting afresh", run_dir, LAST)
     OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
     return None
+
+
+def kept_steps(run_dir: Path) -> dict[int, float]:
+    """{step: validation BLEU} of the checkpoints kept in the run folder."""
+    index = Path(run_dir) / KEPT_DIR / KEPT_INDEX
+    if not index.is_file():
+        return {}
+    return {int(step): bleu for step, bleu in json.loads(index.read_text()).items()}
+
+
+def keep(writer: CheckpointWriter, run_dir: Path, step: int, bleu: float, weights: dict, n: int):
+    """Keep the weights validated at ``step`` (written in the background); of all kept, only
+    the ``n`` latest and the ``n`` best by BLEU stay."""
+    steps = {**kept_steps(run_dir), step: bleu}
+    by_bleu = sorted(steps, key=lambda s: (-steps[s], -s))[:n]
+    stay = set(sorted(steps)[-n:]) | set(by_bleu)
+    writer.save([kept_checkpoint(run_dir, step)], {**weights, "step": step, "bleu": bleu})
+    for old in set(steps) - stay:
+        kept_checkpoint(run_dir, old).unlink(missing_ok=True)
+    index = Path(run_dir) / KEPT_DIR / KEPT_INDEX
+    index.parent.mkdir(parents=True, exist_ok=True)
+    index.write_text(json.dumps({str(s): steps[s] for s in sorted(stay)}))

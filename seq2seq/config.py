@@ -145,6 +145,7 @@ class TrainConfig:
     seed: int = 1234
     max_epochs: int = 50
     max_steps: Optional[int] = None  # stop after this many updates (benchmarks, smoke tests)
+    max_minutes: Optional[float] = None  # stop (validated) after this much training time
     batch_tokens: int = 2000  # budget per batch and process: sentences x longest side, padded
     accumulate: int = 1  # batches per update; the update sees batch_tokens x this x processes
     lr: float = 1e-3
@@ -155,6 +156,7 @@ class TrainConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     validate_every: Optional[int] = None  # updates between validations; None = every epoch
     patience: int = 5  # validations without a better BLEU before early stopping
+    keep_checkpoints: int = 0  # keep the weights of the N latest and N best validations
     val_beam_size: int = 1  # validation BLEU decodes greedily unless raised
     val_batch_size: int = 64  # sentences per validation decoding batch; GPUs take more
     resume: bool = False  # continue from last.pt in the run folder
@@ -200,7 +202,8 @@ class InferenceConfig(DecodeConfig):
     """
 
     run_dir: str = MISSING  # a training run folder
-    checkpoint: str = "best"  # "best", "last", or a path to a checkpoint file
+    ensemble: list[str] = field(default_factory=list)  # more run folders, decoding with run_dir
+    checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
     precision: Precision = Precision.fp32  # autocast while decoding, as in training
     compile: bool = False  # torch.compile the decoder's search step
@@ -211,6 +214,7 @@ class EvaluateConfig(InferenceConfig):
     """`seq2seq-evaluate`: decode a split of the run's corpus (or two files) and score it."""
 
     split: str = "test"  # a split name of the run's corpus, or train/valid/test = the run's own
+    source: Optional[str] = None  # where Multi30k is, for split= (default: the run's data.source)
     input: Optional[str] = None  # source file to translate instead of a split (needs reference)
     reference: Optional[str] = None  # its reference translations, one per line
     log_attention: int = 0  # heatmaps of the first K sentences into the run's TensorBoard
@@ -227,9 +231,10 @@ _POSITIVE = (
     "model.emb_size", "model.hidden_size", "model.encoder_size", "model.encoder_layers",
     "model.attention.size", "model.attention.heads", "data.max_len", "data.train_limit",
     "data.valid_limit", "data.tokenizer.vocab_size", "train.max_epochs", "train.max_steps",
-    "train.batch_tokens", "train.accumulate", "train.lr", "train.clip_grad_norm",
-    "train.patience", "train.val_beam_size", "train.val_batch_size", "train.log_every",
-    "train.validate_every", "beam_size", "nbest", "batch_size",
+    "train.max_minutes", "train.batch_tokens", "train.accumulate", "train.lr",
+    "train.clip_grad_norm", "train.patience", "train.val_beam_size", "train.val_batch_size",
+    "train.log_every", "train.validate_every", "beam_size", "nbest", "batch_size", "port",
+    "max_body_bytes", "max_sentences", "max_chars", "max_beam", "batch_sentences",
 )  # fmt: skip
 _FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay")  # in [0, 1)
 
@@ -257,12 +262,56 @@ def check_config(cfg: Any) -> None:
         raise Seq2SeqError("; ".join(problems))
 
 
+class Selection(str, Enum):
+    last = "last"
+    best = "best"
+
+
+@dataclass
+class AverageConfig:
+    """`seq2seq-average`: one checkpoint from the mean of a run's kept checkpoints."""
+
+    run_dir: str = MISSING  # a training run folder trained with train.keep_checkpoints=N
+    n: int = 5  # how many kept checkpoints to average
+    select: Selection = Selection.last  # the n latest validations, or the n best by BLEU
+    out: Optional[str] = None  # default: <run_dir>/averaged.pt (evaluate with checkpoint=averaged)
+
+
+@dataclass
+class ServeConfig(InferenceConfig):
+    """`seq2seq-serve`: translations over HTTP (JSON API and a web page), batched across
+    requests. The search keys are each request's defaults; a request may change beam_size and
+    nbest within the limits below."""
+
+    host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
+    port: int = 8000
+    api_key: Optional[str] = None  # when set, /translate and /model need header X-API-Key
+    max_body_bytes: int = 65536  # request body
+    max_sentences: int = 64  # per request
+    max_chars: int = 1000  # per sentence
+    max_beam: int = 10  # largest beam_size a request may ask for
+    batch_sentences: int = 64  # sentences of concurrent requests decoded together
+    batch_wait_ms: float = 5.0  # how long a request may wait for others to share its batch
+
+
+@dataclass
+class ExportConfig:
+    """`seq2seq-export`: a release folder (safetensors weights, tokenizers, config, model card)."""
+
+    run_dir: str = MISSING  # a training run folder
+    out: str = MISSING  # the release folder to write (must not exist, or be empty)
+    checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
+
+
 def register_configs() -> None:
     """Register the schema and every group option with Hydra's ConfigStore."""
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     cs.store(name="evaluate_config", node=EvaluateConfig)
     cs.store(name="translate_config", node=TranslateConfig)
+    cs.store(name="average_config", node=AverageConfig)
+    cs.store(name="export_config", node=ExportConfig)
+    cs.store(name="serve_config", node=ServeConfig)
     cs.store(group="data", name="multi30k", node=Multi30kConfig)
     cs.store(group="data", name="custom", node=CustomDataConfig)
     cs.store(group="model", name="default", node=ModelConfig)

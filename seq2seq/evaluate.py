@@ -25,7 +25,7 @@ from seq2seq.config import EvaluateConfig, check_config
 from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.engine import Engine
 from seq2seq.errors import DataError, Seq2SeqError
-from seq2seq.inference import TrainedRun, Translation, Translator, load_run, score
+from seq2seq.inference import TrainedRun, Translation, Translator, load_runs, score
 from seq2seq.monitor import AttentionSample, Monitor, attention_sample, run_hparams
 from seq2seq.rundir import CHECKPOINTS, EVAL_DIR
 from seq2seq.search import Hypothesis
@@ -80,7 +80,10 @@ def _inputs(cfg: EvaluateConfig, run: TrainedRun) -> tuple[str | None, str, Path
     if cfg.input is not None:
         src, ref = Path(cfg.input), Path(cfg.reference)
         return None, src.name, src, ref
-    split, src, ref = _split_files(run.cfg.data, cfg.split)
+    data = run.cfg.data
+    if cfg.source is not None:
+        data = OmegaConf.merge(data, {"source": cfg.source})
+    split, src, ref = _split_files(data, cfg.split)
     return split, Path(split).name, src, ref
 
 
@@ -153,7 +156,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
     check_config(cfg)
     engine = Engine.create(cfg.device, cfg.precision)
-    run = load_run(cfg.run_dir, cfg.checkpoint, engine)
+    run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
     if cfg.compile:
         engine.compile(run.model)
     max_len = int(run.cfg.data.max_len)  # what the model was trained on; longer input is cut

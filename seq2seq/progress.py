@@ -28,6 +28,7 @@ class Progress:
     best_bleu: float = -1.0
     bad_validations: int = 0  # in a row, without a better BLEU
     stopped_early: bool = False
+    seconds: float = 0.0  # wall-clock seconds of training so far (validation included)
 
 
 class Window:

@@ -25,16 +25,28 @@ MANIFEST = "manifest.json"  # sizes and SHA-256 of the tokenizer models and conf
 BEST = "best.pt"  # the checkpoint of the best validation BLEU
 LAST = "last.pt"  # the latest checkpoint, to resume from
 LOCK = "train.lock"  # held by the training that writes the folder
+KEPT_DIR = "checkpoints"  # validation checkpoints kept for averaging (weights only)
+KEPT_INDEX = "index.json"  # {step: validation BLEU} of the kept checkpoints
+AVERAGED = "averaged.pt"  # what seq2seq-average writes
 TENSORBOARD_DIR = "tensorboard"  # event files
+RELEASE_WEIGHTS = "model.safetensors"  # a release folder's weights (seq2seq-export)
+RELEASE_FACTS = "release.json"  # the model card's facts, for programs
+MODEL_CARD = "README.md"
 EVAL_DIR = "eval"  # seq2seq-evaluate's outputs
-CHECKPOINTS = {"best": BEST, "last": LAST}
+CHECKPOINTS = {"best": BEST, "last": LAST, "averaged": AVERAGED}
 
 
 def checkpoint_path(run_dir: Path, checkpoint: str) -> Path:
-    """``best`` and ``last`` name the run's own checkpoints; anything else is a path."""
+    """``best``, ``last`` and ``averaged`` name the run's own checkpoints; anything else is a
+    path."""
     if checkpoint in CHECKPOINTS:
         return Path(run_dir) / CHECKPOINTS[checkpoint]
     return Path(checkpoint)
+
+
+def kept_checkpoint(run_dir: Path, step: int) -> Path:
+    """Where the weights validated at ``step`` are kept (``train.keep_checkpoints``)."""
+    return Path(run_dir) / KEPT_DIR / f"step-{step}.pt"
 
 
 class RunLock:

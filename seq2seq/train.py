@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from seq2seq.checkpoint import CheckpointWriter, start_or_resume
+from seq2seq.checkpoint import CheckpointWriter, keep, start_or_resume
 from seq2seq.config import Config, DecodeConfig, Precision, check_config
 from seq2seq.data.batching import TokenBatchSampler, Update, collate, plan_updates
 from seq2seq.data.corpus import check_splits
@@ -124,7 +124,7 @@ class Trainer:
             **self.updater.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng,  # one entry per rank
-            "vocab": [self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size],
+            "vocab": self._vocab(),
             **asdict(self.progress),
             "world_size": self.engine.world_size,
             "accumulate": self.cfg.train.accumulate,
@@ -135,7 +135,8 @@ class Trainer:
         self.updater.module.load_state_dict(state["model"])
         self.updater.load_state_dict(state)
         self.scheduler.load_state_dict(state["scheduler"])
-        self.progress = Progress(**{key: state[key] for key in asdict(Progress())})
+        defaults = asdict(Progress())  # keys a checkpoint from an older version may lack
+        self.progress = Progress(**{key: state.get(key, value) for key, value in defaults.items()})
         if len(state["rng"]) == self.engine.world_size:
             self.engine.set_rng_state(state["rng"][self.engine.rank])
         split = (state.get("world_size", 1), state.get("accumulate", 1))
@@ -152,6 +153,9 @@ class Trainer:
             self.progress.best_bleu,
         )
 
+    def _vocab(self) -> list[int]:
+        return [self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size]
+
     def _save(self, *names: str) -> None:
         """Every rank takes part (its random state is gathered); rank 0 writes the files, in
         the background."""
@@ -162,7 +166,7 @@ class Trainer:
     # -- training ----------------------------------------------------------------------------
 
     def fit(self) -> None:
-        """Train until early stopping, `max_epochs`, `max_steps` or a stop signal."""
+        """Train until early stopping, `max_epochs`, `max_steps`, `max_minutes` or a signal."""
         try:
             self._fit()
         finally:
@@ -174,6 +178,7 @@ class Trainer:
                 self.lock.release()
 
     def _fit(self) -> None:
+        self._clock = time.monotonic() - self.progress.seconds  # a resumed run goes on counting
         if self.progress.stopped_early:
             log.info("this run has already stopped early (best BLEU %.2f)", self.progress.best_bleu)
             return
@@ -201,13 +206,19 @@ class Trainer:
             self.progress.best_bleu,
         )
 
-    def _out_of_steps(self) -> bool:
-        max_steps = self.cfg.train.max_steps
-        return max_steps is not None and self.progress.step >= max_steps
+    def _at_end(self) -> bool:
+        """Out of updates (train.max_steps) or of time (train.max_minutes), alike on every rank."""
+        tcfg, p = self.cfg.train, self.progress
+        p.seconds = time.monotonic() - self._clock
+        if tcfg.max_steps is not None and p.step >= tcfg.max_steps:
+            return True
+        if tcfg.max_minutes is None:
+            return False
+        return bool(self.engine.max_over_ranks(int(p.seconds >= 60 * tcfg.max_minutes)))
 
     def _done(self) -> bool:
         p = self.progress
-        return p.stopped_early or self._out_of_steps() or p.epoch >= self.cfg.train.max_epochs
+        return p.stopped_early or p.epoch >= self.cfg.train.max_epochs or self._at_end()
 
     def _train_epoch(self, request) -> int:
         """Updates until the epoch ends (then validation, unless by steps), training stops, or a
@@ -244,12 +255,12 @@ class Trainer:
                     lr = self.updater.optimizer.param_groups[0]["lr"]
                     self.report.training(p, window, result, lr, bar, len(plan))
                     window = Window()
-                every = tcfg.validate_every
-                if self._out_of_steps() or (every and p.step % every == 0):
+                every, end = tcfg.validate_every, self._at_end()
+                if end or (every and p.step % every == 0):
                     self._validate_and_checkpoint()
                     self.updater.model.train()
                 stop = engine.agreed_stop(request)
-                if stop or self._out_of_steps() or p.stopped_early:
+                if stop or end or p.stopped_early:
                     return stop
         p.epoch += 1
         p.batch_in_epoch = 0
@@ -317,6 +328,9 @@ class Trainer:
         if result is not None:
             self.report.validation(p, result, improved, start)
         self._save(*([BEST] if improved else []), LAST)
+        if self.cfg.train.keep_checkpoints and self.engine.is_main:
+            weights = {"model": self.updater.module.state_dict(), "vocab": self._vocab()}
+            keep(self.writer, self.run_dir, p.step, bleu, weights, self.cfg.train.keep_checkpoints)
 
 
 @hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="config")

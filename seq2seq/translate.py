@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from seq2seq.config import TranslateConfig, check_config
 from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
-from seq2seq.inference import Translation, Translator, load_run
+from seq2seq.inference import Translation, Translator, load_runs
 
 log = logging.getLogger("seq2seq.translate")
 
@@ -266,7 +266,7 @@ def run_app(cfg: TranslateConfig) -> None:
         raise Seq2SeqError("say which trained model to use: run_dir=<a training run folder>")
     check_config(cfg)
     engine = Engine.create(cfg.device, cfg.precision)
-    run = load_run(cfg.run_dir, cfg.checkpoint, engine)
+    run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
     if cfg.compile:
         engine.compile(run.model)
     translator = Translator.from_run(run, cfg, int(run.cfg.data.max_len), engine)

@@ -151,7 +151,7 @@ def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
     assert "transformer" in proc.stderr and "luong-nofeed" in proc.stderr
     proc = benchmark("--quick", "--run-dir", str(tmp_path))  # no config.yaml: not a run folder
     assert proc.returncode == 1
-    assert "not a training run folder" in proc.stderr and "Traceback" not in proc.stderr
+    assert "not a training run or release folder" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_peer_shape_and_impossible_precision(data_args: list[str]) -> None:

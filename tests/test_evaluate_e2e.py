@@ -128,7 +128,7 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     proc = run_evaluate(f"run_dir={tmp_path / 'missing'}", cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stdout == ""
-    assert "is not a training run folder" in proc.stderr
+    assert "is not a training run or release folder" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
 

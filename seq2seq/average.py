@@ -1,0 +1,83 @@
+"""`seq2seq-average`: the element-wise mean of a run's last or best N kept checkpoints.
+
+Averaging the weights of the last few validations is a cheap ensemble (as fairseq's
+average_checkpoints); the result is an ordinary checkpoint that evaluate and translate load with
+``checkpoint=averaged``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+import torch
+from omegaconf import OmegaConf
+
+from seq2seq.checkpoint import kept_steps, load_checkpoint, save_checkpoint
+from seq2seq.config import AverageConfig, Selection
+from seq2seq.errors import Seq2SeqError
+from seq2seq.rundir import AVERAGED, kept_checkpoint
+
+log = logging.getLogger("seq2seq.average")
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """The mean of the ``model`` weights in ``paths`` (accumulated in float64)."""
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        weights = load_checkpoint(path)["model"]
+        if total and weights.keys() != total.keys():
+            raise Seq2SeqError(f"{path} holds another model than {paths[0]}")
+        for name, tensor in weights.items():
+            total[name] = total.get(name, 0) + tensor.double()
+    first = load_checkpoint(paths[0])["model"]
+    return {name: (value / len(paths)).to(first[name].dtype) for name, value in total.items()}
+
+
+def average(cfg: AverageConfig) -> Path:
+    """Average the selected kept checkpoints of ``cfg.run_dir``; return the written path."""
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise Seq2SeqError("say which run to average: run_dir=<a training run folder>")
+    run_dir = Path(cfg.run_dir)
+    steps = kept_steps(run_dir)
+    if not steps:
+        raise Seq2SeqError(
+            f"{run_dir} keeps no checkpoints to average: train it with train.keep_checkpoints=N"
+        )
+    if cfg.n < 1:
+        raise Seq2SeqError(f"n must be at least 1, not {cfg.n}")
+    if Selection(cfg.select) == Selection.best:
+        chosen = sorted(steps, key=lambda s: (-steps[s], -s))[: cfg.n]
+    else:
+        chosen = sorted(steps)[-cfg.n :]
+    if len(chosen) < cfg.n:
+        log.warning("%s keeps %d checkpoints; averaging those", run_dir, len(chosen))
+    paths = [kept_checkpoint(run_dir, step) for step in sorted(chosen)]
+    newest = load_checkpoint(paths[-1])
+    state = {
+        "model": average_checkpoints(paths),
+        "step": newest["step"],
+        "vocab": newest.get("vocab"),
+        "averaged": {str(step): steps[step] for step in sorted(chosen)},
+    }
+    out = Path(cfg.out) if cfg.out else run_dir / AVERAGED
+    save_checkpoint(out, state)
+    log.info("averaged steps %s (validation BLEU %s) into %s", sorted(chosen),
+             [round(steps[s], 2) for s in sorted(chosen)], out)  # fmt: skip
+    return out
+
+
+@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="average")
+def main(cfg: AverageConfig) -> None:
+    """Average; user errors exit 1 with one clear message."""
+    try:
+        print(average(cfg))
+    except Seq2SeqError as e:
+        log.error("%s", e)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""`seq2seq-export`: a release folder that runs anywhere and cannot run code when loaded.
+
+It holds the weights as safetensors (tensors only, never pickle), the resolved config, the two
+sentencepiece models, a model card (README.md) with the facts behind the model, the same facts as
+release.json, and a manifest of sizes and SHA-256 that every loader checks first, so a tampered
+file is refused. Every command that takes ``run_dir=`` takes a release folder too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+import safetensors.torch
+from omegaconf import OmegaConf
+
+from seq2seq.checkpoint import load_checkpoint
+from seq2seq.config import ExportConfig, Multi30kConfig
+from seq2seq.errors import Seq2SeqError
+from seq2seq.inference import TrainedRun, load_run
+from seq2seq.manifest import write_manifest
+from seq2seq.rundir import (
+    CHECKPOINTS,
+    CONFIG_FILE,
+    EVAL_DIR,
+    LAST,
+    MANIFEST,
+    MODEL_CARD,
+    RELEASE_FACTS,
+    RELEASE_WEIGHTS,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
+)
+
+log = logging.getLogger("seq2seq.export")
+
+LICENCE = (
+    'Multi30k (Elliott et al., 2016, "Multi30K: Multilingual English-German Image '
+    'Descriptions") is derived from Flickr30K and is for non-commercial research and '
+    "educational use; a model trained on it inherits that condition."
+)
+
+
+def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
+    """What the model card states: language pair, data, recipe, size, scores, training."""
+    cfg, folder = run.cfg, run.run_dir
+    overrides = folder / ".hydra" / "overrides.yaml"
+    recipe = [o for o in OmegaConf.to_container(OmegaConf.load(overrides))
+              if not o.startswith(("data.source", "data.root", "data.cache_dir", "hydra."))
+              ] if overrides.is_file() else []  # fmt: skip
+    last = load_checkpoint(folder / LAST) if (folder / LAST).is_file() else {}
+    log_text = (folder / "train.log").read_text() if (folder / "train.log").is_file() else ""
+    device = re.search(r"- on (.+?); each update", log_text)
+    name = checkpoint if checkpoint in CHECKPOINTS else Path(checkpoint).stem
+    tests = {}
+    for result in sorted((folder / EVAL_DIR).glob(f"*.{name}.beam*.json")):
+        scores = json.loads(result.read_text())
+        keys = ("bleu", "signature", "chrf", "chrf_signature", "beam_size", "sentences")
+        tests[result.stem.split(".")[0]] = {key: scores[key] for key in keys}
+    data = "Multi30k task 1" if cfg.data.name == "multi30k" else f"custom ({cfg.data.train})"
+    return {
+        "src_lang": cfg.data.src_lang,
+        "tgt_lang": cfg.data.tgt_lang,
+        "data": data,
+        "attention": cfg.model.attention.name,
+        "parameters": sum(p.numel() for p in run.model.parameters()),
+        "step": run.step,
+        "best_valid_bleu": last.get("best_bleu"),
+        "training_minutes": round(last["seconds"] / 60, 1) if "seconds" in last else None,
+        "device": device.group(1) if device else None,
+        "recipe": " ".join(["seq2seq-train", *recipe]),
+        "test": tests,
+    }
+
+
+def model_card(f: dict[str, Any]) -> str:
+    """README.md of a release folder."""
+    pair = f"{f['src_lang']}→{f['tgt_lang']}"
+    lines = [
+        f"# seq2seq {pair}: a bidirectional-GRU encoder with {f['attention']} attention",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| language pair | {pair} |",
+        f"| data | {f['data']} |",
+        f"| recipe | `{f['recipe']}` |",
+        f"| parameters | {f['parameters'] / 1e6:.2f} M |",
+        f"| training | {f['step']} updates, {f['training_minutes'] or '?'} minutes on "
+        f"{f['device'] or '?'}; best validation BLEU {f['best_valid_bleu'] or '?'} |",
+    ]
+    for split, t in f["test"].items():
+        lines.append(
+            f"| {split} (beam {t['beam_size']}) | BLEU {t['bleu']:.2f} (`{t['signature']}`), "
+            f"chrF {t['chrf']:.2f} (`{t['chrf_signature']}`) |"
+        )
+    if not f["test"]:
+        lines.append("| test scores | not measured before export (run seq2seq-evaluate) |")
+    lines += [
+        "",
+        "## Licence of the data",
+        "",
+        LICENCE,
+        "",
+        "## Use",
+        "",
+        "```bash",
+        "pip install torch seq2seq   # from the seq2seq project, or a checkout of it",
+        "seq2seq-translate run_dir=<this folder>          # a prompt, or a filter on a pipe",
+        "seq2seq-evaluate run_dir=<this folder> input=src.txt reference=ref.txt",
+        "seq2seq-serve run_dir=<this folder> port=8000   # HTTP API and a web page",
+        "```",
+        "",
+        f"`{RELEASE_WEIGHTS}` holds tensors only (safetensors): loading it runs no code. "
+        f"`{MANIFEST}` lists every file's size and SHA-256, checked before loading.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def export(cfg: ExportConfig) -> Path:
+    """Write the release folder of ``cfg.run_dir``; return its path."""
+    for key in ("run_dir", "out"):
+        if OmegaConf.is_missing(cfg, key):
+            raise Seq2SeqError(f"say which {key}: seq2seq-export run_dir=<run> out=<new folder>")
+    out = Path(cfg.out)
+    if out.exists() and any(out.iterdir()):
+        raise Seq2SeqError(f"{out} exists and is not empty: choose a new folder for the release")
+    run = load_run(cfg.run_dir, cfg.checkpoint)
+    out.mkdir(parents=True, exist_ok=True)
+    safetensors.torch.save_model(run.model, str(out / RELEASE_WEIGHTS))
+    config = OmegaConf.masked_copy(run.cfg, ["model", "data", "train"])
+    if config.data.name == "multi30k":  # not where the corpus lay on the training machine
+        defaults = Multi30kConfig()
+        config.data.source, config.data.root = defaults.source, defaults.root
+        config.data.cache_dir = defaults.cache_dir
+    OmegaConf.save(config, out / CONFIG_FILE)
+    for name in (SRC_TOKENIZER, TGT_TOKENIZER):
+        shutil.copyfile(run.run_dir / name, out / name)
+    stated = facts(run, cfg.checkpoint)
+    (out / RELEASE_FACTS).write_text(json.dumps(stated, indent=1, ensure_ascii=False))
+    (out / MODEL_CARD).write_text(model_card(stated), encoding="utf-8")
+    files = (RELEASE_WEIGHTS, CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER, RELEASE_FACTS, MODEL_CARD)
+    write_manifest(out / MANIFEST, [out / name for name in files])
+    log.info("wrote the release of %s (%s) into %s", run.run_dir, run.checkpoint.name, out)
+    return out
+
+
+@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="export")
+def main(cfg: ExportConfig) -> None:
+    """Export; user errors exit 1 with one clear message."""
+    try:
+        print(export(cfg))
+    except Seq2SeqError as e:
+        log.error("%s", e)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

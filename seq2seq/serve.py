@@ -1,0 +1,280 @@
+"""`seq2seq-serve`: translations over HTTP, batched across requests, and a web page.
+
+- ``POST /translate``: a JSON list of sentences, or ``{"sentences": [...], "beam_size": k,
+  "nbest": n, "alignment": true}``; answers ``{"translations": [{"translation", "nbest"?,
+  "alignment"?}, ...]}`` in the order asked.
+- ``GET /health``, ``GET /model`` (the model card's facts), ``GET /`` (the page).
+
+Requests that arrive together are decoded together: a batcher collects them for at most
+``batch_wait_ms`` or ``batch_sentences`` sentences, and one worker thread decodes, so the model
+never runs twice at once. Every limit on user input answers 4xx with ``{"error": ...}``. SIGTERM
+stops accepting connections and finishes the requests already in (uvicorn's graceful shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hmac
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import hydra
+import uvicorn
+from omegaconf import OmegaConf
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse
+from starlette.routing import Route
+
+from seq2seq.config import DecodeConfig, ServeConfig, check_config
+from seq2seq.engine import Engine
+from seq2seq.errors import Seq2SeqError
+from seq2seq.inference import TrainedRun, Translation, Translator, load_runs, release_facts
+
+log = logging.getLogger("seq2seq.serve")
+
+
+class BadRequest(Exception):
+    """User input the API refuses: the HTTP status and one line."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Job:
+    """One request's sentences and search options, and where its answer goes."""
+
+    sentences: list[str]
+    beam_size: int
+    nbest: int
+    answer: asyncio.Future = field(repr=False)
+
+
+def parse(body: bytes, cfg: ServeConfig) -> tuple[list[str], int, int, bool]:
+    """(sentences, beam_size, nbest, alignment) of a request body, or BadRequest."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(400, f"the body is not JSON: {e}") from None
+    options: dict[str, Any] = {}
+    if isinstance(data, dict):
+        unknown = set(data) - {"sentences", "beam_size", "nbest", "alignment"}
+        if unknown:
+            raise BadRequest(422, f"unknown fields: {', '.join(sorted(unknown))}")
+        options, data = data, data.get("sentences")
+    if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
+        raise BadRequest(422, 'send a JSON list of sentences (strings), or {"sentences": [...]}')
+    if not data:
+        raise BadRequest(422, "no sentences")
+    if len(data) > cfg.max_sentences:
+        raise BadRequest(413, f"{len(data)} sentences; at most {cfg.max_sentences} per request")
+    for i, sentence in enumerate(data):
+        if len(sentence) > cfg.max_chars:
+            raise BadRequest(
+                413, f"sentence {i} has {len(sentence)} characters; at most {cfg.max_chars}"
+            )
+        if "\n" in sentence or "\r" in sentence:
+            raise BadRequest(422, f"sentence {i} has a line break: send one sentence per item")
+    beam, nbest, alignment = (options.get(k, d) for k, d in (
+        ("beam_size", cfg.beam_size), ("nbest", 1), ("alignment", False)))  # fmt: skip
+    for name, value, top in (("beam_size", beam, cfg.max_beam), ("nbest", nbest, beam)):
+        if type(value) is not int or not 1 <= value <= top:
+            raise BadRequest(422, f"{name} must be a whole number from 1 to {top}")
+    if type(alignment) is not bool:
+        raise BadRequest(422, "alignment must be true or false")
+    return data, beam, nbest, alignment
+
+
+def answer(translator: Translator, translation: Translation, nbest: int, alignment: bool) -> dict:
+    """The JSON object of one translated sentence."""
+    best = translation.hypotheses[0] if translation.hypotheses else None
+    item: dict[str, Any] = {"translation": translator.text(best) if best else ""}
+    if nbest > 1:
+        item["nbest"] = [
+            {"translation": translator.text(h), "score": round(h.score, 4)}
+            for h in translation.hypotheses
+        ]
+    if alignment:
+        item["alignment"] = {
+            "source": translator.source_pieces(translation) if best else [],
+            "target": translator.target_pieces(best) if best else [],
+            "weights": best.attention.double().numpy().round(4).tolist() if best else [],
+        }
+    return item
+
+
+class Batcher:
+    """Collects concurrent requests into batches and decodes them on one worker thread."""
+
+    def __init__(self, run: TrainedRun, engine: Engine, cfg: ServeConfig) -> None:
+        self.run, self.engine, self.cfg = run, engine, cfg
+        self.queue: asyncio.Queue[Job] = asyncio.Queue()
+        self.max_len = int(run.cfg.data.max_len)
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (one batcher per server, kept to the end)
+    def translator(self, beam_size: int, nbest: int) -> Translator:
+        search = DecodeConfig(
+            beam_size=beam_size,
+            nbest=nbest,
+            alpha=self.cfg.alpha,
+            max_len_a=self.cfg.max_len_a,
+            max_len_b=self.cfg.max_len_b,
+            batch_size=self.cfg.batch_size,
+        )
+        return Translator.from_run(self.run, search, self.max_len, self.engine)
+
+    async def run_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        waiting: list[Job] = []
+        while True:
+            jobs = waiting or [await self.queue.get()]
+            waiting = []
+            deadline = loop.time() + self.cfg.batch_wait_ms / 1000
+            size = sum(len(j.sentences) for j in jobs)
+            while size < self.cfg.batch_sentences:
+                try:
+                    job = await asyncio.wait_for(self.queue.get(), deadline - loop.time())
+                except asyncio.TimeoutError:
+                    break
+                if size + len(job.sentences) > self.cfg.batch_sentences:
+                    waiting.append(job)  # the next batch's first
+                    break
+                jobs.append(job)
+                size += len(job.sentences)
+            groups: dict[tuple[int, int], list[Job]] = {}
+            for job in jobs:
+                groups.setdefault((job.beam_size, job.nbest), []).append(job)
+            for (beam_size, nbest), group in groups.items():
+                await self.decode(group, beam_size, nbest)
+
+    async def decode(self, jobs: list[Job], beam_size: int, nbest: int) -> None:
+        translator = self.translator(beam_size, nbest)
+        lines = [s for job in jobs for s in job.sentences]
+        try:
+            translations = await asyncio.to_thread(translator.translate, lines)
+        except Exception as e:  # a fault of the server, not of the input: 500 for these jobs
+            log.exception("decoding failed")
+            for job in jobs:
+                if not job.answer.done():
+                    job.answer.set_exception(e)
+            return
+        start = 0
+        for job in jobs:
+            mine = translations[start : start + len(job.sentences)]
+            start += len(job.sentences)
+            if not job.answer.done():
+                job.answer.set_result((translator, mine))
+
+
+def create_app(run: TrainedRun, engine: Engine, cfg: ServeConfig) -> Starlette:
+    """The ASGI application serving ``run``."""
+    batcher = Batcher(run, engine, cfg)
+    page = resources.files("seq2seq").joinpath("static/index.html").read_text(encoding="utf-8")
+    card = {"src_lang": run.cfg.data.src_lang, "tgt_lang": run.cfg.data.tgt_lang,
+            "attention": run.cfg.model.attention.name, "step": run.step,
+            **release_facts(run.run_dir)}  # fmt: skip
+
+    def authorised(request: Request) -> bool:
+        if cfg.api_key is None:
+            return True
+        given = request.headers.get("x-api-key", "")
+        return hmac.compare_digest(given.encode(), cfg.api_key.encode())
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    async def translate(request: Request) -> JSONResponse:
+        if not authorised(request):
+            return error(401, "missing or wrong X-API-Key header")
+        try:
+            declared = request.headers.get("content-length") or "0"
+            if not declared.isdigit():
+                raise BadRequest(400, f"Content-Length {declared!r} is not a number")
+            length = int(declared)
+            if length > cfg.max_body_bytes:
+                raise BadRequest(413, f"the body has {length} bytes; at most {cfg.max_body_bytes}")
+            body = b""
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > cfg.max_body_bytes:
+                    raise BadRequest(413, f"the body is over {cfg.max_body_bytes} bytes")
+            sentences, beam_size, nbest, alignment = parse(body, cfg)
+        except BadRequest as e:
+            return error(e.status, str(e))
+        future = asyncio.get_running_loop().create_future()
+        await batcher.queue.put(Job(sentences, beam_size, nbest, future))
+        translator, translations = await future
+        items = [answer(translator, t, nbest, alignment) for t in translations]
+        return JSONResponse({"translations": items})
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def model(request: Request) -> JSONResponse:
+        if not authorised(request):
+            return error(401, "missing or wrong X-API-Key header")
+        return JSONResponse(card)
+
+    async def index(request: Request) -> HTMLResponse:
+        return HTMLResponse(page)
+
+    async def not_found(request: Request, exc: Exception) -> JSONResponse:
+        return error(404, f"no {request.url.path} here: POST /translate, GET /health, GET /model")
+
+    async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
+        return error(405, f"{request.method} is not allowed on {request.url.path}")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(batcher.run_forever())
+        yield
+        task.cancel()
+
+    routes = [
+        Route("/", index),
+        Route("/health", health),
+        Route("/model", model),
+        Route("/translate", translate, methods=["POST"]),
+    ]
+    return Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_allowed}
+    )
+
+
+def serve(cfg: ServeConfig) -> None:
+    """Load the run or release and serve it until SIGINT/SIGTERM."""
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise Seq2SeqError("say which model to serve: run_dir=<a run or release folder>")
+    check_config(cfg)
+    engine = Engine.create(cfg.device, cfg.precision)
+    run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
+    if cfg.compile:
+        engine.compile(run.model)
+    log.info("serving %s (step %d) on %s at http://%s:%d/", run.run_dir, run.step,
+             engine.describe(), cfg.host, cfg.port)  # fmt: skip
+    app = create_app(run, engine, cfg)
+    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning",
+                timeout_graceful_shutdown=30)  # fmt: skip
+
+
+@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="serve")
+def main(cfg: ServeConfig) -> None:
+    """Serve; user errors exit 1 with one clear message."""
+    try:
+        serve(cfg)
+    except Seq2SeqError as e:
+        log.error("%s", e)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""Recipes (experiment configs), kept checkpoints and their average, ensembles, the time budget,
+and the results table script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+from test_train_e2e import TRAIN_TIMEOUT, finish, scalars
+
+from seq2seq.checkpoint import kept_steps, load_checkpoint
+from seq2seq.rundir import KEPT_DIR, kept_checkpoint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(module: str, *args: str) -> str:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"seq2seq.{module}", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+    out = finish(proc, TRAIN_TIMEOUT)
+    assert proc.returncode == 0, out
+    return out
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
+    base = tmp_path_factory.mktemp("data")
+    return [
+        f"data.source={multi30k_url}",
+        f"data.root={base / 'multi30k'}",
+        f"data.cache_dir={base / 'cache'}",
+    ]
+
+
+def composed(*overrides: str):
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+def test_recipes_compose() -> None:
+    default, de_en = composed(), composed("experiment=multi30k_de_en")
+    assert OmegaConf.to_container(default) == OmegaConf.to_container(de_en)  # the default recipe
+    en_de = composed("experiment=multi30k_en_de")
+    assert (en_de.data.src_lang, en_de.data.tgt_lang) == ("en", "de")
+    cpu = composed("experiment=multi30k_de_en_cpu")
+    assert cpu.train.max_minutes == 30 and cpu.train.precision.value == "bf16"
+    rows = {
+        "bahdanau": ("bahdanau", True),
+        "luong": ("luong", True),
+        "luong_nofeed": ("luong", False),
+        "multihead": ("multihead", True),
+    }
+    for row, (name, feed) in rows.items():
+        cfg = composed(f"+compare={row}")
+        assert (cfg.model.attention.name, cfg.model.input_feed) == (name, feed)
+    sweep = OmegaConf.load(REPO / "configs/experiment/attention_comparison.yaml")
+    params = sweep.hydra.sweeper.params
+    assert params["+compare"].split(",") == list(rows) and params["train.seed"] == "1,2,3"
+
+
+def test_kept_checkpoints_average_into_one_that_evaluates(tmp_path: Path, data_dirs) -> None:
+    folder = tmp_path / "run"
+    run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={folder}",
+        "train.keep_checkpoints=2", *data_dirs)  # fmt: skip
+    steps = kept_steps(folder)
+    bleu = dict(scalars(folder, "valid/bleu"))
+    assert 2 <= len(steps) <= 4 and all(steps[s] == pytest.approx(bleu[s]) for s in steps)
+    latest = sorted(bleu)[-2:]
+    best = sorted(bleu, key=lambda s: -bleu[s])[:2]
+    assert set(steps) == set(latest) | set(best)  # the 2 latest and the 2 best
+    assert sorted(p.name for p in (folder / KEPT_DIR).glob("*.pt")) == sorted(
+        kept_checkpoint(folder, s).name for s in steps
+    )
+    out = run("average", f"run_dir={folder}", "n=2", "select=last")
+    averaged = load_checkpoint(folder / "averaged.pt")
+    a, b = (load_checkpoint(kept_checkpoint(folder, s))["model"] for s in latest)
+    for name in ("decoder.output_layer.weight", "encoder.rnn.weight_hh_l0"):
+        torch.testing.assert_close(averaged["model"][name], (a[name] + b[name]) / 2)
+    assert "averaged steps" in out
+    result = run("evaluate", f"run_dir={folder}", "checkpoint=averaged", "split=val", "beam_size=1")
+    assert json.loads(result.splitlines()[-1])["checkpoint"].endswith("averaged.pt")
+
+
+def test_an_ensemble_of_a_model_with_itself_is_the_model(smoke_run: Path) -> None:
+    single = run("evaluate", f"run_dir={smoke_run}", "split=val", "beam_size=3")
+    double = run("evaluate", f"run_dir={smoke_run}", f"ensemble=[{smoke_run}]", "split=val",
+                 "beam_size=3")  # fmt: skip
+    single, double = (json.loads(out.splitlines()[-1]) for out in (single, double))
+    assert double["bleu"] == pytest.approx(single["bleu"], abs=1e-9)
+
+
+def test_an_ensemble_needs_the_same_tokenizers(smoke_run: Path, tmp_path, data_dirs) -> None:
+    other = tmp_path / "other"
+    run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={other}",
+        "train.max_steps=2", "data.tokenizer.vocab_size=300", *data_dirs)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "seq2seq.translate", f"run_dir={smoke_run}", f"ensemble=[{other}]"],
+        input="Ein Hund.\n", capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "other tokenizers" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_time_budget_stops_and_validates(tmp_path: Path, data_dirs) -> None:
+    folder = tmp_path / "run"
+    out = run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={folder}",
+              "train.max_minutes=0.05", *data_dirs)  # fmt: skip
+    last = load_checkpoint(folder / "last.pt")
+    assert 3 <= last["seconds"] < 60 and last["epoch"] < 4, out
+    assert [step for step, _ in scalars(folder, "valid/loss")][-1] == last["step"]
+
+
+def test_results_table_and_pictures(smoke_run: Path, tmp_path: Path, multi30k_url: str) -> None:
+    run("evaluate", f"run_dir={smoke_run}")  # test_2016_flickr, beam 5
+    proc = subprocess.run(
+        [sys.executable, "scripts/results.py", str(smoke_run), str(tmp_path / "not-a-run"),
+         "--pictures", str(tmp_path), "--data-source", multi30k_url,
+         "--data-root", str(tmp_path / "multi30k")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.splitlines()
+    assert table[0].startswith("| direction | attention | test BLEU")
+    [row] = [line for line in table if line.startswith("| de→en")]
+    cells = [cell.strip() for cell in row.split("|")]
+    assert float(cells[3]) > 0 and float(cells[5]) > 0  # test BLEU, lowercased tokenized BLEU
+    for name in ("val_bleu_minutes.png", "attention_best.png"):
+        assert (tmp_path / name).stat().st_size > 1000

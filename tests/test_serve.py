@@ -1,0 +1,334 @@
+"""seq2seq-export and seq2seq-serve through real processes on 127.0.0.1: the API, its limits,
+batching under concurrency, shutdown, releases, and the web page in a real browser."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from seq2seq.data.corpus import read_parallel
+
+SENTENCES = [
+    "Ein Hund läuft über die Wiese.",
+    "Zwei Männer spielen Fußball.",
+    "Eine Frau sitzt auf einer Bank.",
+    "Kinder spielen im Sand am Strand.",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def call(url: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict]:
+    """(status, JSON) of a GET (no body) or POST."""
+    request = urllib.request.Request(url, data=body, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def post(url: str, payload: object, **headers: str) -> tuple[int, dict]:
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return call(f"{url}/translate", body, {"Content-Type": "application/json", **headers})
+
+
+@contextlib.contextmanager
+def server(run_dir: Path, *overrides: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "seq2seq.serve", f"run_dir={run_dir}", f"port={port}", *overrides],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while True:
+        with contextlib.suppress(OSError):
+            if call(f"{url}/health")[0] == 200:
+                break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the server did not start:\n{proc.communicate()[0]}")
+        time.sleep(0.1)
+    try:
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def served(smoke_run: Path) -> Iterator[str]:
+    with server(smoke_run) as (url, _):
+        yield url
+
+
+def cli_translations(run_dir: Path, lines: list[str], *overrides: str) -> list[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "seq2seq.translate", f"run_dir={run_dir}", *overrides],
+        input="".join(line + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_translations_equal_the_command_lines(served: str, smoke_run: Path) -> None:
+    status, data = post(served, SENTENCES)
+    assert status == 200
+    assert [t["translation"] for t in data["translations"]] == cli_translations(
+        smoke_run, SENTENCES
+    )
+    status, data = post(served, {"sentences": SENTENCES[:2], "beam_size": 1})
+    greedy = cli_translations(smoke_run, SENTENCES[:2], "beam_size=1")
+    assert [t["translation"] for t in data["translations"]] == greedy
+
+
+def test_nbest_and_alignment(served: str) -> None:
+    status, data = post(served, {"sentences": SENTENCES[:1], "beam_size": 4, "nbest": 3,
+                                 "alignment": True})  # fmt: skip
+    assert status == 200
+    [item] = data["translations"]
+    assert len(item["nbest"]) == 3 and item["nbest"][0]["translation"] == item["translation"]
+    scores = [h["score"] for h in item["nbest"]]
+    assert scores == sorted(scores, reverse=True)
+    al = item["alignment"]
+    assert al["source"][-1] == al["target"][-1] == "</s>"
+    assert len(al["weights"]) == len(al["target"])
+    assert all(len(row) == len(al["source"]) and abs(sum(row) - 1) < 1e-3 for row in al["weights"])
+
+
+def test_health_model_page_and_unknown_paths(served: str) -> None:
+    assert call(f"{served}/health") == (200, {"status": "ok"})
+    status, card = call(f"{served}/model")
+    assert status == 200 and (card["src_lang"], card["tgt_lang"]) == ("de", "en")
+    with urllib.request.urlopen(f"{served}/", timeout=60) as response:
+        assert "<textarea" in response.read().decode()
+    assert call(f"{served}/nowhere")[0] == 404
+    assert call(f"{served}/translate")[0] == 405  # GET
+
+
+@pytest.mark.parametrize(
+    ("payload", "status", "message"),
+    [
+        (b"{not json", 400, "not JSON"),
+        (b"\xff\xfe", 400, "not JSON"),
+        ({"sentences": "one string"}, 422, "JSON list of sentences"),
+        ([1, 2], 422, "JSON list of sentences"),
+        ({"text": ["a"]}, 422, "unknown fields: text"),
+        ([], 422, "no sentences"),
+        (["a"] * 65, 413, "at most 64 per request"),
+        (["x" * 1001], 413, "at most 1000"),
+        (["two\nlines"], 422, "line break"),
+        (
+            {"sentences": ["a"], "beam_size": 0},
+            422,
+            "beam_size must be a whole number from 1 to 10",
+        ),
+        ({"sentences": ["a"], "beam_size": 11}, 422, "beam_size"),
+        ({"sentences": ["a"], "beam_size": "5"}, 422, "beam_size"),
+        ({"sentences": ["a"], "beam_size": 2, "nbest": 3}, 422, "nbest must be"),
+        ({"sentences": ["a"], "alignment": "yes"}, 422, "alignment must be"),
+        (b"[" + b'"a",' * 30000 + b'"a"]', 413, "bytes"),
+    ],
+)
+def test_bad_requests_get_4xx_and_a_json_error(served, payload, status, message) -> None:
+    got, data = post(served, payload)
+    assert got == status and message in data["error"], data
+
+
+def test_concurrent_requests_are_all_answered_in_order(served: str) -> None:
+    alone = {s: post(served, [s])[1]["translations"][0]["translation"] for s in SENTENCES}
+    requests = [[SENTENCES[(i + j) % 4] for j in range(1 + i % 3)] for i in range(24)]
+    with concurrent.futures.ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda sentences: post(served, sentences), requests))
+    for sentences, (status, data) in zip(requests, answers, strict=True):
+        assert status == 200
+        assert [t["translation"] for t in data["translations"]] == [alone[s] for s in sentences]
+
+
+def test_api_key(smoke_run: Path) -> None:
+    with server(smoke_run, "api_key=s3cret") as (url, _):
+        assert post(url, ["Ein Hund."])[0] == 401
+        assert post(url, ["Ein Hund."], **{"X-API-Key": "wrong"})[0] == 401
+        assert call(f"{url}/model")[0] == 401
+        assert post(url, ["Ein Hund."], **{"X-API-Key": "s3cret"})[0] == 200
+        assert call(f"{url}/health")[0] == 200  # for load balancers
+
+
+def test_sigterm_under_load_finishes_or_refuses_cleanly(smoke_run: Path) -> None:
+    with server(smoke_run) as (url, proc):
+
+        def one(i: int) -> str:
+            try:
+                status, data = post(url, {"sentences": SENTENCES, "beam_size": 5})
+            except OSError:  # refused or reset once the server stopped accepting
+                return "refused"
+            assert status == 200 and len(data["translations"]) == 4, data  # never a 500
+            return "answered"
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            outcomes = [pool.submit(one, i) for i in range(48)]
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
+            results = [f.result() for f in outcomes]
+        # uvicorn finishes the requests in hand, then lets the signal end the process
+        assert proc.wait(60) in (0, -signal.SIGTERM)
+        assert "answered" in results
+        assert "Traceback" not in proc.communicate()[0]
+
+
+# -- releases ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def release(smoke_run: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("release") / "de-en"
+    proc = subprocess.run(
+        [sys.executable, "-m", "seq2seq.export", f"run_dir={smoke_run}", f"out={out}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def evaluate(run_dir: Path, *overrides: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "seq2seq.evaluate", f"run_dir={run_dir}", *overrides],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_release_reproduces_the_run_and_holds_no_pickle(
+    smoke_run: Path, release: Path, multi30k_url: str, tmp_path: Path
+) -> None:
+    names = sorted(p.name for p in release.iterdir())
+    assert names == ["README.md", "config.yaml", "manifest.json", "model.safetensors",
+                     "release.json", "src.model", "tgt.model"]  # fmt: skip
+    weights = (release / "model.safetensors").read_bytes()
+    header = json.loads(weights[8 : 8 + int.from_bytes(weights[:8], "little")])
+    assert all(v["dtype"] == "F32" for k, v in header.items() if k != "__metadata__")
+    for path in release.iterdir():  # no pickle, no torch.save zip archive
+        assert path.name == "model.safetensors" or path.read_bytes()[:2] not in (b"PK", b"\x80\x02")
+    card = (release / "README.md").read_text()
+    assert "de→en" in card and "non-commercial" in card and "seq2seq-translate" in card
+    # the release keeps no path of the training machine: say where Multi30k is
+    on_release = evaluate(release, f"source={multi30k_url}")
+    assert on_release["bleu"] == evaluate(smoke_run)["bleu"]  # exactly
+
+
+def test_a_tampered_release_is_refused(release: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(release, copy)
+    weights = bytearray((copy / "model.safetensors").read_bytes())
+    weights[-7] ^= 0x01  # one bit of one weight
+    (copy / "model.safetensors").write_bytes(bytes(weights))
+    proc = subprocess.run(
+        [sys.executable, "-m", "seq2seq.translate", f"run_dir={copy}"],
+        input="Ein Hund.\n", capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "model.safetensors does not match its SHA-256" in proc.stderr
+
+
+def test_a_release_is_served(release: Path) -> None:
+    with server(release) as (url, _):
+        status, data = post(url, SENTENCES[:2])
+        assert status == 200 and all(t["translation"] for t in data["translations"])
+        status, card = call(f"{url}/model")
+        assert card["parameters"] > 0 and card["recipe"].startswith("seq2seq-train")
+
+
+# -- the page in a real browser ------------------------------------------------------------------
+
+
+def chromium() -> tuple[str, str] | None:
+    """(browser, driver) executables of the OS packages, if installed."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+def test_the_page_translates_and_draws_the_heatmap(served: str, tmp_path: Path) -> None:
+    found = chromium()
+    if found is None or not _selenium():
+        reason = "headless Chromium, chromedriver and selenium are needed (.ci/run installs them)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = found[0]
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(service=Service(executable_path=found[1]), options=options)
+    try:
+        browser.get(served + "/")
+        browser.find_element(By.ID, "source").send_keys(SENTENCES[0])
+        browser.find_element(By.ID, "go").click()
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_element(By.ID, "translation").text.strip())
+        rows = wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#alignment tr.target-row"))
+        status, data = post(served, {"sentences": SENTENCES[:1], "alignment": True})
+        item = data["translations"][0]
+        assert browser.find_element(By.ID, "translation").text == item["translation"]
+        assert len(rows) == len(item["alignment"]["target"])  # one row per target piece
+        shot = Path(os.environ.get("SEQ2SEQ_SCREENSHOT", tmp_path / "page.png"))
+        browser.save_screenshot(str(shot))
+        assert shot.stat().st_size > 0
+    finally:
+        browser.quit()
+
+
+def _selenium() -> bool:
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_serve_bench_reports(served: str, tmp_path: Path, multi30k_dir: Path) -> None:
+    sources, _ = read_parallel(multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz", 50)
+    (tmp_path / "s.de").write_text("\n".join(sources) + "\n")
+    proc = subprocess.run(
+        [sys.executable, "scripts/serve_bench.py", served, "--clients", "4", "--seconds", "3",
+         "--input", str(tmp_path / "s.de"), "--beam-size", "1"],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert report["errors"] == 0 and report["sentences"] > 0
+    assert report["p50_ms"] <= report["p95_ms"] <= report["p99_ms"]
