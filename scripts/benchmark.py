@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import gc
 import itertools
 import json
@@ -513,7 +514,8 @@ def decoding_rows(
         progress(f"{name} ...")
         at = Engine(engine.device, Precision(precision), engine.topology)
         beam = SEARCHES[search]
-        row = measure_decoding(at, model, test, refs, tokenizer, beam, sizes, peaks[precision])
+        decoder = at.for_inference(copy.deepcopy(model))  # as evaluate loads it in this precision
+        row = measure_decoding(at, decoder, test, refs, tokenizer, beam, sizes, peaks[precision])
         rows.append({"attention": attention, "precision": precision, "search": search,
                      **settings, **row})  # fmt: skip
         progress(f"{name}: {row['sentences_per_s']:,.1f} sentences/s")

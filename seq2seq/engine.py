@@ -209,6 +209,13 @@ class Engine:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=dtype)
 
+    def for_inference(self, model: nn.Module) -> nn.Module:
+        """``model`` on this device; under bf16/fp16 its weights in that precision too, since
+        autocast would cast them again at every step (nothing is trained, so no fp32 masters)."""
+        model.to(self.device)
+        dtype = _DTYPES.get(self.precision)
+        return model.to(dtype) if dtype is not None else model
+
     def to_device(self, batch: Batch) -> Batch:
         """The batch on this device; from pinned memory without blocking on CUDA."""
         if self.device == HOST:

@@ -82,6 +82,11 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
 def model_card(f: dict[str, Any]) -> str:
     """README.md of a release folder."""
     pair = f"{f['src_lang']}→{f['tgt_lang']}"
+    valid = f"{f['best_valid_bleu']:.2f}" if f["best_valid_bleu"] is not None else "?"
+
+    def signature(text: str) -> str:  # a table cell: its pipes escaped
+        return text.replace("|", "\\|")
+
     lines = [
         f"# seq2seq {pair}: a bidirectional-GRU encoder with {f['attention']} attention",
         "",
@@ -92,12 +97,13 @@ def model_card(f: dict[str, Any]) -> str:
         f"| recipe | `{f['recipe']}` |",
         f"| parameters | {f['parameters'] / 1e6:.2f} M |",
         f"| training | {f['step']} updates, {f['training_minutes'] or '?'} minutes on "
-        f"{f['device'] or '?'}; best validation BLEU {f['best_valid_bleu'] or '?'} |",
+        f"{f['device'] or '?'}; best validation BLEU {valid} |",
     ]
     for split, t in f["test"].items():
         lines.append(
-            f"| {split} (beam {t['beam_size']}) | BLEU {t['bleu']:.2f} (`{t['signature']}`), "
-            f"chrF {t['chrf']:.2f} (`{t['chrf_signature']}`) |"
+            f"| {split} (beam {t['beam_size']}) | BLEU {t['bleu']:.2f} "
+            f"(`{signature(t['signature'])}`), chrF {t['chrf']:.2f} "
+            f"(`{signature(t['chrf_signature'])}`) |"
         )
     if not f["test"]:
         lines.append("| test scores | not measured before export (run seq2seq-evaluate) |")
@@ -110,7 +116,7 @@ def model_card(f: dict[str, Any]) -> str:
         "## Use",
         "",
         "```bash",
-        "pip install torch seq2seq   # from the seq2seq project, or a checkout of it",
+        "pip install torch /path/to/a/checkout/of/seq2seq",
         "seq2seq-translate run_dir=<this folder>          # a prompt, or a filter on a pipe",
         "seq2seq-evaluate run_dir=<this folder> input=src.txt reference=ref.txt",
         "seq2seq-serve run_dir=<this folder> port=8000   # HTTP API and a web page",

@@ -102,7 +102,7 @@ def load_run(
         except (KeyError, RuntimeError, TypeError) as e:  # a checkpoint of another model or run
             raise Seq2SeqError(f"{path} does not fit the model of {run_dir}: {e}") from e
     if engine is not None:
-        model.to(engine.device)
+        engine.for_inference(model)
     model.eval()
     return TrainedRun(run_dir, cfg, model, src_tok, tgt_tok, path, int(step))
 
