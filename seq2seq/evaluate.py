@@ -21,11 +21,10 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import EvaluateConfig, check_config
+from seq2seq.config import EvaluateConfig
 from seq2seq.data.corpus import read_parallel, split_files
-from seq2seq.engine import Engine
 from seq2seq.errors import DataError, Seq2SeqError
-from seq2seq.inference import TrainedRun, Translation, Translator, load_runs, score
+from seq2seq.inference import TrainedRun, Translation, Translator, open_model, score
 from seq2seq.monitor import AttentionSample, Monitor, attention_sample, run_hparams
 from seq2seq.rundir import CHECKPOINTS, EVAL_DIR
 from seq2seq.search import Hypothesis
@@ -154,11 +153,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         raise Seq2SeqError("say which run to evaluate: run_dir=<a training run folder>")
     if cfg.log_attention < 0:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
-    check_config(cfg)
-    engine = Engine.create(cfg.device, cfg.precision)
-    run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
-    if cfg.compile:
-        engine.compile(run.model)
+    engine, run = open_model(cfg)
     max_len = int(run.cfg.data.max_len)  # what the model was trained on; longer input is cut
     translator = Translator.from_run(run, cfg, max_len, engine)
     split, name, src_path, ref_path = _inputs(cfg, run)

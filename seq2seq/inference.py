@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, InferenceConfig, check_config
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
@@ -129,6 +129,17 @@ def load_runs(
                 "the same subword vocabularies (the same training data and tokenizer settings)"
             )
     return replace(run, model=Ensemble([m.model for m in members]))
+
+
+def open_model(cfg: InferenceConfig) -> tuple[Engine, TrainedRun]:
+    """The engine and the run (or release, or ensemble) an inference command's config names,
+    after refusing impossible settings; compiled when asked."""
+    check_config(cfg)
+    engine = Engine.create(cfg.device, cfg.precision)
+    run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
+    if cfg.compile:
+        engine.compile(run.model)
+    return engine, run
 
 
 def read_config(path: Path) -> DictConfig:

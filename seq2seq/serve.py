@@ -34,10 +34,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
-from seq2seq.config import DecodeConfig, ServeConfig, check_config
+from seq2seq.config import DecodeConfig, ServeConfig
 from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
-from seq2seq.inference import TrainedRun, Translation, Translator, load_runs, release_facts
+from seq2seq.inference import TrainedRun, Translation, Translator, open_model, release_facts
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -258,11 +258,7 @@ def serve(cfg: ServeConfig) -> None:
     """Load the run or release and serve it until SIGINT/SIGTERM."""
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise Seq2SeqError("say which model to serve: run_dir=<a run or release folder>")
-    check_config(cfg)
-    engine = Engine.create(cfg.device, cfg.precision)
-    run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
-    if cfg.compile:
-        engine.compile(run.model)
+    engine, run = open_model(cfg)
     log.info("serving %s (step %d) on %s at http://%s:%d/", run.run_dir, run.step,
              engine.describe(), cfg.host, cfg.port)  # fmt: skip
     app = create_app(run, engine, cfg)

@@ -22,10 +22,9 @@ import hydra
 import numpy as np
 from omegaconf import OmegaConf
 
-from seq2seq.config import TranslateConfig, check_config
-from seq2seq.engine import Engine
+from seq2seq.config import TranslateConfig
 from seq2seq.errors import Seq2SeqError
-from seq2seq.inference import Translation, Translator, load_runs
+from seq2seq.inference import Translation, Translator, open_model
 
 log = logging.getLogger("seq2seq.translate")
 
@@ -264,11 +263,7 @@ def run_app(cfg: TranslateConfig) -> None:
     """Load the run named by `run_dir` and translate the terminal's or the pipe's lines."""
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise Seq2SeqError("say which trained model to use: run_dir=<a training run folder>")
-    check_config(cfg)
-    engine = Engine.create(cfg.device, cfg.precision)
-    run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
-    if cfg.compile:
-        engine.compile(run.model)
+    engine, run = open_model(cfg)
     translator = Translator.from_run(run, cfg, int(run.cfg.data.max_len), engine)
     log.info("loaded %s (step %d) on %s", run.checkpoint, run.step, engine.describe())
     if sys.stdin.isatty():

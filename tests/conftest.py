@@ -74,3 +74,15 @@ def smoke_run(tmp_path_factory, multi30k_url: str) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return run
+
+
+@pytest.fixture(scope="module")
+def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
+    """Overrides for a download folder and a cache of the test module: the first training
+    downloads and tokenizes, the others reuse."""
+    base = tmp_path_factory.mktemp("data")
+    return [
+        f"data.source={multi30k_url}",
+        f"data.root={base / 'multi30k'}",
+        f"data.cache_dir={base / 'cache'}",
+    ]

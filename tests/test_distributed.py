@@ -54,16 +54,6 @@ def train_args(run_dir: Path, data_dirs: list[str], *overrides: str) -> list[str
     ]
 
 
-@pytest.fixture(scope="module")
-def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
-    base = tmp_path_factory.mktemp("data")
-    return [
-        f"data.source={multi30k_url}",
-        f"data.root={base / 'multi30k'}",
-        f"data.cache_dir={base / 'cache'}",
-    ]
-
-
 # -- sharing an epoch out ------------------------------------------------------------------------
 
 

@@ -24,16 +24,6 @@ pytestmark = [
 SENTENCES = 200  # test_2016_flickr lines decoded on both devices
 
 
-@pytest.fixture(scope="module")
-def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
-    base = tmp_path_factory.mktemp("data")
-    return [
-        f"data.source={multi30k_url}",
-        f"data.root={base / 'multi30k'}",
-        f"data.cache_dir={base / 'cache'}",
-    ]
-
-
 def train_on_gpu(run: Path, data_dirs: list[str], precision: str) -> None:
     cmd = [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "device=cuda"]
     cmd += [f"train.precision={precision}", f"hydra.run.dir={run}", "log.progress=false"]

@@ -33,16 +33,6 @@ def run(module: str, *args: str) -> str:
     return out
 
 
-@pytest.fixture(scope="module")
-def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
-    base = tmp_path_factory.mktemp("data")
-    return [
-        f"data.source={multi30k_url}",
-        f"data.root={base / 'multi30k'}",
-        f"data.cache_dir={base / 'cache'}",
-    ]
-
-
 def composed(*overrides: str):
     with initialize_config_module("seq2seq.configs", version_base=None):
         return compose("config", overrides=list(overrides))

@@ -27,16 +27,6 @@ from seq2seq.rundir import LOCK
 SMOKE = ["experiment=smoke", "log.progress=false"]
 
 
-@pytest.fixture(scope="module")
-def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
-    base = tmp_path_factory.mktemp("data")
-    return [
-        f"data.source={multi30k_url}",
-        f"data.root={base / 'multi30k'}",
-        f"data.cache_dir={base / 'cache'}",
-    ]
-
-
 def start(command: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", f"seq2seq.{command}", *args],

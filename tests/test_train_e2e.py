@@ -49,17 +49,6 @@ VALID_SCALARS = {
 }
 
 
-@pytest.fixture(scope="module")
-def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
-    """One download folder and cache for the module: the first run downloads, the rest reuse."""
-    base = tmp_path_factory.mktemp("data")
-    return [
-        f"data.source={multi30k_url}",
-        f"data.root={base / 'multi30k'}",
-        f"data.cache_dir={base / 'cache'}",
-    ]
-
-
 def train(run_dir: Path, *overrides: str, wait: bool = True) -> subprocess.Popen | str:
     """Run `python -m seq2seq.train` in its own process, as a user would."""
     cmd = [
