@@ -40,7 +40,15 @@ from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.monitor import attention_figure
 from seq2seq.rundir import BEST, CONFIG_FILE, EVAL_DIR, LAST, TENSORBOARD_DIR
 
-IGNORED = ("data.source", "data.root", "data.cache_dir", "hydra.", "train.seed", "log.")
+IGNORED = (
+    "data.source",
+    "data.root",
+    "data.cache_dir",
+    "hydra.",
+    "train.seed",
+    "train.resume",
+    "log.",
+)
 
 
 @dataclass
@@ -81,15 +89,33 @@ def test_result(folder: Path) -> dict[str, Any] | None:
 
 
 def curve(folder: Path) -> list[tuple[float, float]]:
-    """(minutes since training started, validation BLEU) at each validation."""
-    acc = EventAccumulator(str(folder / TENSORBOARD_DIR), {"scalars": 0})
-    acc.Reload()
-    if "valid/bleu" not in acc.Tags()["scalars"]:
-        return []
-    events = acc.Scalars("valid/bleu")
-    start = min(e.wall_time for e in acc.Scalars("train/loss")) if "train/loss" in acc.Tags()[
-        "scalars"] else events[0].wall_time  # fmt: skip
-    return [((e.wall_time - start) / 60, e.value) for e in events]
+    """(minutes of training, validation BLEU) at each validation. A resumed run writes a new
+    event file; the pause between files is left out, and events of an earlier file at or after
+    the step a later one resumed from are dropped, as TensorBoard does. Files without training
+    scalars (seq2seq-evaluate's) are not training time."""
+    files = sorted(
+        (folder / TENSORBOARD_DIR).glob("events.out.tfevents.*"),
+        key=lambda f: float(f.name.split(".")[3]),  # events.out.tfevents.<time>.<host>...
+    )
+    parts = []  # per file: (first step, [(step, minutes into the file, BLEU)], file minutes)
+    for events_file in files:
+        acc = EventAccumulator(str(events_file), {"scalars": 0})
+        acc.Reload()
+        tags = acc.Tags()["scalars"]
+        if "train/loss" not in tags:
+            continue
+        scalars = [e for tag in tags for e in acc.Scalars(tag)]
+        start = acc.FirstEventTimestamp()
+        valid = acc.Scalars("valid/bleu") if "valid/bleu" in tags else []
+        points = [(e.step, (e.wall_time - start) / 60, e.value) for e in valid]
+        minutes = (max(e.wall_time for e in scalars) - start) / 60
+        parts.append((min(e.step for e in scalars), points, minutes))
+    result, offset = [], 0.0
+    for i, (_, points, minutes) in enumerate(parts):
+        resumed_at = parts[i + 1][0] if i + 1 < len(parts) else float("inf")
+        result += [(offset + m, bleu) for step, m, bleu in points if step < resumed_at]
+        offset += minutes
+    return result
 
 
 def read_run(folder: Path) -> Run | None:
@@ -132,7 +158,7 @@ def tokenized_bleu(hypotheses: Path, references: list[str], lang: str) -> float:
 
     hyps = [prepare(line) for line in hypotheses.read_text(encoding="utf-8").splitlines()]
     refs = [prepare(line) for line in references]
-    return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
+    return sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True).score
 
 
 def mean_std(values: Sequence[float]) -> str:
@@ -182,7 +208,7 @@ def picture_curves(runs: list[Run], path: Path) -> None:
                 minutes,
                 bleu,
                 marker=".",
-                label=f"{run.direction} {run.attention} (seed {run.seed})",
+                label=f"{run.direction} {run.attention}, {run.minutes:.0f} min (seed {run.seed})",
             )
     ax.set_xlabel("wall-clock minutes of training")
     ax.set_ylabel("validation BLEU (greedy)")

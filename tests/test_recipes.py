@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from test_train_e2e import TRAIN_TIMEOUT, finish, scalars
+from torch.utils.tensorboard import SummaryWriter
 
 from seq2seq.checkpoint import kept_steps, load_checkpoint
 from seq2seq.rundir import KEPT_DIR, kept_checkpoint
@@ -127,3 +129,31 @@ def test_results_table_and_pictures(smoke_run: Path, tmp_path: Path, multi30k_ur
     assert float(cells[3]) > 0 and float(cells[5]) > 0  # test BLEU, lowercased tokenized BLEU
     for name in ("val_bleu_minutes.png", "attention_best.png"):
         assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_results_curve_leaves_out_the_pause_of_a_resume(tmp_path: Path, monkeypatch) -> None:
+    """Two event files of one run, an hour apart: the curve counts training minutes only, and
+    the earlier file's validation at or after the resumed step is dropped."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import results
+
+    tb = tmp_path / "tensorboard"
+    tb.mkdir()
+    now = time.time()
+    for name, start, events in [
+        ("1000.host.1.0", now, [("train/loss", 50, 60), ("valid/bleu", 100, 120),
+                                ("valid/bleu", 200, 240)]),
+        ("2000.host.2.0", now + 3600, [("train/loss", 150, 30), ("valid/bleu", 200, 90)]),
+        ("3000.host.3.0", now + 7200, [("eval/test_bleu", 200, 10)]),  # seq2seq-evaluate's
+    ]:  # fmt: skip
+        monkeypatch.setattr(time, "time", lambda start=start: start)  # the file's first event
+        with SummaryWriter(str(tmp_path / name)) as writer:
+            for tag, step, seconds in events:
+                writer.add_scalar(tag, 1.0 + step, step, walltime=start + seconds)
+        [written] = (tmp_path / name).iterdir()
+        written.rename(tb / f"events.out.tfevents.{name}")
+    monkeypatch.undo()
+    points = results.curve(tmp_path)
+    assert [bleu for _, bleu in points] == [101.0, 201.0]
+    assert points[0][0] == pytest.approx(2.0)  # 120 s into the first file
+    assert points[1][0] == pytest.approx(4.0 + 1.5)  # the first file's 240 s, then 90 s

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import (
     STORE_EVERYTHING_SIZE_GUIDANCE,
@@ -196,7 +197,8 @@ def test_multirun_folders_are_flat_and_tensorboard_compares_them(
     tmp_path: Path, data_dirs: list[str]
 ) -> None:
     """`-m model/attention=bahdanau,luong`: one folder per run directly in the sweep folder (no
-    "/" of a group or a path nesting them), and the HParams tab lists both with their BLEU."""
+    "/" of a group or a path nesting them, no "=" or "," that run_dir= would misread), and the
+    HParams tab lists both with their BLEU."""
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "seq2seq.train", "-m", "experiment=smoke", "train.max_epochs=1"]
     cmd += ["log.progress=false", f"hydra.sweep.dir={sweep}", *data_dirs]
@@ -210,9 +212,12 @@ def test_multirun_folders_are_flat_and_tensorboard_compares_them(
     assert proc.returncode == 0, out
     runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     assert runs == [
-        "0_experiment=smoke,model.attention=bahdanau,train.max_epochs=1",
-        "1_experiment=smoke,model.attention=luong,train.max_epochs=1",
+        "0_experiment:smoke__model.attention:bahdanau__train.max_epochs:1",
+        "1_experiment:smoke__model.attention:luong__train.max_epochs:1",
     ]
+    parser = OverridesParser.create()  # a folder passes back to a command as run_dir=, unquoted
+    for run in runs:
+        assert parser.parse_override(f"run_dir={sweep / run}").value() == str(sweep / run)
     assert all((sweep / run / "best.pt").is_file() for run in runs)
 
     with tensorboard_server(sweep, tmp_path / "tensorboard.txt") as url:
@@ -228,7 +233,7 @@ def test_multirun_folders_are_flat_and_tensorboard_compares_them(
         compared[group["hparams"]["attention"]] = metrics["hparams/best_valid_bleu"]
     for run in runs:
         best = torch.load(sweep / run / "best.pt", weights_only=True)["best_bleu"]
-        assert compared[run.split("attention=")[1].split(",")[0]] == pytest.approx(best)
+        assert compared[run.split("attention:")[1].split("__")[0]] == pytest.approx(best)
 
 
 def test_interrupted_run_resumes_where_it_stopped(
