@@ -149,11 +149,9 @@ def _write_outputs(
 
 def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     """Translate, score, write the files and TensorBoard events; return the result object."""
-    if OmegaConf.is_missing(cfg, "run_dir"):
-        raise Seq2SeqError("say which run to evaluate: run_dir=<a training run folder>")
     if cfg.log_attention < 0:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
-    engine, run = open_model(cfg)
+    engine, run = open_model(cfg, "evaluate")
     max_len = int(run.cfg.data.max_len)  # what the model was trained on; longer input is cut
     translator = Translator.from_run(run, cfg, max_len, engine)
     split, name, src_path, ref_path = _inputs(cfg, run)

@@ -131,9 +131,12 @@ def load_runs(
     return replace(run, model=Ensemble([m.model for m in members]))
 
 
-def open_model(cfg: InferenceConfig) -> tuple[Engine, TrainedRun]:
+def open_model(cfg: InferenceConfig, purpose: str) -> tuple[Engine, TrainedRun]:
     """The engine and the run (or release, or ensemble) an inference command's config names,
-    after refusing impossible settings; compiled when asked."""
+    after refusing a missing run_dir ("say which model to <purpose>") and impossible settings;
+    compiled when asked."""
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise Seq2SeqError(f"say which model to {purpose}: run_dir=<a run or release folder>")
     check_config(cfg)
     engine = Engine.create(cfg.device, cfg.precision)
     run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)

@@ -28,7 +28,6 @@ from typing import Any
 
 import hydra
 import uvicorn
-from omegaconf import OmegaConf
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
@@ -256,9 +255,7 @@ def create_app(run: TrainedRun, engine: Engine, cfg: ServeConfig) -> Starlette:
 
 def serve(cfg: ServeConfig) -> None:
     """Load the run or release and serve it until SIGINT/SIGTERM."""
-    if OmegaConf.is_missing(cfg, "run_dir"):
-        raise Seq2SeqError("say which model to serve: run_dir=<a run or release folder>")
-    engine, run = open_model(cfg)
+    engine, run = open_model(cfg, "serve")
     log.info("serving %s (step %d) on %s at http://%s:%d/", run.run_dir, run.step,
              engine.describe(), cfg.host, cfg.port)  # fmt: skip
     app = create_app(run, engine, cfg)

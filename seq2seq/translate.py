@@ -20,7 +20,6 @@ from typing import BinaryIO
 
 import hydra
 import numpy as np
-from omegaconf import OmegaConf
 
 from seq2seq.config import TranslateConfig
 from seq2seq.errors import Seq2SeqError
@@ -261,9 +260,7 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
 
 def run_app(cfg: TranslateConfig) -> None:
     """Load the run named by `run_dir` and translate the terminal's or the pipe's lines."""
-    if OmegaConf.is_missing(cfg, "run_dir"):
-        raise Seq2SeqError("say which trained model to use: run_dir=<a training run folder>")
-    engine, run = open_model(cfg)
+    engine, run = open_model(cfg, "translate with")
     translator = Translator.from_run(run, cfg, int(run.cfg.data.max_len), engine)
     log.info("loaded %s (step %d) on %s", run.checkpoint, run.step, engine.describe())
     if sys.stdin.isatty():
