@@ -165,7 +165,10 @@ def beam_search(
     """Beam search for a batch src [B, S]; per sentence the ``nbest`` best, sorted by score.
 
     Each step keeps the ``beam_size`` best unfinished continuations; EOS among the ``beam_size``
-    best candidates finishes a hypothesis, and a sentence is done with ``beam_size`` of them.
+    best candidates finishes a hypothesis, and a sentence is done with ``beam_size`` of them, or
+    as soon as no live beam can end above its ``nbest``-th finished score (an exact bound:
+    log-probabilities only fall, and the length penalty is largest at the length limit), which
+    leaves the returned n-best lists unchanged.
     A beam's history is a chain of back-pointers through the steps, followed back once at the end.
     The first step runs one row per sentence (all its beams would be the same); the k beams of
     each sentence start from its k best first tokens.
@@ -176,6 +179,8 @@ def beam_search(
     limit_host = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
     steps = int(limit_host.max()) + 1
     limit = limit_host.to(device)
+    # the largest penalty a hypothesis of each sentence can get: EOS at its length limit
+    best_penalty = ((5.0 + limit_host.double() + 1) / 6.0).pow(alpha).float().to(device)  # [B]
     heads = model.decoder.attention.heads
     enc = model.encode(src, src_lengths)
     beams = _Beams(
@@ -222,12 +227,15 @@ def beam_search(
         ended_step.index_put_((sentence, slot), torch.full_like(slot, t))
         ended_row.index_put_((sentence, slot), top_rows)
         ended.index_add_(0, beams.sent, accepted.sum(1))
-        done = beams.done | at_limit | (ended[beams.sent] >= k)
         # the k best continuations that are not EOS, in score order
         order = (is_eos * 2 * k + slots).argsort(dim=1)[:, :k]  # [n, k]
         rows = top_rows.gather(1, order).view(-1)  # [n * k] rows of this step
         next_tokens = top_tokens.gather(1, order).view(-1)
-        next_scores = top_scores.gather(1, order).masked_fill(done.unsqueeze(1), float("-inf"))
+        next_scores = top_scores.gather(1, order)  # [n, k], best first
+        kept = ended_score[beams.sent, :k].topk(nbest, dim=1).values[:, -1]  # [n] nbest-th
+        beyond = kept.isfinite() & (kept >= next_scores[:, 0] / best_penalty[beams.sent])
+        done = beams.done | at_limit | (ended[beams.sent] >= k) | beyond
+        next_scores = next_scores.masked_fill(done.unsqueeze(1), float("-inf"))
         parents[t, : n * k], fed[t, : n * k] = rows, next_tokens
         enc = beams.enc if width == k else beams.enc.index_select(rows)  # k beams each
         beams = _Beams(beams.sent, next_scores, done, next_tokens, state.index_select(rows), enc)

@@ -174,7 +174,8 @@ def test_same_translations_as_the_reference_search(
 ) -> None:
     """Today's search (preallocated, sync-free, looking at the device every few steps) gives
     the n-best lists of the search it replaced, on a trained smoke model: the same tokens, and
-    scores equal to float rounding (1e-4)."""
+    scores equal to float rounding (1e-4); also where it stops a sentence before it has
+    ``beam_size`` finished hypotheses (nbest below beam_size)."""
     run = load_run(smoke_run)
     lines, _ = read_parallel(
         multi30k_dir / "test_2016_flickr.de.gz", multi30k_dir / "test_2016_flickr.en.gz", 96
@@ -186,9 +187,31 @@ def test_same_translations_as_the_reference_search(
         new = greedy_search(run.model, src, lengths, 1.5, 5, check_every)
         for a, b in zip(old, new, strict=True):
             assert_same(a, b)
-        old_beams = reference_search.beam_search(run.model, src, lengths, 5, 0.6, 5, 1.5, 5)
-        new_beams = beam_search(run.model, src, lengths, 5, 0.6, 5, 1.5, 5, check_every)
-        for a_list, b_list in zip(old_beams, new_beams, strict=True):
-            assert len(a_list) == len(b_list) == 5
+        for nbest, alpha in ((5, 0.6), (1, 0.6), (2, 1.0), (1, 0.0)):  # 1, 2: stops early
+            old_beams = reference_search.beam_search(run.model, src, lengths, 5, alpha, nbest,
+                                                     1.5, 5)  # fmt: skip
+            new_beams = beam_search(run.model, src, lengths, 5, alpha, nbest, 1.5, 5, check_every)
+            for a_list, b_list in zip(old_beams, new_beams, strict=True):
+                assert len(a_list) == len(b_list) == nbest
+                for a, b in zip(a_list, b_list, strict=True):
+                    assert_same(a, b)
+
+
+@pytest.mark.parametrize("name", ATTENTIONS)
+def test_stopping_early_keeps_the_nbest_lists(name: str) -> None:
+    """A sentence whose ``nbest`` finished hypotheses no live beam can pass stops before it has
+    ``beam_size`` of them; its n-best list stays that of the search that waits for all of them
+    (the reference), also where the length penalty rewards longer hypotheses strongly."""
+    model = peaky_model(name)
+    gen = torch.Generator().manual_seed(2)
+    lengths = torch.randint(1, 9, (48,), generator=gen)
+    src = torch.randint(4, 20, (48, 8), generator=gen)
+    src[torch.arange(8) >= lengths[:, None]] = 0
+    src[torch.arange(48), lengths - 1] = EOS
+    for nbest, alpha in ((1, 0.6), (1, 2.0), (2, 1.0)):
+        want = reference_search.beam_search(model, src, lengths, 4, alpha, nbest, 1.5, 6)
+        got = beam_search(model, src, lengths, 4, alpha, nbest, 1.5, 6)
+        for a_list, b_list in zip(want, got, strict=True):
+            assert len(a_list) == len(b_list) == nbest
             for a, b in zip(a_list, b_list, strict=True):
                 assert_same(a, b)
