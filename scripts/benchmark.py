@@ -53,6 +53,7 @@ from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.engine import DEVICES, Engine, Updater, check_precision
 from seq2seq.errors import Seq2SeqError
 from seq2seq.inference import TrainedRun, load_run, score
+from seq2seq.model.linear import linear, pytorch_products
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.search import decode_corpus, max_lengths
 
@@ -73,6 +74,8 @@ MEASURES = ("training", "decoding")
 BATCHES = ("peer", "recipe")  # ~1000 target tokens like the peers' 64 sentences; TrainConfig's
 PEER_TOKENS = 1000  # the peers' batches of 64 sentences hold about 967 target tokens
 SEARCHES = {"greedy": 1, "beam": DecodeConfig.beam_size}
+# fp32 products on the CPU: oneDNN (what the model uses, seq2seq/model/linear.py) or PyTorch's BLAS
+PRODUCTS = {"onednn": contextlib.nullcontext, "pytorch": pytorch_products}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -201,19 +204,20 @@ def peak_rss_mib() -> float:
 def matmul_peak(
     engine: Engine, dtype: torch.dtype, model: ModelConfig, vocab: int, seconds: float
 ) -> float:
-    """The device's matrix-multiply limit in GFLOP/s: the best ``torch.mm`` over the model's
-    own shapes (64 rows: one decoder step; 1000 rows: a batch's tokens at once)."""
+    """The device's matrix-multiply limit in GFLOP/s: the best product of the model's own kind
+    (``seq2seq.model.linear``) over its own shapes (64 rows: one decoder step; 1000 rows: a
+    batch's tokens at once)."""
     h, a = model.hidden_size, model.attention.size
     best = 0.0
     for m, (k, n) in itertools.product((64, 1000), ((h, 3 * h), (2 * h, a), (h, vocab))):
         x = torch.randn(m, k).to(engine.device, dtype)
-        w = torch.randn(k, n).to(engine.device, dtype)
-        torch.mm(x, w)  # warm-up
+        w = torch.randn(n, k).to(engine.device, dtype)
+        linear(x, w)  # warm-up
         times: list[float] = []
         while len(times) < 2 or (sum(times) < seconds and len(times) < 200):
             engine.synchronize()
             start = time.perf_counter()
-            torch.mm(x, w)
+            linear(x, w)
             engine.synchronize()
             times.append(time.perf_counter() - start)
         best = max(best, 2 * m * k * n / min(times) / 1e9)
@@ -229,9 +233,18 @@ def gru_flops(x: Sequence[int], *args: Any, out_shape: Any = None, **kwargs: Any
     return 2 * positions * sum(math.prod(p) for p in params if len(p) == 2)
 
 
+def onednn_linear_flops(x: Sequence[int], weight: Sequence[int], *args: Any, **kwargs: Any) -> int:
+    """FLOPs of oneDNN's linear: 2 x rows x in x out (x [..., in], weight [out, in])."""
+    return 2 * math.prod(x) * weight[0]
+
+
 def flop_counter() -> FlopCounterMode:
-    """torch's FLOP counter (matrix products), taught the fused inference GRU."""
-    return FlopCounterMode(display=False, custom_mapping={torch.ops.aten.gru: gru_flops})
+    """torch's FLOP counter (matrix products), taught the fused inference GRU and oneDNN's
+    linear."""
+    mapping = {torch.ops.aten.gru: gru_flops}
+    if hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        mapping[torch.ops.mkldnn._linear_pointwise] = onednn_linear_flops
+    return FlopCounterMode(display=False, custom_mapping=mapping)
 
 
 # -- measurements ----------------------------------------------------------------------------------
@@ -453,19 +466,21 @@ def training_rows(
         "recipe": TrainConfig.batch_tokens,
     }
     rows = []
-    for attention, precision, batch in itertools.product(
-        benchmarked_models(args), args.precision, args.batch
+    for attention, precision, batch, products in itertools.product(
+        benchmarked_models(args), args.precision, args.batch, args.products
     ):
         model = model_config(attention, sizes)
         tcfg = TrainConfig(
             batch_tokens=budgets[batch], precision=Precision(precision), threads=args.threads
         )
         name = f"training {attention} {precision} {batch} (batch_tokens {tcfg.batch_tokens})"
+        name += f" {products}" if len(args.products) > 1 else ""
         progress(f"{name} ...")
         at = Engine(engine.device, tcfg.precision, engine.topology)
-        row = measure_training(at, model, tcfg, train, vocab, sizes, peaks[precision])
+        with PRODUCTS[products]():
+            row = measure_training(at, model, tcfg, train, vocab, sizes, peaks[precision])
         rows.append({"attention": attention, "precision": precision, "batch": batch,
-                     "shape": shape_of(model), **row})  # fmt: skip
+                     "products": products, "shape": shape_of(model), **row})  # fmt: skip
         progress(f"{name}: {row['tokens_per_s']:,.0f} target tokens/s")
     return rows
 
@@ -507,17 +522,20 @@ def decoding_rows(
             models.append((attention, model, {"model": "random", "shape": shape_of(cfg)}))
         tokenizer = tgt_tok
     rows = []
-    for (attention, model, settings), precision, search in itertools.product(
-        models, args.precision, args.search
+    for (attention, model, settings), precision, search, products in itertools.product(
+        models, args.precision, args.search, args.products
     ):
         name = f"decoding {attention} {precision} {search}"
+        name += f" {products}" if len(args.products) > 1 else ""
         progress(f"{name} ...")
         at = Engine(engine.device, Precision(precision), engine.topology)
         beam = SEARCHES[search]
         decoder = at.for_inference(copy.deepcopy(model))  # as evaluate loads it in this precision
-        row = measure_decoding(at, decoder, test, refs, tokenizer, beam, sizes, peaks[precision])
+        with PRODUCTS[products]():
+            row = measure_decoding(at, decoder, test, refs, tokenizer, beam, sizes,
+                                   peaks[precision])  # fmt: skip
         rows.append({"attention": attention, "precision": precision, "search": search,
-                     **settings, **row})  # fmt: skip
+                     "products": products, **settings, **row})  # fmt: skip
         progress(f"{name}: {row['sentences_per_s']:,.1f} sentences/s")
     return rows
 
@@ -528,6 +546,7 @@ def decoding_rows(
 TRAINING_COLUMNS = (
     ("attention", "<13", lambda r: r["attention"]),
     ("prec", "<5", lambda r: r["precision"]),
+    ("products", "<9", lambda r: r["products"]),
     ("batch", "<7", lambda r: r["batch"]),
     ("budget", ">7", lambda r: f"{r['batch_tokens']}"),
     ("tok/b", ">7", lambda r: f"{r['mean_target_tokens']:.0f}"),
@@ -544,6 +563,7 @@ DECODING_COLUMNS = (
     ("attention", "<19", lambda r: r["attention"]),
     ("search", "<7", lambda r: r["search"]),
     ("prec", "<5", lambda r: r["precision"]),
+    ("products", "<9", lambda r: r["products"]),
     ("sent/s", ">8", lambda r: f"{r['sentences_per_s']:,.1f}"),
     ("min", ">8", lambda r: f"{r['sentences_per_s_min']:,.1f}"),
     ("max", ">8", lambda r: f"{r['sentences_per_s_max']:,.1f}"),
@@ -651,10 +671,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--measure": (MEASURES, "what to measure"),
         "--batch": (BATCHES, f"peer: ~{PEER_TOKENS} target tokens; recipe: train.batch_tokens"),
         "--search": (tuple(SEARCHES), f"greedy, beam {DecodeConfig.beam_size}"),
+        "--products": (
+            tuple(PRODUCTS),
+            "fp32 products on the CPU: oneDNN (the model's) or PyTorch's BLAS, to compare",
+        ),
     }
     for option, (choices, text) in lists.items():
         help_text = f"comma-separated subset of {','.join(choices)}; {text}"
-        default = {"--precision": None, "--model": ["reference"]}.get(option, list(choices))
+        default = {"--precision": None, "--model": ["reference"], "--products": ["onednn"]}.get(
+            option, list(choices)
+        )
         parser.add_argument(option, type=comma_list(choices), default=default, help=help_text)
     parser.add_argument("--device", default="auto", help=f"{DEVICES} (default auto)")
     parser.add_argument("--run-dir", help="decode with this trained run (best.pt), not random")

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from seq2seq.config import LuongScore
 from seq2seq.errors import Seq2SeqError
+from seq2seq.model.linear import Linear
 
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
@@ -64,8 +65,8 @@ class BahdanauAttention(Attention):
 
     def __init__(self, size: int, query_size: int, memory_size: int) -> None:
         super().__init__()
-        self.query_layer = nn.Linear(query_size, size, bias=False)
-        self.key_layer = nn.Linear(memory_size, size, bias=False)
+        self.query_layer = Linear(query_size, size, bias=False)
+        self.key_layer = Linear(memory_size, size, bias=False)
         self.energy = energy_vector(size)
         self.context_size = memory_size
 
@@ -96,11 +97,11 @@ class LuongAttention(Attention):
         self.context_size = memory_size
         self.scale = 1.0 / math.sqrt(query_size) if self.score == LuongScore.scaled_dot else 1.0
         if self.score == LuongScore.concat:
-            self.query_layer = nn.Linear(query_size, size, bias=False)
-            self.key_layer = nn.Linear(memory_size, size, bias=False)
+            self.query_layer = Linear(query_size, size, bias=False)
+            self.key_layer = Linear(memory_size, size, bias=False)
             self.energy = energy_vector(size)
         elif self.score == LuongScore.general or memory_size != query_size:
-            self.key_layer = nn.Linear(memory_size, query_size, bias=False)
+            self.key_layer = Linear(memory_size, query_size, bias=False)
         else:
             self.key_layer = None
 
@@ -127,10 +128,10 @@ class MultiHeadAttention(Attention):
         if size % heads:
             raise Seq2SeqError(f"attention size {size} is not divisible by heads={heads}")
         self.heads, self.head_size, self.context_size = heads, size // heads, size
-        self.query_layer = nn.Linear(query_size, size, bias=False)
-        self.key_layer = nn.Linear(memory_size, size, bias=False)
-        self.value_layer = nn.Linear(memory_size, size, bias=False)
-        self.output_layer = nn.Linear(size, size, bias=False)
+        self.query_layer = Linear(query_size, size, bias=False)
+        self.key_layer = Linear(memory_size, size, bias=False)
+        self.value_layer = Linear(memory_size, size, bias=False)
+        self.output_layer = Linear(size, size, bias=False)
 
     def _split(self, x: Tensor) -> Tensor:
         """[B, L, size] -> [B, heads, L, head_size]."""

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.attention import Attention
 from seq2seq.model.autocast import cast, compute_dtype
+from seq2seq.model.linear import Linear, linear
 from seq2seq.vocab import PAD
 
 
@@ -60,7 +60,7 @@ def gru_cell(gi: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> 
     """One GRU step (``nn.GRU`` gates r, z, n) from the input projection gi [B, 3H]."""
     size = hidden.size(1)
     gi_rz, gi_n = gi.split([2 * size, size], dim=1)
-    gh_rz, gh_n = torch.addmm(bias_hh, hidden, weight_hh.t()).split([2 * size, size], dim=1)
+    gh_rz, gh_n = linear(hidden, weight_hh, bias_hh).split([2 * size, size], dim=1)
     r, z = torch.sigmoid(gi_rz + gh_rz).chunk(2, dim=1)  # [B, H] each
     n = torch.tanh(torch.addcmul(gi_n, r, gh_n))  # [B, H]
     return torch.lerp(n, hidden, z)  # (1 - z) * n + z * h
@@ -97,11 +97,11 @@ class DecoderStep(nn.Module):
     def project_embeddings(self, emb: Tensor) -> Tensor:
         """Embeddings' share of the GRU input projection, all steps: [B, T, E] -> [T, B, 3H]."""
         weight = self.rnn.weight_ih_l0[:, : self.emb_size]
-        return F.linear(emb.transpose(0, 1), weight, self.rnn.bias_ih_l0)
+        return linear(emb.transpose(0, 1), weight, self.rnn.bias_ih_l0)
 
     def project_input(self, x: Tensor) -> Tensor:
         """Full GRU input projection of one step: [B, E + feed] -> [B, 3H]."""
-        return F.linear(x, self.rnn.weight_ih_l0, self.rnn.bias_ih_l0)
+        return linear(x, self.rnn.weight_ih_l0, self.rnn.bias_ih_l0)
 
     def feed_weight(self) -> Tensor:
         """Columns of the GRU input weight that multiply the fed vector: [3H, feed]."""
@@ -133,7 +133,7 @@ class BahdanauStep(DecoderStep):
 
     def __init__(self, emb_size: int, hidden_size: int, attention: Attention) -> None:
         super().__init__(emb_size, hidden_size, attention, attention.context_size)
-        self.readout = nn.Linear(hidden_size + attention.context_size + emb_size, hidden_size)
+        self.readout = Linear(hidden_size + attention.context_size + emb_size, hidden_size)
 
     def init_state(self, hidden: Tensor) -> DecoderState:
         return DecoderState(hidden)
@@ -142,7 +142,7 @@ class BahdanauStep(DecoderStep):
         """The context enters the GRU only through W_ih, and W_ih (sum_j a_j h_j) equals
         sum_j a_j (W_ih h_j): attending over the values projected once per batch replaces a
         per-step [B, C] x [C, 3H] product by one [B*S, C] x [C, 3H] product."""
-        return replace(enc, gates=F.linear(enc.values, self.feed_weight()))  # [B, S, 3H]
+        return replace(enc, gates=linear(enc.values, self.feed_weight()))  # [B, S, 3H]
 
     def forward(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
@@ -171,7 +171,7 @@ class BahdanauStep(DecoderStep):
         """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
         gi_context, weights = self.attention(state.hidden, enc.keys, enc.gates, enc.mask)
         context = torch.bmm(weights, enc.values).squeeze(1)  # [B, C]
-        gi = F.linear(emb, self.rnn.weight_ih_l0[:, : self.emb_size], self.rnn.bias_ih_l0)
+        gi = linear(emb, self.rnn.weight_ih_l0[:, : self.emb_size], self.rnn.bias_ih_l0)
         hidden = self.cell(gi + gi_context, state.hidden)  # [B, H]
         readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
         return readout, DecoderState(hidden), weights
@@ -185,7 +185,7 @@ class LuongStep(DecoderStep):
     ) -> None:
         super().__init__(emb_size, hidden_size, attention, hidden_size if input_feed else 0)
         self.input_feed = input_feed
-        self.combine = nn.Linear(attention.context_size + hidden_size, hidden_size, bias=False)
+        self.combine = Linear(attention.context_size + hidden_size, hidden_size, bias=False)
 
     @classmethod
     def build(
@@ -209,7 +209,7 @@ class LuongStep(DecoderStep):
             states, _ = self.rnn(emb, state.hidden.unsqueeze(0))  # [B, T, H]
             return self.attentional(states, enc)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
-        w_feed = cast(self.feed_weight().t(), compute_dtype(emb.device))  # [H, 3H], cast once
+        w_feed = cast(self.feed_weight(), compute_dtype(emb.device))  # [3H, H], cast once
         hidden, feed = state.hidden, state.feed
         outputs, weights = [], []
         for gi_t in gi_emb:
@@ -222,7 +222,7 @@ class LuongStep(DecoderStep):
         self, gi_t: Tensor, hidden: Tensor, feed: Tensor, w_feed: Tensor, enc: EncoderOutput
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One teacher-forced step with input feeding: (state, attentional vector, weights)."""
-        hidden = self.cell(torch.addmm(gi_t, feed, w_feed), hidden)  # [B, H]
+        hidden = self.cell(gi_t + linear(feed, w_feed), hidden)  # [B, H]
         feed, weights = self.attentional(hidden, enc)  # [B, H]
         return hidden, feed, weights
 
@@ -251,16 +251,14 @@ class Decoder(nn.Module):
         emb_size, hidden_size = flow.emb_size, flow.rnn.hidden_size
         self.embedding = nn.Embedding(vocab_size, emb_size, padding_idx=PAD)
         self.dropout = nn.Dropout(dropout)
-        self.bridge = nn.Linear(memory_size, hidden_size)
+        self.bridge = Linear(memory_size, hidden_size)
         self.flow = flow
         if tie_embeddings:  # readout -> emb_size, then the transposed target embedding
-            projection = nn.Linear(emb_size, vocab_size)
+            projection = Linear(emb_size, vocab_size)
             projection.weight = self.embedding.weight
-            self.output_layer = nn.Sequential(
-                nn.Linear(hidden_size, emb_size, bias=False), projection
-            )
+            self.output_layer = nn.Sequential(Linear(hidden_size, emb_size, bias=False), projection)
         else:
-            self.output_layer = nn.Linear(hidden_size, vocab_size)
+            self.output_layer = Linear(hidden_size, vocab_size)
 
     @property
     def attention(self) -> Attention:
