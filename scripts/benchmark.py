@@ -594,7 +594,7 @@ def print_table(report: dict[str, Any]) -> None:
         f"({report['cpu_capability']}; native bf16: {report['native_bf16']}, "
         f"AMX: {report['amx']})"
     )
-    print(f"matmul peak (best torch.mm over the model's shapes), GFLOP/s: {peaks}")
+    print(f"matmul peak (best product over the model's shapes), GFLOP/s: {peaks}")
     print(
         f"model: emb {model['emb_size']}, BiGRU {model['hidden_size']}/direction x "
         f"{model['encoder_layers']}, attention {model['attention_size']}, dropout "

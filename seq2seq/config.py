@@ -31,6 +31,11 @@ class LuongScore(str, Enum):
     scaled_dot = "scaled_dot"
 
 
+class ScheduleName(str, Enum):
+    plateau = "plateau"  # reduce on a plateau of validation BLEU
+    inverse_sqrt = "inverse_sqrt"  # lr * sqrt(warmup / update) after the warm-up
+
+
 class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"  # autocast; CUDA, or CPUs with native bf16
@@ -133,11 +138,14 @@ class ModelConfig:
 
 @dataclass
 class SchedulerConfig:
-    """Reduce-on-plateau on validation BLEU."""
+    """Learning rate: a linear warm-up over ``warmup`` updates (0: none), then reduce-on-plateau
+    of validation BLEU or inverse square-root decay."""
 
-    factor: float = 0.5
-    patience: int = 2  # validations without improvement before the rate is cut
-    min_lr: float = 1e-5
+    name: ScheduleName = ScheduleName.plateau
+    warmup: int = 0  # updates; inverse_sqrt needs some
+    factor: float = 0.5  # plateau: the rate is multiplied by this
+    patience: int = 2  # plateau: validations without improvement before the rate is cut
+    min_lr: float = 1e-5  # plateau
 
 
 @dataclass
@@ -251,10 +259,13 @@ def check_config(cfg: Any) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and not 0 <= value < 1:
             problems.append(f"{key}={value} must be at least 0 and below 1")
-    for key in ("train.threads", "alpha", "max_len_a", "max_len_b"):
+    for key in ("train.threads", "train.scheduler.warmup", "alpha", "max_len_a", "max_len_b"):
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value < 0:
             problems.append(f"{key}={value} must not be negative")
+    schedule = OmegaConf.select(cfg, "train.scheduler", default=None)
+    if schedule is not None and schedule.name == ScheduleName.inverse_sqrt and schedule.warmup < 1:
+        problems.append("train.scheduler.name=inverse_sqrt needs train.scheduler.warmup=N (N > 0)")
     src, tgt = OmegaConf.select(cfg, "data.src_lang"), OmegaConf.select(cfg, "data.tgt_lang")
     if src is not None and src == tgt:
         problems.append(f"data.src_lang and data.tgt_lang are both {src!r}")

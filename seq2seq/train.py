@@ -42,6 +42,7 @@ from seq2seq.rundir import (
     TGT_TOKENIZER,
     RunLock,
 )
+from seq2seq.schedule import LearningRate
 from seq2seq.validation import validate
 
 log = logging.getLogger("seq2seq.train")
@@ -69,13 +70,7 @@ class Trainer:
         )
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
         self.updater = engine.updater(model, tcfg)
-        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            self.updater.optimizer,
-            mode="max",
-            factor=tcfg.scheduler.factor,
-            patience=tcfg.scheduler.patience,
-            min_lr=tcfg.scheduler.min_lr,
-        )
+        self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
         self.progress = Progress()
         if state is not None:
             self._restore(state)
@@ -122,7 +117,7 @@ class Trainer:
         return {
             "model": self.updater.module.state_dict(),
             **self.updater.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
+            "scheduler": self.schedule.state_dict(),
             "rng": rng,  # one entry per rank
             "vocab": self._vocab(),
             **asdict(self.progress),
@@ -134,7 +129,7 @@ class Trainer:
     def _restore(self, state: dict[str, Any]) -> None:
         self.updater.module.load_state_dict(state["model"])
         self.updater.load_state_dict(state)
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.schedule.load_state_dict(state["scheduler"])
         defaults = asdict(Progress())  # keys a checkpoint from an older version may lack
         self.progress = Progress(**{key: state.get(key, value) for key, value in defaults.items()})
         if len(state["rng"]) == self.engine.world_size:
@@ -245,6 +240,7 @@ class Trainer:
         with bar:
             batches_ahead = engine.prefetch(todo, self._device_batches)
             for update, batches in zip(todo, batches_ahead, strict=True):
+                self.schedule.before_update(p.step + 1)
                 result = self.updater.step(batches, update.tokens)
                 p.step += 1
                 p.batch_in_epoch += 1
@@ -321,7 +317,7 @@ class Trainer:
             p.best_bleu, p.bad_validations = bleu, 0
         else:
             p.bad_validations += 1
-        self.scheduler.step(bleu)
+        self.schedule.after_validation(bleu)
         if p.bad_validations >= self.cfg.train.patience:
             log.info("early stopping: no better BLEU in %d validations", p.bad_validations)
             p.stopped_early = True

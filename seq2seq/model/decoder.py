@@ -209,7 +209,7 @@ class LuongStep(DecoderStep):
             states, _ = self.rnn(emb, state.hidden.unsqueeze(0))  # [B, T, H]
             return self.attentional(states, enc)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
-        w_feed = cast(self.feed_weight(), compute_dtype(emb.device))  # [3H, H], cast once
+        w_feed = cast(self.feed_weight(), compute_dtype(emb.device)).contiguous()  # [3H, H], once
         hidden, feed = state.hidden, state.feed
         outputs, weights = [], []
         for gi_t in gi_emb:
