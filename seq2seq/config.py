@@ -64,6 +64,9 @@ class DataConfig:
     valid: str = "val"
     test: Optional[str] = "test_2016_flickr"
     max_len: int = 100  # subword tokens per side; longer training pairs are dropped
+    # subword regularisation: each training batch segmented anew by sampling (0: off; e.g. 0.1:
+    # unigram sampling smoothness, or BPE-dropout's probability for a bpe model)
+    sampling_alpha: float = 0.0
     train_limit: Optional[int] = None  # use only the first N training pairs (smoke tests)
     valid_limit: Optional[int] = None
     cache_dir: str = "data/cache"  # tokenizer models and encoded token ids, keyed by content
@@ -244,7 +247,7 @@ _POSITIVE = (
     "train.log_every", "train.validate_every", "beam_size", "nbest", "batch_size", "port",
     "max_body_bytes", "max_sentences", "max_chars", "max_beam", "batch_sentences",
 )  # fmt: skip
-_FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay")  # in [0, 1)
+_FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
 
 
 def check_config(cfg: Any) -> None:

@@ -23,9 +23,10 @@ from tqdm import tqdm
 
 from seq2seq.checkpoint import CheckpointWriter, keep, start_or_resume
 from seq2seq.config import Config, DecodeConfig, Precision, check_config
-from seq2seq.data.batching import TokenBatchSampler, Update, collate, plan_updates
+from seq2seq.data.batching import Batch, TokenBatchSampler, Update, collate, plan_updates
 from seq2seq.data.corpus import check_splits
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data
+from seq2seq.data.sampling import SubwordSampler
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.engine import Engine, StepResult, process_rank
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
@@ -68,6 +69,7 @@ class Trainer:
             shuffle=True,
             seed=tcfg.seed,
         )
+        self.subwords = SubwordSampler.for_training(self.data, cfg.data, tcfg.seed)
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
         self.updater = engine.updater(model, tcfg)
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
@@ -241,7 +243,7 @@ class Trainer:
             batches_ahead = engine.prefetch(todo, self._device_batches)
             for update, batches in zip(todo, batches_ahead, strict=True):
                 self.schedule.before_update(p.step + 1)
-                result = self.updater.step(batches, update.tokens)
+                result = self.updater.step(batches, self._tokens(update, batches))
                 p.step += 1
                 p.batch_in_epoch += 1
                 bar.update()
@@ -290,8 +292,19 @@ class Trainer:
                 )  # fmt: skip
             )
 
-    def _device_batches(self, update: Update) -> list:
-        return [self.engine.to_device(collate(self.data.train, ids)) for ids in update.batches]
+    def _device_batches(self, update: Update) -> list[Batch]:
+        if self.subwords is None:
+            batches = [collate(self.data.train, ids) for ids in update.batches]
+        else:
+            batches = [self.subwords.collate(ids, self.progress.epoch) for ids in update.batches]
+        return [self.engine.to_device(batch) for batch in batches]
+
+    def _tokens(self, update: Update, batches: list[Batch]) -> int:
+        """Target tokens of the update on all ranks: planned from the cached segmentation, or
+        counted when sampled segmentations differ from it."""
+        if self.subwords is None:
+            return update.tokens
+        return int(self.engine.sum_over_ranks([sum(b.ntokens for b in batches)])[0])
 
     # -- validation --------------------------------------------------------------------------
 

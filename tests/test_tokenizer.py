@@ -9,10 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sentencepiece as spm
+import torch
 
 from seq2seq.config import Multi30kConfig, SubwordModel, TokenizerConfig
+from seq2seq.data.batching import collate
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.dataset import encode_corpus
+from seq2seq.data.sampling import SubwordSampler
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.vocab import BOS, EOS, PAD, UNK
 
@@ -118,3 +121,37 @@ def test_sampled_training_text_is_deterministic(lines: dict[str, list[str]], tmp
         src, _ = train_tokenizers(cfg, lines["de"][:1000], lines["en"][:1000], tmp_path / run)
         models.append(src.path.read_bytes())
     assert models[0] == models[1]
+
+
+def test_sampled_segmentations_keep_the_text_and_follow_the_seed(lines, trained) -> None:
+    _, _, src, _ = trained
+    text = lines["de"][:200]
+    best = src.encode_batch(text)
+    first, again = src.sample_batch(text, 0.1, 7), src.sample_batch(text, 0.1, 7)
+    other = src.sample_batch(text, 0.1, 8)
+    assert first == again and first != other and first != best
+    assert [src.decode(ids) for ids in first] == [src.decode(ids) for ids in best]
+
+
+def test_subword_sampler_batches(lines, trained, tmp_path) -> None:
+    """Sampled batches hold the same sentences as the cached ones, differ from them, and depend
+    only on (seed, epoch, pairs): a resumed run or another rank draws the same."""
+    _, _, src, tgt = trained
+    corpus = encode_corpus(lines["de"], lines["en"], src, tgt, tmp_path, 20, True)
+    sampler = SubwordSampler(corpus, (lines["de"], lines["en"]), (src, tgt), 0.1, 20, 5)
+    assert len(corpus) < len(lines["de"])  # positions differ from line numbers
+    ids = np.array([3, 50, 7, len(corpus) - 1])
+    batch = sampler.collate(ids, epoch=0)
+    cached = collate(corpus, ids)
+    assert batch.ids.tolist() == ids.tolist() and batch.src.size(0) == 4
+    assert not torch.equal(batch.tgt_out, cached.tgt_out[:, : batch.tgt_out.size(1)])
+    for row, i in enumerate(ids):
+        line = corpus.line_numbers[i]
+        assert tgt.decode(batch.tgt_out[row].tolist()) == tgt.decode(tgt.encode(lines["en"][line]))
+        assert batch.tgt_in[row, 0] == BOS and (batch.src[row] == EOS).sum() == 1
+        assert int(batch.src_lengths[row]) <= 21  # max_len pieces + EOS
+    assert batch.ntokens == int((batch.tgt_out != PAD).sum())
+    sampler.collate(np.array([1, 2]), epoch=0)  # another batch in between changes nothing
+    for field in ("src", "tgt_in", "tgt_out", "src_lengths"):
+        assert torch.equal(getattr(sampler.collate(ids, epoch=0), field), getattr(batch, field))
+    assert not torch.equal(sampler.collate(ids, epoch=1).tgt_out, batch.tgt_out)

@@ -11,7 +11,7 @@ import torch
 
 from seq2seq.data.dataset import TokenizedCorpus
 from seq2seq.errors import Seq2SeqError
-from seq2seq.vocab import BOS, PAD
+from seq2seq.vocab import BOS, EOS, PAD
 
 POOL_BATCHES = 100  # a shuffled pool holds about this many batches, sorted by length inside
 
@@ -56,6 +56,35 @@ def collate(corpus: TokenizedCorpus, ids: np.ndarray) -> Batch:
         ids=torch.tensor(ids),
         ntokens=int(tgt_lengths.sum()),
     )
+
+
+def collate_sequences(
+    src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], ids: np.ndarray
+) -> Batch:
+    """The batch of pairs given as piece ids (without EOS) that sit at ``ids`` in a corpus."""
+    flat = [_flatten(side) for side in (src, tgt)]
+    batch = collate(_Pairs(*flat[0], *flat[1]), np.arange(len(src)))
+    return replace(batch, ids=torch.as_tensor(np.asarray(ids, dtype=np.int64)))
+
+
+@dataclass
+class _Pairs:
+    """The arrays ``collate`` reads from a TokenizedCorpus."""
+
+    src_ids: np.ndarray
+    src_offsets: np.ndarray
+    tgt_ids: np.ndarray
+    tgt_offsets: np.ndarray
+
+
+def _flatten(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Sequences + EOS each, concatenated: (flat ids, offsets [len + 1])."""
+    lengths = np.array([len(s) + 1 for s in seqs], dtype=np.int64)
+    flat = np.full(int(lengths.sum()), EOS, dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for start, seq in zip(offsets[:-1], seqs, strict=True):
+        flat[start : start + len(seq)] = seq
+    return flat, offsets
 
 
 def _pad(flat: np.ndarray, offsets: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,6 +25,7 @@ class TrainingData:
     valid: TokenizedCorpus  # every line kept
     valid_src: list[str]
     valid_refs: list[str]
+    train_text: tuple[list[str], list[str]]  # the training split as read (source, target)
 
 
 def training_data(cfg: DataConfig, tokenizers: TokenizerSource) -> TrainingData:
@@ -36,7 +37,9 @@ def training_data(cfg: DataConfig, tokenizers: TokenizerSource) -> TrainingData:
     train = encode_corpus(train_src, train_tgt, src_tok, tgt_tok, cache, cfg.max_len, True)
     valid_src, valid_refs = read_parallel(*split_files(cfg, "valid"), cfg.valid_limit)
     valid = encode_corpus(valid_src, valid_refs, src_tok, tgt_tok, cache, None, False)
-    return TrainingData(src_tok, tgt_tok, train, valid, valid_src, valid_refs)
+    return TrainingData(
+        src_tok, tgt_tok, train, valid, valid_src, valid_refs, (train_src, train_tgt)
+    )
 
 
 def run_tokenizers(

@@ -56,6 +56,15 @@ class Tokenizer:
         """Subword ids of many sentences at once (sentencepiece encodes them on all cores)."""
         return self._sp.encode(list(texts))
 
+    def sample_batch(self, texts: Sequence[str], alpha: float, seed: int) -> list[list[int]]:
+        """One segmentation per sentence drawn at random (unigram: from all segmentations,
+        sharpened by ``alpha``; BPE: merges dropped with probability ``alpha``), the same for
+        the same ``seed``."""
+        spm.set_random_generator_seed(seed & 0xFFFFFFFF)
+        return self._sp.encode(
+            list(texts), enable_sampling=True, alpha=alpha, nbest_size=-1, num_threads=1
+        )
+
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ``ids`` up to the first EOS, skipping PAD and BOS; UNK reads as " ⁇ "."""
         kept = []
