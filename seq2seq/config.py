@@ -64,8 +64,8 @@ class DataConfig:
     valid: str = "val"
     test: Optional[str] = "test_2016_flickr"
     max_len: int = 100  # subword tokens per side; longer training pairs are dropped
-    # subword regularisation: each training batch segmented anew by sampling (0: off; e.g. 0.1:
-    # unigram sampling smoothness, or BPE-dropout's probability for a bpe model)
+    # subword regularisation: each training batch segmented anew by sampling (0: off; unigram:
+    # smoothness, lower = more pieces, e.g. 0.2; bpe: BPE-dropout's probability, e.g. 0.1)
     sampling_alpha: float = 0.0
     train_limit: Optional[int] = None  # use only the first N training pairs (smoke tests)
     valid_limit: Optional[int] = None

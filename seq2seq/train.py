@@ -243,11 +243,12 @@ class Trainer:
             batches_ahead = engine.prefetch(todo, self._device_batches)
             for update, batches in zip(todo, batches_ahead, strict=True):
                 self.schedule.before_update(p.step + 1)
-                result = self.updater.step(batches, self._tokens(update, batches))
+                tokens = self._tokens(update, batches)
+                result = self.updater.step(batches, tokens)
                 p.step += 1
                 p.batch_in_epoch += 1
                 bar.update()
-                window.add(result, update.tokens)
+                window.add(result, tokens)
                 self._check_finite(result)
                 if p.step % tcfg.log_every == 0:
                     lr = self.updater.optimizer.param_groups[0]["lr"]
