@@ -28,6 +28,7 @@ _enabled = bool(_ONEDNN_OP is not None and torch.backends.mkldnn.is_available())
 # rows x in x out below which a oneDNN call (and this module's autograd step) costs more than it
 # saves: about 2^21 was the break-even on the AMD EPYC above
 MIN_WORK = 2**22
+_compiling = getattr(torch.compiler, "is_compiling", lambda: False)  # torch < 2.3 lacks it
 
 
 def _plain(matrix: Tensor) -> Tensor:
@@ -74,7 +75,7 @@ def _takes(x: Tensor, weight: Tensor) -> bool:
         and x.dtype == weight.dtype == torch.float32
         and x.numel() * weight.size(0) >= MIN_WORK
         and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
+        and not _compiling()
     )
 
 
