@@ -40,8 +40,8 @@ def _plain(matrix: Tensor) -> Tensor:
 
 
 def _onednn(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """x [N, in] @ weight[out, in].T (+ bias) -> [N, out]."""
-    return _ONEDNN_OP(_plain(x), _plain(weight), bias, "none", [], "")
+    """x [N, in] @ weight[out, in].T (+ bias) -> [N, out], both operands ``_plain``."""
+    return _ONEDNN_OP(x, weight, bias, "none", [], "")
 
 
 class _OneDNNLinear(torch.autograd.Function):
