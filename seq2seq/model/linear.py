@@ -57,6 +57,7 @@ class _OneDNNLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
+        grad = _plain(grad)  # e.g. expanded, from a sum
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
             grad_x = _onednn(grad, weight.t(), None)  # [N, out] @ [out, in]
