@@ -88,6 +88,25 @@ def test_result(folder: Path) -> dict[str, Any] | None:
     return None
 
 
+def ensemble_results(group: Sequence[Run]) -> list[dict[str, Any]]:
+    """Beam-5 test results of ensembles made only of this row's runs (``seq2seq-evaluate
+    run_dir=<one> ensemble=[<others>]``), one per set of members, averaged checkpoints preferred."""
+    folders = {str(run.folder.resolve()) for run in group}
+    found: dict[tuple[str, ...], dict[str, Any]] = {}
+    for run in group:
+        for path in sorted((run.folder / EVAL_DIR).glob("test_2016_flickr.ensemble*.beam5.json")):
+            result = json.loads(path.read_text())
+            members = tuple(sorted(result.get("runs", [])))
+            checkpoint = path.name.split(".")[2]  # <split>.ensembleN.<checkpoint>.beam5.json
+            if (
+                members
+                and set(members) <= folders
+                and found.get(members, {}).get("checkpoint_name") != "averaged"
+            ):
+                found[members] = {**result, "checkpoint_name": checkpoint}
+    return list(found.values())
+
+
 def curve(folder: Path) -> list[tuple[float, float]]:
     """(minutes of training, validation BLEU) at each validation. A resumed run writes a new
     event file; the pause between files is left out, and events of an earlier file at or after
@@ -194,6 +213,21 @@ def table(runs: list[Run], references: dict[str, list[str]]) -> str:
             f"{len(group)} | {first.parameters / 1e6:.1f} M | "
             f"{statistics.mean(r.minutes for r in group):.0f} min, {first.device} | `{row}` |"
         )
+        for result in ensemble_results(group):
+            members = [Path(m) for m in result["runs"]]
+            checkpoint = "" if result["checkpoint_name"] == "best" else " (averaged)"
+            refs = references.get(first.direction)
+            tok = f"{tokenized_bleu(Path(result['hypotheses']), refs, tgt):.2f}" if refs else "-"
+            command = (
+                f"seq2seq-evaluate run_dir={members[0].name} "
+                f"ensemble=[{','.join(m.name for m in members[1:])}]"
+            )
+            lines.append(
+                f"| {first.direction} | {first.attention}, ensemble of {len(members)} | "
+                f"{result['bleu']:.2f}{checkpoint} | {result['chrf']:.2f} | {tok} | - | "
+                f"{len(members)} | {len(members)} × {first.parameters / 1e6:.1f} M | "
+                f"the runs above | `{command}` |"
+            )
     signature = runs[0].test["signature"] if runs else ""
     return "\n".join(lines) + f"\n\nsacreBLEU signature: `{signature}`"
 

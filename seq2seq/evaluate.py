@@ -3,7 +3,8 @@
 Writes into ``<run_dir>/eval/``: the detokenized hypotheses, Pharaoh alignments, the soft attention
 weights (JSON lines) and the result object, which is also the last line on stdout. BLEU and chrF
 come from sacrebleu against the raw references; the test BLEU and, with ``log_attention=K``, the
-first K heatmaps also go into the run's TensorBoard.
+first K heatmaps also go into the run's TensorBoard. An ensemble (``ensemble=[...]``) writes into
+``run_dir``'s folder under its own names (``test_2016_flickr.ensemble3.best.beam5.*``).
 """
 
 from __future__ import annotations
@@ -113,13 +114,15 @@ def _log_tensorboard(
     name: str,
     scores: dict[str, float],
     samples: Sequence[AttentionSample],
+    ensemble: bool,
 ) -> None:
     """Scores as ``eval/<name>_bleu``/``_chrf`` and heatmaps as ``attention/<name>_<i>``.
 
-    Logged at the checkpoint's step; the run's own test split also as ``hparams/test_bleu``.
+    Logged at the checkpoint's step; a single model's score on the run's own test split also as
+    ``hparams/test_bleu`` (an ensemble's is not the run's own).
     """
     with Monitor(run.run_dir) as monitor:
-        if split is not None and split == run.cfg.data.test:
+        if split is not None and split == run.cfg.data.test and not ensemble:
             monitor.hparams(run.step, run_hparams(run.cfg), {"hparams/test_bleu": scores["bleu"]})
         monitor.scalars(run.step, {f"eval/{name}_{key}": value for key, value in scores.items()})
         if samples:
@@ -176,6 +179,9 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     out_dir = run.run_dir / EVAL_DIR
     out_dir.mkdir(exist_ok=True)
     checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else run.checkpoint.stem
+    members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
+    if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
+        name = f"{name}.ensemble{len(members)}"
     stem = f"{name}.{checkpoint}.beam{cfg.beam_size}"  # e.g. test_2016_flickr.best.beam5
     paths = _write_outputs(out_dir, stem, translator, translations)
     decoded = (i for i, t in enumerate(translations) if t.hypotheses)
@@ -190,7 +196,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         )
         for i in itertools.islice(decoded, cfg.log_attention)
     ]
-    _log_tensorboard(run, split, name, scores, samples)
+    _log_tensorboard(run, split, name, scores, samples, ensemble=bool(cfg.ensemble))
 
     result = {
         **scores,
@@ -204,6 +210,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         "source": str(src_path.resolve()),
         "reference": str(ref_path.resolve()),
         "checkpoint": str(run.checkpoint.resolve()),
+        "runs": members,  # more than one: an ensemble of these run folders
         "step": run.step,
         "beam_size": cfg.beam_size,
         "alpha": cfg.alpha,

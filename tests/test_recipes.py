@@ -90,6 +90,10 @@ def test_an_ensemble_of_a_model_with_itself_is_the_model(smoke_run: Path) -> Non
                  "beam_size=3")  # fmt: skip
     single, double = (json.loads(out.splitlines()[-1]) for out in (single, double))
     assert double["bleu"] == pytest.approx(single["bleu"], abs=1e-9)
+    assert double["runs"] == [str(smoke_run.resolve())] * 2
+    eval_dir = smoke_run / "eval"  # the ensemble has its own files; the single model's stay
+    assert json.loads((eval_dir / "val.best.beam3.json").read_text())["runs"] == single["runs"]
+    assert json.loads((eval_dir / "val.ensemble2.best.beam3.json").read_text()) == double
 
 
 def test_an_ensemble_needs_the_same_tokenizers(smoke_run: Path, tmp_path, data_dirs) -> None:
@@ -115,6 +119,7 @@ def test_a_time_budget_stops_and_validates(tmp_path: Path, data_dirs) -> None:
 
 def test_results_table_and_pictures(smoke_run: Path, tmp_path: Path, multi30k_url: str) -> None:
     run("evaluate", f"run_dir={smoke_run}")  # test_2016_flickr, beam 5
+    run("evaluate", f"run_dir={smoke_run}", f"ensemble=[{smoke_run}]")
     proc = subprocess.run(
         [sys.executable, "scripts/results.py", str(smoke_run), str(tmp_path / "not-a-run"),
          "--pictures", str(tmp_path), "--data-source", multi30k_url,
@@ -124,9 +129,13 @@ def test_results_table_and_pictures(smoke_run: Path, tmp_path: Path, multi30k_ur
     assert proc.returncode == 0, proc.stderr
     table = proc.stdout.splitlines()
     assert table[0].startswith("| direction | attention | test BLEU")
-    [row] = [line for line in table if line.startswith("| de→en")]
+    row, ensemble = [line for line in table if line.startswith("| de→en")]
     cells = [cell.strip() for cell in row.split("|")]
     assert float(cells[3]) > 0 and float(cells[5]) > 0  # test BLEU, lowercased tokenized BLEU
+    cells = [cell.strip() for cell in ensemble.split("|")]
+    result = smoke_run / "eval" / "test_2016_flickr.ensemble2.best.beam5.json"
+    assert cells[2].endswith("ensemble of 2")
+    assert float(cells[3]) == pytest.approx(json.loads(result.read_text())["bleu"], abs=0.005)
     for name in ("val_bleu_minutes.png", "attention_best.png"):
         assert (tmp_path / name).stat().st_size > 1000
 
