@@ -61,6 +61,8 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
     tests = {}
     for result in sorted((folder / EVAL_DIR).glob(f"*.{name}.beam*.json")):
         scores = json.loads(result.read_text())
+        if len(scores.get("runs", [folder])) > 1:  # an ensemble's score is not this model's
+            continue
         keys = ("bleu", "signature", "chrf", "chrf_signature", "beam_size", "sentences")
         tests[result.stem.split(".")[0]] = {key: scores[key] for key in keys}
     data = "Multi30k task 1" if cfg.data.name == "multi30k" else f"custom ({cfg.data.train})"

@@ -4,6 +4,7 @@ and the results table script."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -166,3 +167,21 @@ def test_results_curve_leaves_out_the_pause_of_a_resume(tmp_path: Path, monkeypa
     assert [bleu for _, bleu in points] == [101.0, 201.0]
     assert points[0][0] == pytest.approx(2.0)  # 120 s into the first file
     assert points[1][0] == pytest.approx(4.0 + 1.5)  # the first file's 240 s, then 90 s
+
+
+def test_a_model_card_leaves_out_ensemble_scores(smoke_run: Path, tmp_path: Path) -> None:
+    """An ensemble evaluated from a run writes into its folder; the card states the model's own."""
+    from types import SimpleNamespace
+
+    from seq2seq.export import facts
+
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("eval"))
+    (folder / "eval").mkdir()
+    base = {"signature": "s", "chrf": 1.0, "chrf_signature": "c", "beam_size": 5, "sentences": 9}
+    for stem, bleu, runs in [("best", 10.0, [folder]), ("ensemble2.best", 20.0, [folder, "x"])]:
+        result = {**base, "bleu": bleu, "runs": [str(r) for r in runs]}
+        (folder / "eval" / f"test_2016_flickr.{stem}.beam5.json").write_text(json.dumps(result))
+    cfg = OmegaConf.load(folder / "config.yaml")
+    run = SimpleNamespace(cfg=cfg, run_dir=folder, model=torch.nn.Linear(2, 2), step=1)
+    assert facts(run, "best")["test"]["test_2016_flickr"]["bleu"] == 10.0
