@@ -92,18 +92,14 @@ def ensemble_results(group: Sequence[Run]) -> list[dict[str, Any]]:
     """Beam-5 test results of ensembles made only of this row's runs (``seq2seq-evaluate
     run_dir=<one> ensemble=[<others>]``), one per set of members, averaged checkpoints preferred."""
     folders = {str(run.folder.resolve()) for run in group}
-    found: dict[tuple[str, ...], dict[str, Any]] = {}
-    for run in group:
-        for path in sorted((run.folder / EVAL_DIR).glob("test_2016_flickr.ensemble*.beam5.json")):
+    found: dict[frozenset[str], dict[str, Any]] = {}
+    for checkpoint in ("averaged", "best"):  # as test_result
+        pattern = f"test_2016_flickr.ensemble*.{checkpoint}.beam5.json"
+        for path in sorted(p for run in group for p in (run.folder / EVAL_DIR).glob(pattern)):
             result = json.loads(path.read_text())
-            members = tuple(sorted(result.get("runs", [])))
-            checkpoint = path.name.split(".")[2]  # <split>.ensembleN.<checkpoint>.beam5.json
-            if (
-                members
-                and set(members) <= folders
-                and found.get(members, {}).get("checkpoint_name") != "averaged"
-            ):
-                found[members] = {**result, "checkpoint_name": checkpoint}
+            members = frozenset(result.get("runs", []))
+            if members and members <= folders:
+                found.setdefault(members, {**result, "checkpoint_name": checkpoint})
     return list(found.values())
 
 
