@@ -19,9 +19,10 @@ from seq2seq.data.tokenizer import Tokenizer
 class SubwordSampler:
     """Collates batches of ``corpus`` positions from freshly sampled segmentations of the text.
 
-    The draw depends only on (seed, epoch, the batch's pairs), so a resumed run and every rank
-    see the segmentations an uninterrupted run would. A sentence whose sample is longer than
-    ``max_len`` pieces keeps its cached segmentation (which fits: longer pairs were dropped).
+    The draw is seeded by (seed, epoch, the batch's pairs): it repeats within one process, but
+    sentencepiece (0.2.3, measured) draws differently in another process with the same seed, so
+    a resumed run samples other segmentations than an uninterrupted one. A sentence whose sample
+    is longer than ``max_len`` pieces keeps its cached segmentation (longer pairs were dropped).
     """
 
     def __init__(
