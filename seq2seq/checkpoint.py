@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -37,6 +38,8 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     except OSError as e:  # a full disk, a read-only folder, ...
         tmp.unlink(missing_ok=True)
         kept = f"the previous {path.name} is kept" if path.is_file() else "none was written"
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            kept += "; free some space, then continue with train.resume=true"
         raise Seq2SeqError(f"could not write {path}: {e.strerror or e}; {kept}") from e
     except BaseException:
         tmp.unlink(missing_ok=True)

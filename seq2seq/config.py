@@ -15,6 +15,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from seq2seq.errors import Seq2SeqError
+from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 
@@ -49,20 +50,20 @@ class TokenizerConfig:
     model_type: SubwordModel = SubwordModel.unigram
     vocab_size: int = 8000
     joint: bool = False  # one model shared by both languages
-    character_coverage: float = 1.0
-    input_sentence_size: int = 2_000_000  # sentences sampled for training the model
+    # characters the model covers; None: 0.9995 for Chinese, Japanese, Korean, else 1.0
+    character_coverage: Optional[float] = None
+    # sentences sampled (seeded) to train each model: sentencepiece takes ~1.5 GB per million;
+    # raise it for vocabularies of 32k pieces and more
+    input_sentence_size: int = 300_000
 
 
 @dataclass
 class DataConfig:
-    """Fields shared by every corpus; ``name`` picks the corpus reader."""
+    """Fields shared by every corpus; ``kind`` picks the reader (the ``data`` group's option)."""
 
-    name: str = MISSING
+    kind: str = MISSING
     src_lang: str = "de"
     tgt_lang: str = "en"
-    train: str = "train"
-    valid: str = "val"
-    test: Optional[str] = "test_2016_flickr"
     max_len: int = 100  # subword tokens per side; longer training pairs are dropped
     # subword regularisation: each training batch segmented anew by sampling (0: off; unigram:
     # smoothness, lower = more pieces, e.g. 0.2; bpe: BPE-dropout's probability, e.g. 0.1)
@@ -70,6 +71,9 @@ class DataConfig:
     train_limit: Optional[int] = None  # use only the first N training pairs (smoke tests)
     valid_limit: Optional[int] = None
     cache_dir: str = "data/cache"  # tokenizer models and encoded token ids, keyed by content
+    workers: int = 0  # processes encoding the training split; 0: one per core this process has
+    # sacreBLEU's tokenizer; None: zh, ja-mecab or ko-mecab for those targets, else 13a
+    bleu_tokenize: Optional[str] = None
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
 
 
@@ -77,7 +81,10 @@ class DataConfig:
 class Multi30kConfig(DataConfig):
     """Multi30k task 1; ``train``/``valid``/``test`` are official split names."""
 
-    name: str = "multi30k"
+    kind: str = "multi30k"
+    train: str = "train"
+    valid: str = "val"
+    test: Optional[str] = "test_2016_flickr"
     source: str = MULTI30K_URL  # base URL or a local directory with the same file names
     root: str = "data/multi30k"  # download cache
 
@@ -86,10 +93,47 @@ class Multi30kConfig(DataConfig):
 class CustomDataConfig(DataConfig):
     """User files; ``train``/``valid``/``test`` are prefixes: ``<prefix>.<lang>[.gz]``."""
 
-    name: str = "custom"
+    kind: str = "custom"
     train: str = MISSING
     valid: str = MISSING
     test: Optional[str] = None
+
+
+@dataclass
+class CarvedSplits:
+    """Where ``valid``/``test`` are null, that many pairs are carved out of the training data
+    (seeded, whole groups of one source sentence, so no source sentence is in two splits)."""
+
+    valid_size: int = 2000
+    test_size: int = 2000  # 0: no test split
+    split_seed: int = 1
+
+
+@dataclass
+class TsvDataConfig(CarvedSplits, DataConfig):
+    """One tab-separated file (plain, .gz, or a .zip holding one text file besides notes)."""
+
+    kind: str = "tsv"
+    file: str = MISSING
+    columns: list[str] = MISSING  # the language of each column, in order, e.g. [en, de]
+    valid: Optional[str] = None  # a tab-separated file of its own (same columns), or carved
+    test: Optional[str] = None
+    sha256: Optional[str] = None  # refuse any other file than this one (recipes pin their data)
+
+
+@dataclass
+class HfDataConfig(CarvedSplits, DataConfig):
+    """A Hugging Face dataset: ``load_dataset(path, name)``, or ``load_from_disk(path)``."""
+
+    kind: str = "hf"
+    path: str = MISSING  # a dataset on the hub (e.g. wmt14), or a save_to_disk folder
+    name: Optional[str] = None  # the dataset's configuration, e.g. de-en
+    column: str = "translation"  # {src_lang: ..., tgt_lang: ...} per row
+    src_column: Optional[str] = None  # or two string columns
+    tgt_column: Optional[str] = None
+    train: str = "train"
+    valid: Optional[str] = "validation"  # a split of the dataset, or null: carved out of train
+    test: Optional[str] = "test"
 
 
 @dataclass
@@ -228,6 +272,7 @@ class EvaluateConfig(InferenceConfig):
     source: Optional[str] = None  # where Multi30k is, for split= (default: the run's data.source)
     input: Optional[str] = None  # source file to translate instead of a split (needs reference)
     reference: Optional[str] = None  # its reference translations, one per line
+    bleu_tokenize: Optional[str] = None  # sacreBLEU's tokenizer; None: the run's (by language)
     log_attention: int = 0  # heatmaps of the first K sentences into the run's TensorBoard
 
 
@@ -241,13 +286,18 @@ class TranslateConfig(InferenceConfig):
 _POSITIVE = (
     "model.emb_size", "model.hidden_size", "model.encoder_size", "model.encoder_layers",
     "model.attention.size", "model.attention.heads", "data.max_len", "data.train_limit",
-    "data.valid_limit", "data.tokenizer.vocab_size", "train.max_epochs", "train.max_steps",
-    "train.max_minutes", "train.batch_tokens", "train.accumulate", "train.lr",
-    "train.clip_grad_norm", "train.patience", "train.val_beam_size", "train.val_batch_size",
-    "train.log_every", "train.validate_every", "beam_size", "nbest", "batch_size", "port",
-    "max_body_bytes", "max_sentences", "max_chars", "max_beam", "batch_sentences",
+    "data.valid_limit", "data.tokenizer.vocab_size", "data.tokenizer.character_coverage",
+    "train.max_epochs", "train.max_steps", "train.max_minutes", "train.batch_tokens",
+    "train.accumulate", "train.lr", "train.clip_grad_norm", "train.patience",
+    "train.val_beam_size", "train.val_batch_size", "train.log_every", "train.validate_every",
+    "beam_size", "nbest", "batch_size", "port", "max_body_bytes", "max_sentences", "max_chars",
+    "max_beam", "batch_sentences",
 )  # fmt: skip
 _FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
+_NOT_NEGATIVE = (
+    "train.threads", "train.scheduler.warmup", "alpha", "max_len_a", "max_len_b", "data.workers",
+    "data.valid_size", "data.test_size",
+)  # fmt: skip
 
 
 def check_config(cfg: Any) -> None:
@@ -262,16 +312,24 @@ def check_config(cfg: Any) -> None:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and not 0 <= value < 1:
             problems.append(f"{key}={value} must be at least 0 and below 1")
-    for key in ("train.threads", "train.scheduler.warmup", "alpha", "max_len_a", "max_len_b"):
+    for key in _NOT_NEGATIVE:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and value < 0:
             problems.append(f"{key}={value} must not be negative")
+    coverage = OmegaConf.select(cfg, "data.tokenizer.character_coverage", default=None)
+    if coverage is not None and coverage > 1:
+        problems.append(f"data.tokenizer.character_coverage={coverage} must be at most 1")
     schedule = OmegaConf.select(cfg, "train.scheduler", default=None)
     if schedule is not None and schedule.name == ScheduleName.inverse_sqrt and schedule.warmup < 1:
         problems.append("train.scheduler.name=inverse_sqrt needs train.scheduler.warmup=N (N > 0)")
     src, tgt = OmegaConf.select(cfg, "data.src_lang"), OmegaConf.select(cfg, "data.tgt_lang")
     if src is not None and src == tgt:
         problems.append(f"data.src_lang and data.tgt_lang are both {src!r}")
+    if tgt is not None:
+        try:
+            check_bleu_tokenizer(bleu_tokenizer(tgt, OmegaConf.select(cfg, "data.bleu_tokenize")))
+        except Seq2SeqError as e:
+            problems.append(str(e))
     if problems:
         raise Seq2SeqError("; ".join(problems))
 
@@ -328,6 +386,8 @@ def register_configs() -> None:
     cs.store(name="serve_config", node=ServeConfig)
     cs.store(group="data", name="multi30k", node=Multi30kConfig)
     cs.store(group="data", name="custom", node=CustomDataConfig)
+    cs.store(group="data", name="tsv", node=TsvDataConfig)
+    cs.store(group="data", name="hf", node=HfDataConfig)
     cs.store(group="model", name="default", node=ModelConfig)
     for node in ATTENTION_CONFIGS:
         cs.store(group="model/attention", name=node.name, node=node)

@@ -23,11 +23,20 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import EvaluateConfig
-from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.data.corpus import read_parallel, split_files, split_name
+from seq2seq.data.sources import FileSource, open_source
+from seq2seq.data.stream import PairStream
 from seq2seq.errors import DataError, Seq2SeqError
-from seq2seq.inference import TrainedRun, Translation, Translator, open_model, score
+from seq2seq.inference import (
+    TrainedRun,
+    Translation,
+    Translator,
+    open_model,
+    run_bleu_tokenizer,
+    score,
+)
 from seq2seq.monitor import AttentionSample, Monitor, attention_sample, run_hparams
-from seq2seq.rundir import CHECKPOINTS, EVAL_DIR
+from seq2seq.rundir import CHECKPOINTS, EVAL_DIR, split_file
 from seq2seq.search import Hypothesis
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -44,23 +53,30 @@ def pharaoh(attention: np.ndarray) -> str:
     return " ".join(f"{i}-{j}" for j, i in enumerate(best.tolist()) if i != eos)
 
 
-def _split_files(data: DictConfig, split: str) -> tuple[str, Path, Path]:
-    """(split name, source file, reference file) of a split of the run's own corpus.
+def _split_pairs(run: TrainedRun, data: DictConfig, split: str) -> tuple[str, Path, Path]:
+    """(split name, source file, reference file) of a split of the run's own corpus: the run
+    folder's copy where training left one (tab-separated and Hugging Face corpora), else the
+    corpus's files.
 
     Relative paths in the run's config (``data.root``, ``data.source``, custom prefixes) are taken
     from the current directory, as they were by training.
     """
-    aliases = {"train": data.train, "valid": data.valid, "test": data.test}
-    name = aliases.get(split, split)
-    if name is None:
+    source = open_source(data)
+    if split in ("valid", "test") and not source.has(split):
         raise Seq2SeqError(
             f"the run has no {split} split (data.{split} is null in its config.yaml): "
             "choose split=<name>, or input=<file> reference=<file>"
         )
+    kept = [split_file(run.run_dir, split, lang) for lang in (data.src_lang, data.tgt_lang)]
+    if all(path.is_file() for path in kept):
+        return split, kept[0], kept[1]
+    if not isinstance(source, FileSource):
+        return split, *_written(source.stream(split), run.run_dir, split, data)
+    name = split_name(data, split)
     try:
         src, ref = split_files(data, split)
     except DataError as e:
-        places = [data.root, data.source] if data.name == "multi30k" else [name]
+        places = [data.root, data.source] if data.kind == "multi30k" else [name]
         relative = [p for p in places if "://" not in p and not Path(p).is_absolute()]
         if not relative:
             raise
@@ -73,6 +89,17 @@ def _split_files(data: DictConfig, split: str) -> tuple[str, Path, Path]:
     return name, src, ref
 
 
+def _written(pairs: PairStream, run_dir: Path, split: str, data: DictConfig) -> tuple[Path, Path]:
+    """A split of a dataset (not one training kept) written beside the run's evaluations."""
+    out = run_dir / EVAL_DIR
+    out.mkdir(exist_ok=True)
+    paths = tuple(out / f"{split}.{lang}" for lang in (data.src_lang, data.tgt_lang))
+    src, tgt = pairs.lists()
+    for path, lines in zip(paths, (src, tgt), strict=True):
+        _write(path, lines)
+    return paths
+
+
 def _inputs(cfg: EvaluateConfig, run: TrainedRun) -> tuple[str | None, str, Path, Path]:
     """(split name or None, a short name for files and tags, source file, reference file)."""
     if (cfg.input is None) != (cfg.reference is None):
@@ -83,7 +110,7 @@ def _inputs(cfg: EvaluateConfig, run: TrainedRun) -> tuple[str | None, str, Path
     data = run.cfg.data
     if cfg.source is not None:
         data = OmegaConf.merge(data, {"source": cfg.source})
-    split, src, ref = _split_files(data, cfg.split)
+    split, src, ref = _split_pairs(run, data, cfg.split)
     return split, Path(split).name, src, ref
 
 
@@ -122,7 +149,7 @@ def _log_tensorboard(
     ``hparams/test_bleu`` (an ensemble's is not the run's own).
     """
     with Monitor(run.run_dir) as monitor:
-        if split is not None and split == run.cfg.data.test and not ensemble:
+        if split is not None and split in ("test", run.cfg.data.test) and not ensemble:
             monitor.hparams(run.step, run_hparams(run.cfg), {"hparams/test_bleu": scores["bleu"]})
         monitor.scalars(run.step, {f"eval/{name}_{key}": value for key, value in scores.items()})
         if samples:
@@ -173,7 +200,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     if cut := sum(t.truncated for t in translations):
         log.warning("%d input lines had more than %d subwords; each was cut there", cut, max_len)
-    result_scores = score([translator.best_text(t) for t in translations], references)
+    tokenize = run_bleu_tokenizer(run.cfg.data, cfg.bleu_tokenize)
+    result_scores = score([translator.best_text(t) for t in translations], references, tokenize)
     scores = {"bleu": result_scores.bleu, "chrf": result_scores.chrf}
 
     out_dir = run.run_dir / EVAL_DIR

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import ExportConfig, Multi30kConfig
+from seq2seq.data.sources import open_source
 from seq2seq.errors import Seq2SeqError
 from seq2seq.inference import TrainedRun, load_run
 from seq2seq.manifest import write_manifest
@@ -45,6 +46,10 @@ LICENCE = (
     'Descriptions") is derived from Flickr30K and is for non-commercial research and '
     "educational use; a model trained on it inherits that condition."
 )
+OTHER_LICENCE = (
+    "Trained on {data}: the licence of that data, and any condition it sets on models derived "
+    "from it, applies (Tatoeba exports, for instance, are CC-BY 2.0 France)."
+)
 
 
 def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
@@ -52,7 +57,8 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
     cfg, folder = run.cfg, run.run_dir
     overrides = folder / ".hydra" / "overrides.yaml"
     recipe = [o for o in OmegaConf.to_container(OmegaConf.load(overrides))
-              if not o.startswith(("data.source", "data.root", "data.cache_dir", "hydra."))
+              if not o.startswith(("data.source", "data.root", "data.cache_dir", "data.file",
+                                   "data.path", "hydra."))
               ] if overrides.is_file() else []  # fmt: skip
     last = load_checkpoint(folder / LAST) if (folder / LAST).is_file() else {}
     log_text = (folder / "train.log").read_text() if (folder / "train.log").is_file() else ""
@@ -65,7 +71,8 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
             continue
         keys = ("bleu", "signature", "chrf", "chrf_signature", "beam_size", "sentences")
         tests[result.stem.split(".")[0]] = {key: scores[key] for key in keys}
-    data = "Multi30k task 1" if cfg.data.name == "multi30k" else f"custom ({cfg.data.train})"
+    data = open_source(cfg.data).describe()
+    licence = LICENCE if cfg.data.kind == "multi30k" else OTHER_LICENCE.format(data=data)
     return {
         "src_lang": cfg.data.src_lang,
         "tgt_lang": cfg.data.tgt_lang,
@@ -78,6 +85,7 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
         "device": device.group(1) if device else None,
         "recipe": " ".join(["seq2seq-train", *recipe]),
         "test": tests,
+        "licence": licence,
     }
 
 
@@ -113,7 +121,7 @@ def model_card(f: dict[str, Any]) -> str:
         "",
         "## Licence of the data",
         "",
-        LICENCE,
+        f.get("licence", LICENCE),
         "",
         "## Use",
         "",
@@ -142,7 +150,7 @@ def export(cfg: ExportConfig) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     safetensors.torch.save_model(run.model, str(out / RELEASE_WEIGHTS))
     config = OmegaConf.masked_copy(run.cfg, ["model", "data", "train"])
-    if config.data.name == "multi30k":  # not where the corpus lay on the training machine
+    if config.data.kind == "multi30k":  # not where the corpus lay on the training machine
         defaults = Multi30kConfig()
         config.data.source, config.data.root = defaults.source, defaults.root
         config.data.cache_dir = defaults.cache_dir

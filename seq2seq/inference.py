@@ -21,6 +21,7 @@ from seq2seq.config import DecodeConfig, InferenceConfig, check_config
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
+from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.manifest import damage
 from seq2seq.model.ensemble import Ensemble
 from seq2seq.model.seq2seq import Seq2Seq, build_model
@@ -145,6 +146,12 @@ def open_model(cfg: InferenceConfig, purpose: str) -> tuple[Engine, TrainedRun]:
     return engine, run
 
 
+def run_bleu_tokenizer(data: DictConfig, override: str | None = None) -> str:
+    """sacreBLEU's tokenizer for a run's target language: ``override``, else the run's
+    ``data.bleu_tokenize``, else the language's own (zh, ja-mecab, ko-mecab; 13a otherwise)."""
+    return bleu_tokenizer(data.tgt_lang, override or OmegaConf.select(data, "bleu_tokenize"))
+
+
 def read_config(path: Path) -> DictConfig:
     """A run's config.yaml; unreadable YAML, or YAML that is not a run's config, is a
     Seq2SeqError naming the file."""
@@ -158,6 +165,8 @@ def read_config(path: Path) -> DictConfig:
                OmegaConf.select(cfg, key) is None]  # fmt: skip
     if missing:
         raise Seq2SeqError(f"{path} is not a run's config (no {', '.join(missing)}); {what}")
+    if OmegaConf.select(cfg, "data.kind") is None:  # written before data.kind: data.name said it
+        cfg.data.kind = OmegaConf.select(cfg, "data.name", default="custom")
     return cfg
 
 
@@ -256,9 +265,11 @@ class Scores:
     chrf_signature: str
 
 
-def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
-    """sacrebleu's corpus BLEU and chrF with their signatures; one reference per line."""
-    bleu, chrf = BLEU(), CHRF()
+def score(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> Scores:
+    """sacrebleu's corpus BLEU (with its ``tokenize`` tokenizer) and chrF with their
+    signatures; one reference per line."""
+    check_bleu_tokenizer(tokenize)
+    bleu, chrf = BLEU(tokenize=tokenize), CHRF()
     return Scores(
         bleu.corpus_score(list(hypotheses), [list(references)]).score,
         chrf.corpus_score(list(hypotheses), [list(references)]).score,

@@ -20,15 +20,22 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def describe(paths: Iterable[Path]) -> dict[str, dict[str, int | str]]:
-    """{file name: {"size", "sha256"}} of files in one folder."""
-    return {p.name: {"size": p.stat().st_size, "sha256": sha256_file(p)} for p in paths}
+def describe(paths: Iterable[Path], base: Path | None = None) -> dict[str, dict[str, int | str]]:
+    """{file name: {"size", "sha256"}} of files in one folder (names relative to ``base``, for
+    files in its subfolders)."""
+    return {
+        (Path(os.path.relpath(p, base)).as_posix() if base else p.name): {
+            "size": p.stat().st_size,
+            "sha256": sha256_file(p),
+        }
+        for p in paths
+    }
 
 
 def write_manifest(path: Path, files: Iterable[Path]) -> None:
-    """Write ``path`` (JSON) describing ``files``, which sit beside it; atomically."""
+    """Write ``path`` (JSON) describing ``files``, which sit beside it or below; atomically."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(describe(files), indent=1, sort_keys=True))
+    tmp.write_text(json.dumps(describe(files, path.parent), indent=1, sort_keys=True))
     os.replace(tmp, path)
 
 

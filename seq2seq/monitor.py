@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 import unicodedata
 import warnings
@@ -25,6 +26,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.diskfull import quiet_event_writer_threads
 from seq2seq.rundir import TENSORBOARD_DIR
 from seq2seq.search import Hypothesis
 from seq2seq.vocab import EOS
@@ -34,6 +36,7 @@ from seq2seq.vocab import EOS
 HPARAM_METRICS = ("hparams/best_valid_bleu", "hparams/test_bleu")
 
 HParam = float | int | str | bool
+log = logging.getLogger(__name__)
 
 _CELL_INCHES = 0.26  # side of one heatmap cell while the figure is below its maximum size
 _MAX_INCHES = 16.0
@@ -292,8 +295,28 @@ class Monitor:
 
     def __init__(self, run_dir: Path | str, purge_step: int | None = None) -> None:
         self.log_dir = Path(run_dir) / TENSORBOARD_DIR
-        self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step)
+        self.writer: SummaryWriter | None = None
         self._hparams_written = False
+        quiet_event_writer_threads()
+        with self._writing():
+            self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step)
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Events that cannot be written (a full disk) end TensorBoard logging, said once;
+        whatever uses the monitor goes on."""
+        try:
+            yield
+        except OSError as e:
+            writer, self.writer = self.writer, None
+            log.warning(
+                "TensorBoard events could not be written to %s (%s): going on without them",
+                self.log_dir,
+                e.strerror or e,
+            )
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.close()
 
     def __enter__(self) -> Monitor:
         return self
@@ -304,11 +327,16 @@ class Monitor:
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
         """Log each value under its whole tag, e.g. ``{"valid/bleu": 31.2}``."""
         for tag, value in values.items():
-            self.writer.add_scalar(tag, float(value), step)
+            if self.writer is None:
+                return
+            with self._writing():
+                self.writer.add_scalar(tag, float(value), step)
 
     def attention(self, step: int, samples: Sequence[AttentionSample], split: str = "val") -> None:
         """One heatmap per sample as ``attention/<split>_<i>``; multi-head adds ``.../head_<h>``."""
         for i, sample in enumerate(samples):
+            if self.writer is None:
+                return
             tag, name = f"attention/{split}_{i}", f"{split} {i}, step {step}"
             heatmap = _Heatmap(sample.source_pieces, sample.target_pieces)
             weights = sample.weights
@@ -321,7 +349,9 @@ class Monitor:
                 self._add_image(f"{tag}/head_{h}", heatmap.render(head, f"{name}, head {h}"), step)
 
     def _add_image(self, tag: str, image: np.ndarray, step: int) -> None:
-        self.writer.add_image(tag, image, step, dataformats="HWC")
+        if self.writer is not None:
+            with self._writing():
+                self.writer.add_image(tag, image, step, dataformats="HWC")
 
     def samples_table(self, step: int, samples: Sequence[AttentionSample]) -> None:
         """A Markdown table of source / reference / hypothesis, logged as text under ``samples``."""
@@ -329,27 +359,37 @@ class Monitor:
         for i, s in enumerate(samples):
             cells = (_markdown_cell(t) for t in (s.source, s.reference, s.hypothesis))
             lines.append(f"| {i} | " + " | ".join(cells) + " |")
-        self.writer.add_text("samples", "\n".join(lines), step)
+        if self.writer is not None:
+            with self._writing():
+                self.writer.add_text("samples", "\n".join(lines), step)
 
     def hparams(self, step: int, params: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
         """Declare this run to the HParams tab (once per Monitor) and log `metrics` at `step`.
 
         Metric values are plain scalars, so calling again (or from evaluation) updates them.
         """
+        if self.writer is None:
+            return
         if not self._hparams_written:
             plain = {key: _plain_hparam(value) for key, value in params.items()}
             declared = dict.fromkeys([*HPARAM_METRICS, *metrics], 0.0)
             # Into this run's own event file, unlike SummaryWriter.add_hparams' timestamped subrun.
-            writer = self.writer._get_file_writer()
-            for summary in hparams_summaries(plain, declared):
-                writer.add_summary(summary, step)
-            self._hparams_written = True
+            with self._writing():
+                writer = self.writer._get_file_writer()
+                for summary in hparams_summaries(plain, declared):
+                    writer.add_summary(summary, step)
+                self._hparams_written = True
         self.scalars(step, metrics)
 
     def flush(self) -> None:
         """Write pending events to disk, so a running TensorBoard shows them now."""
-        self.writer.flush()
+        if self.writer is not None:
+            with self._writing():
+                self.writer.flush()
 
     def close(self) -> None:
         """Flush and close the event file."""
-        self.writer.close()
+        if self.writer is not None:
+            with self._writing():
+                self.writer.close()
+            self.writer = None

@@ -33,6 +33,7 @@ RELEASE_WEIGHTS = "model.safetensors"  # a release folder's weights (seq2seq-exp
 RELEASE_FACTS = "release.json"  # the model card's facts, for programs
 MODEL_CARD = "README.md"
 EVAL_DIR = "eval"  # seq2seq-evaluate's outputs
+SPLITS_DIR = "splits"  # validation and test text of corpora without files per split
 CHECKPOINTS = {"best": BEST, "last": LAST, "averaged": AVERAGED}
 
 
@@ -42,6 +43,11 @@ def checkpoint_path(run_dir: Path, checkpoint: str) -> Path:
     if checkpoint in CHECKPOINTS:
         return Path(run_dir) / CHECKPOINTS[checkpoint]
     return Path(checkpoint)
+
+
+def split_file(run_dir: Path, split: str, lang: str) -> Path:
+    """Where a run keeps one side of its validation or test split (``splits/test.de``)."""
+    return Path(run_dir) / SPLITS_DIR / f"{split}.{lang}"
 
 
 def kept_checkpoint(run_dir: Path, step: int) -> Path:

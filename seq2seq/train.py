@@ -24,12 +24,14 @@ from tqdm import tqdm
 from seq2seq.checkpoint import CheckpointWriter, keep, start_or_resume
 from seq2seq.config import Config, DecodeConfig, Precision, check_config
 from seq2seq.data.batching import Batch, TokenBatchSampler, Update, collate, plan_updates
-from seq2seq.data.corpus import check_splits
-from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data
+from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, write_splits
 from seq2seq.data.sampling import SubwordSampler
+from seq2seq.data.sources import open_source
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.diskfull import guard_log_files
 from seq2seq.engine import Engine, StepResult, process_rank
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
+from seq2seq.languages import bleu_tokenizer
 from seq2seq.manifest import write_manifest
 from seq2seq.model.seq2seq import build_model
 from seq2seq.monitor import Monitor
@@ -103,6 +105,7 @@ class Trainer:
             make = functools.partial(run_tokenizers, self.cfg.data, self.run_dir, resuming)
             data = training_data(self.cfg.data, make)
             files = [self.run_dir / name for name in (SRC_TOKENIZER, TGT_TOKENIZER, CONFIG_FILE)]
+            files += write_splits(self.cfg.data, self.run_dir)
             write_manifest(self.run_dir / MANIFEST, files)
             prepared.append(data)
             return data.src_tok.proto, data.tgt_tok.proto
@@ -111,7 +114,7 @@ class Trainer:
         if prepared:
             return prepared[0]
         handed = Tokenizer(src_proto), Tokenizer(tgt_proto)
-        return training_data(self.cfg.data, lambda s, t: handed)
+        return training_data(self.cfg.data, lambda train: handed)
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -323,6 +326,7 @@ class Trainer:
                 DecodeConfig(beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size),
                 self.cfg.log.attention_samples,
                 self.cfg.data.max_len,
+                bleu_tokenizer(self.cfg.data.tgt_lang, self.cfg.data.bleu_tokenize),
             )
         bleu = self.engine.broadcast(result.metrics["bleu"] if result else None)
         p = self.progress
@@ -347,9 +351,10 @@ class Trainer:
 def _main(cfg: Config) -> None:
     """Train with the composed config; user errors exit 1 with one clear message."""
     engine = None
+    guard_log_files()
     try:
         check_config(cfg)
-        check_splits(cfg.data)
+        open_source(cfg.data).check()
         tcfg = cfg.train
         engine = Engine.create(cfg.device, tcfg.precision, tcfg.threads, tcfg.seed, True)
         if not engine.is_main:  # rank 0 speaks for every rank; the others only warn
@@ -359,6 +364,11 @@ def _main(cfg: Config) -> None:
     except Seq2SeqError as e:
         if not isinstance(e, ReportedByRankZero):
             log.error("%s", e)
+        sys.exit(1)
+    except OSError as e:  # a full disk, a folder that went away: which file, in one line
+        where = f"{e.filename}: " if e.filename else ""
+        log.error("stopped: %s%s; checkpoints already written are intact", where,
+                  e.strerror or e)  # fmt: skip
         sys.exit(1)
     finally:
         if engine is not None:

@@ -39,10 +39,11 @@ def validate(
     search: DecodeConfig,
     samples: int,
     max_len: int,
+    bleu_tokenize: str = "13a",
 ) -> Validation:
-    """Loss and perplexity over ``data.valid``; BLEU, chrF and attention statistics of
-    ``data.valid_src`` translated with ``search`` (lines cut at ``max_len`` subwords, as
-    seq2seq-evaluate does), whose first ``samples`` become samples."""
+    """Loss and perplexity over ``data.valid``; BLEU (sacreBLEU's ``bleu_tokenize``), chrF and
+    attention statistics of ``data.valid_src`` translated with ``search`` (lines cut at
+    ``max_len`` subwords, as seq2seq-evaluate does), whose first ``samples`` become samples."""
     model.eval()
     loss_sum = nll_sum = 0.0
     ntokens = 0
@@ -57,7 +58,8 @@ def validate(
         ntokens += batch.ntokens
     translator = Translator(model, data.src_tok, data.tgt_tok, search, max_len, engine)
     translations = translator.translate(data.valid_src)
-    scores = score([translator.best_text(t) for t in translations], data.valid_refs)
+    hypotheses = [translator.best_text(t) for t in translations]
+    scores = score(hypotheses, data.valid_refs, bleu_tokenize)
     decoded = [i for i, t in enumerate(translations) if t.hypotheses]
     weights = [hypothesis_weights(translations[i].hypotheses[0]) for i in decoded]
     metrics = {

@@ -28,6 +28,20 @@ def multi30k_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tatoeba_dir() -> Path:
+    """The shared Tatoeba exports (German-English, Chinese-English); skipped when absent, except
+    under CI=true where they must exist."""
+    env = os.environ.get("SEQ2SEQ_TATOEBA")
+    path = Path(env) if env else REPO.parent / "shared" / "data" / "tatoeba"
+    if not (path / "SHA256SUMS").is_file():
+        reason = f"Tatoeba exports not found at {path} (set SEQ2SEQ_TATOEBA to their folder)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="session")
 def multi30k_url(multi30k_dir: Path):
     """The mirror served over HTTP on 127.0.0.1, so the real download code runs."""
     import functools

@@ -11,6 +11,7 @@ import torch
 
 from seq2seq.data.batching import TokenBatchSampler, collate
 from seq2seq.data.dataset import encode_corpus
+from seq2seq.data.stream import from_lists
 from seq2seq.vocab import BOS, EOS
 
 
@@ -40,33 +41,39 @@ def test_encode_corpus_drops_invalid_training_pairs(
     toks, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO):
-        corpus = encode_corpus(SRC, TGT, *toks, tmp_path, max_len=3, drop_invalid=True)
+        corpus = encode_corpus(from_lists(SRC, TGT), *toks, tmp_path, max_len=3, drop_invalid=True)
     assert "dropped 4 of 6 pairs (2 empty, 2 longer than max_len)" in caplog.text
     assert corpus.line_numbers.tolist() == [0, 5]
     assert corpus.src(1).tolist() == [11, 12, EOS] and corpus.tgt(1).tolist() == [29, 30, 31, EOS]
     assert corpus.src_lengths.tolist() == [4, 3] and corpus.tgt_lengths.tolist() == [3, 4]
     assert isinstance(corpus.src_ids, np.memmap) and corpus.src_ids.dtype == np.int32
 
-    everything = encode_corpus(SRC, TGT, *toks, tmp_path, max_len=3, drop_invalid=False)
+    everything = encode_corpus(from_lists(SRC, TGT), *toks, tmp_path, max_len=3, drop_invalid=False)
     assert len(everything) == 6 and everything.line_numbers.tolist() == list(range(6))
     assert everything.src(1).tolist() == [EOS] and everything.src(3).tolist() == [4] * 5 + [EOS]
 
 
 def test_encode_corpus_is_cached_by_content(toks, tmp_path: Path) -> None:
     src_tok, tgt_tok = toks
-    first = encode_corpus(SRC, TGT, src_tok, tgt_tok, tmp_path, 3, True)
-    again = encode_corpus(SRC, TGT, src_tok, tgt_tok, tmp_path, 3, True)
+    first = encode_corpus(from_lists(SRC, TGT), src_tok, tgt_tok, tmp_path, 3, True)
+    again = encode_corpus(from_lists(SRC, TGT), src_tok, tgt_tok, tmp_path, 3, True)
     assert src_tok.calls == 1 and again.directory == first.directory
     assert np.array_equal(again.tgt_ids, first.tgt_ids)
-    assert encode_corpus(SRC, TGT, src_tok, tgt_tok, tmp_path, 4, True).directory != first.directory
+    assert (
+        encode_corpus(from_lists(SRC, TGT), src_tok, tgt_tok, tmp_path, 4, True).directory
+        != first.directory
+    )
     other = NumberTokenizer(tmp_path / "other.model", b"another model")
-    assert encode_corpus(SRC, TGT, other, tgt_tok, tmp_path, 3, True).directory != first.directory
-    reordered = encode_corpus(SRC, TGT[::-1], src_tok, tgt_tok, tmp_path, 3, True)
+    assert (
+        encode_corpus(from_lists(SRC, TGT), other, tgt_tok, tmp_path, 3, True).directory
+        != first.directory
+    )
+    reordered = encode_corpus(from_lists(SRC, TGT[::-1]), src_tok, tgt_tok, tmp_path, 3, True)
     assert reordered.directory != first.directory and src_tok.calls == 3
 
 
 def test_collate_pads_and_shifts(toks, tmp_path: Path) -> None:
-    corpus = encode_corpus(SRC, TGT, *toks, tmp_path, max_len=None, drop_invalid=False)
+    corpus = encode_corpus(from_lists(SRC, TGT), *toks, tmp_path, max_len=None, drop_invalid=False)
     batch = collate(corpus, np.array([4, 0]))
     assert batch.src.tolist() == [[10, EOS, 0, 0], [5, 6, 7, EOS]]
     assert batch.src_lengths.tolist() == [2, 4]

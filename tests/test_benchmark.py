@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.checkpoint import save_checkpoint
 from seq2seq.config import Config, LuongConfig, ModelConfig, Multi30kConfig
-from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.data.corpus import file_stream, split_files
 from seq2seq.data.tokenizer import train_tokenizers
 from seq2seq.model.seq2seq import build_model
 
@@ -118,7 +118,7 @@ def make_run(run_dir: Path, data: Multi30kConfig) -> None:
         emb_size=16, hidden_size=16, attention=LuongConfig(size=16), input_feed=False
     )
     src_tok, tgt_tok = train_tokenizers(
-        data, *read_parallel(*split_files(data, "train"), data.train_limit), run_dir
+        data, file_stream(*split_files(data, "train"), data.train_limit), run_dir
     )
     model = build_model(OmegaConf.structured(model_cfg), src_tok.vocab_size, tgt_tok.vocab_size)
     save_checkpoint(run_dir / "best.pt", {"model": model.state_dict(), "step": 0})

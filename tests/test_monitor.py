@@ -35,6 +35,7 @@ from seq2seq.config import (
     MultiHeadConfig,
     TokenizerConfig,
 )
+from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import train_tokenizers
 from seq2seq.monitor import (
     AttentionSample,
@@ -159,7 +160,7 @@ def test_sample_of_a_hypothesis_labels_every_attention_row_and_column(tmp_path: 
     data = Multi30kConfig(
         cache_dir=str(tmp_path / "cache"), tokenizer=TokenizerConfig(vocab_size=60)
     )
-    src_tok, tgt_tok = train_tokenizers(data, src_lines, tgt_lines, tmp_path)
+    src_tok, tgt_tok = train_tokenizers(data, from_lists(src_lines, tgt_lines), tmp_path)
     src_ids = [*src_tok.encode(src_lines[0]), EOS]
     tokens = tgt_tok.encode(tgt_lines[0])
     rows, cols = len(tokens) + 1, len(src_ids)  # search reports an EOS row

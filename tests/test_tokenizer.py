@@ -8,14 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import sentencepiece as spm
 import torch
 
 from seq2seq.config import Multi30kConfig, SubwordModel, TokenizerConfig
+from seq2seq.data import tokenizer as tokenizer_module
 from seq2seq.data.batching import collate
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.dataset import encode_corpus
 from seq2seq.data.sampling import SubwordSampler
+from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.vocab import BOS, EOS, PAD, UNK
 
@@ -44,7 +45,7 @@ def lines(multi30k_dir: Path) -> dict[str, list[str]]:
 def trained(lines: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory):
     cache = tmp_path_factory.mktemp("cache")
     run = tmp_path_factory.mktemp("run")
-    src, tgt = train_tokenizers(config(cache), lines["de"], lines["en"], run)
+    src, tgt = train_tokenizers(config(cache), from_lists(lines["de"], lines["en"]), run)
     return cache, run, src, tgt
 
 
@@ -75,39 +76,47 @@ def test_cache_reused_and_training_deterministic(
 ) -> None:
     cache, run, _, _ = trained
     fresh, _ = train_tokenizers(
-        config(tmp_path / "fresh"), lines["de"], lines["en"], tmp_path / "a"
+        config(tmp_path / "fresh"), from_lists(lines["de"], lines["en"]), tmp_path / "a"
     )
     assert fresh.path.read_bytes() == (run / "src.model").read_bytes()  # deterministic
 
-    def no_training(**kwargs: object) -> None:
+    def no_training(*args: object) -> None:
         raise AssertionError("retrained although cached")
 
-    monkeypatch.setattr(spm.SentencePieceTrainer, "train", no_training)
-    src, tgt = train_tokenizers(config(cache), lines["de"], lines["en"], tmp_path / "b")
+    monkeypatch.setattr(tokenizer_module, "_train", no_training)  # trains in another process
+    src, tgt = train_tokenizers(config(cache), from_lists(lines["de"], lines["en"]), tmp_path / "b")
     assert src.path.read_bytes() == (run / "src.model").read_bytes()
     assert tgt.path.read_bytes() == (run / "tgt.model").read_bytes()
     with pytest.raises(AssertionError, match="retrained"):  # other text -> other key
-        train_tokenizers(config(cache), lines["de"][:-1], lines["en"][:-1], tmp_path / "c")
+        train_tokenizers(
+            config(cache), from_lists(lines["de"][:-1], lines["en"][:-1]), tmp_path / "c"
+        )
     with pytest.raises(AssertionError, match="retrained"):  # other settings -> other key
-        train_tokenizers(config(cache, model_type="bpe"), lines["de"], lines["en"], tmp_path / "d")
+        train_tokenizers(
+            config(cache, model_type="bpe"), from_lists(lines["de"], lines["en"]), tmp_path / "d"
+        )
 
 
 def test_joint_bpe_and_small_corpus(
     lines: dict[str, list[str]], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = config(tmp_path, model_type=SubwordModel.bpe, joint=True)
-    src, tgt = train_tokenizers(cfg, lines["de"][:500], lines["en"][:500], tmp_path / "run")
+    src, tgt = train_tokenizers(
+        cfg, from_lists(lines["de"][:500], lines["en"][:500]), tmp_path / "run"
+    )
     assert src.path.read_bytes() == tgt.path.read_bytes()
     assert src.decode(src.encode("A dog runs.")) == "A dog runs."
     cfg.tokenizer.vocab_size = 8000  # more than 50 lines can fill: fewer pieces, logged
     with caplog.at_level(logging.INFO):
-        small, _ = train_tokenizers(cfg, lines["de"][:50], lines["en"][:50], tmp_path / "small")
+        small, _ = train_tokenizers(
+            cfg, from_lists(lines["de"][:50], lines["en"][:50]), tmp_path / "small"
+        )
     assert small.vocab_size < 8000 and f"{small.vocab_size} pieces, fewer than" in caplog.text
 
 
 def test_encode_corpus_matches_tokenizer(lines: dict[str, list[str]], trained, tmp_path) -> None:
     _, _, src, tgt = trained
-    corpus = encode_corpus(lines["de"], lines["en"], src, tgt, tmp_path, 100, True)
+    corpus = encode_corpus(from_lists(lines["de"], lines["en"]), src, tgt, tmp_path, 100, True)
     assert len(corpus) == len(lines["de"])
     for i in (0, 1, len(corpus) - 1):
         assert corpus.src(i).tolist() == src.encode(lines["de"][i]) + [EOS]
@@ -118,7 +127,9 @@ def test_sampled_training_text_is_deterministic(lines: dict[str, list[str]], tmp
     models = []
     for run in ("a", "b"):
         cfg = config(tmp_path / run, input_sentence_size=300)
-        src, _ = train_tokenizers(cfg, lines["de"][:1000], lines["en"][:1000], tmp_path / run)
+        src, _ = train_tokenizers(
+            cfg, from_lists(lines["de"][:1000], lines["en"][:1000]), tmp_path / run
+        )
         models.append(src.path.read_bytes())
     assert models[0] == models[1]
 
@@ -138,7 +149,7 @@ def test_subword_sampler_batches(lines, trained, tmp_path) -> None:
     one process depend only on (seed, epoch, pairs). 64 pairs: a few could all fall back to
     their cached segmentation (samples longer than max_len) and fail the test by chance."""
     _, _, src, tgt = trained
-    corpus = encode_corpus(lines["de"], lines["en"], src, tgt, tmp_path, 20, True)
+    corpus = encode_corpus(from_lists(lines["de"], lines["en"]), src, tgt, tmp_path, 20, True)
     sampler = SubwordSampler(corpus, (lines["de"], lines["en"]), (src, tgt), 0.1, 20, 5)
     assert len(corpus) < len(lines["de"])  # positions differ from line numbers
     ids = np.array([3, 50, 7, *range(100, 160), len(corpus) - 1])

@@ -39,11 +39,17 @@ class Batch:
         )
 
 
-def collate(corpus: TokenizedCorpus, ids: np.ndarray) -> Batch:
+def collate(corpus: TokenizedCorpus | _Pairs, ids: np.ndarray) -> Batch:
     """Gather and pad the pairs ``ids`` of ``corpus`` (no per-token Python loop)."""
     ids = np.asarray(ids, dtype=np.int64)
-    src, src_lengths = _pad(corpus.src_ids, corpus.src_offsets, ids)
-    tgt_out, tgt_lengths = _pad(corpus.tgt_ids, corpus.tgt_offsets, ids)
+    if isinstance(corpus, TokenizedCorpus):
+        (src, src_lengths), (tgt_out, tgt_lengths) = (
+            corpus.rows("src", ids),
+            corpus.rows("tgt", ids),
+        )
+    else:
+        src, src_lengths = _pad(corpus.src_ids, corpus.src_offsets, ids)
+        tgt_out, tgt_lengths = _pad(corpus.tgt_ids, corpus.tgt_offsets, ids)
     tgt_in = np.empty_like(tgt_out)
     tgt_in[:, 0] = BOS
     tgt_in[:, 1:] = tgt_out[:, :-1]
@@ -116,8 +122,8 @@ class TokenBatchSampler:
     ) -> None:
         if batch_tokens < 1:
             raise Seq2SeqError(f"train.batch_tokens must be positive, not {batch_tokens}")
-        self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
-        self.lengths = np.maximum(self.src_lengths, np.asarray(tgt_lengths, dtype=np.int64))
+        self.src_lengths = np.asarray(src_lengths, dtype=np.int32)
+        self.lengths = np.maximum(self.src_lengths, np.asarray(tgt_lengths, dtype=np.int32))
         self.batch_tokens = batch_tokens
         self.shuffle = shuffle
         self.seed = seed
@@ -151,15 +157,17 @@ class TokenBatchSampler:
         return positions[np.lexsort((self.src_lengths[positions], self.lengths[positions]))]
 
     def _pack(self, order: np.ndarray) -> list[np.ndarray]:
-        """Split ``order`` greedily into consecutive batches within the budget."""
-        batches, start, longest = [], 0, 0
-        for i, length in enumerate(self.lengths[order].tolist()):
-            longest = max(longest, length)
-            if i > start and (i - start + 1) * longest > self.batch_tokens:
-                batches.append(order[start:i])
-                start, longest = i, length
-        if len(order):
-            batches.append(order[start:])
+        """Split ``order`` (sorted by longest side) greedily into consecutive batches within the
+        budget. Sorted, a batch costs its size x its last length, so each batch is found with
+        one vectorised look at the at most ``budget / first length`` pairs that could join."""
+        lengths, budget = self.lengths[order], self.batch_tokens
+        batches, start = [], 0
+        while start < len(order):
+            window = lengths[start + 1 : start + 2 + budget // max(int(lengths[start]), 1)]
+            over = np.arange(2, len(window) + 2) * window > budget  # cost if it joins
+            end = start + 1 + (int(over.argmax()) if over.any() else len(window))
+            batches.append(order[start:end])
+            start = end
         return batches
 
 

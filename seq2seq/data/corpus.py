@@ -1,12 +1,20 @@
-"""Find the two files of a parallel split (Multi30k or the user's own) and read them, validated."""
+"""Corpora of two files per split (Multi30k, or the user's own ``<prefix>.<lang>``), streamed."""
 
 from __future__ import annotations
 
-import gzip
+from collections.abc import Iterator
 from pathlib import Path
 
 from seq2seq.config import DataConfig
 from seq2seq.data.download import MULTI30K_SHA256, fetch
+from seq2seq.data.stream import (
+    Batch,
+    PairStream,
+    file_digest,
+    fingerprint,
+    line_blocks,
+    open_binary,
+)
 from seq2seq.errors import DataError
 
 
@@ -19,13 +27,18 @@ def multi30k_splits() -> dict[str, list[str]]:
     return splits
 
 
-def check_splits(cfg: DataConfig) -> None:
+def split_name(cfg: DataConfig, split: str) -> str | None:
+    """The configured name of "train"/"valid"/"test" (None: not configured); others as given."""
+    return {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}.get(split, split)
+
+
+def check_files(cfg: DataConfig) -> None:
     """The configured splits exist, in both languages (no download): a DataError otherwise."""
     for split in ("train", "valid", "test"):
-        name = {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}[split]
+        name = split_name(cfg, split)
         if name is None:
             continue
-        if cfg.name == "multi30k":
+        if cfg.kind == "multi30k":
             _multi30k_names(cfg, name)
         else:
             _prefix_file(name, cfg.src_lang), _prefix_file(name, cfg.tgt_lang)
@@ -36,15 +49,60 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
 
     Multi30k files are downloaded into ``cfg.root`` on first use; custom splits are file prefixes.
     """
-    aliases = {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}
-    name = aliases.get(split, split)
+    name = split_name(cfg, split)
     if name is None:
         raise DataError(f"no {split} split configured (set data.{split})")
     if cfg.src_lang == cfg.tgt_lang:
         raise DataError(f"data.src_lang and data.tgt_lang are both {cfg.src_lang!r}")
-    if cfg.name == "multi30k":
-        return _multi30k_files(cfg, name)
+    if cfg.kind == "multi30k":
+        src, tgt = fetch(cfg.source, Path(cfg.root), _multi30k_names(cfg, name))
+        return src, tgt
     return _prefix_file(name, cfg.src_lang), _prefix_file(name, cfg.tgt_lang)
+
+
+def file_stream(src: Path, tgt: Path, limit: int | None = None) -> PairStream:
+    """The pairs of two parallel files (plain or .gz); the first ``limit`` if given. Keyed by
+    both files' bytes, so a second run knows its caches without decoding the text."""
+    key = fingerprint("files", file_digest(src), file_digest(tgt), limit)
+    name = f"{src} and {tgt}"
+    return PairStream(name, key, lambda: parallel_batches(Path(src), Path(tgt), limit))
+
+
+def parallel_batches(src: Path, tgt: Path, limit: int | None = None) -> Iterator[Batch]:
+    """Batches of line pairs; both whole files are validated (UTF-8, equal line counts) even
+    with a ``limit``, so a broken file is found whatever part of it is used."""
+    with open_binary(src) as src_file, open_binary(tgt) as tgt_file:
+        blocks = line_blocks(src_file, str(src)), line_blocks(tgt_file, str(tgt))
+        left: list[list[str]] = [[], []]  # lines read but not yet paired, per side
+        count = 0
+        while True:
+            for side in (0, 1):
+                if not left[side]:
+                    left[side] = next(blocks[side], [])
+            n = min(len(left[0]), len(left[1]))
+            if n == 0:
+                break
+            if limit is None or count < limit:
+                take = n if limit is None else min(n, limit - count)
+                yield left[0][:take], left[1][:take]
+            count += n
+            left = [left[0][n:], left[1][n:]]
+        counts = [count + len(left[side]) + sum(map(len, blocks[side])) for side in (0, 1)]
+    for path, n in zip((src, tgt), counts, strict=True):
+        if n == 0:
+            raise DataError(f"{path} is empty")
+    if counts[0] != counts[1]:
+        raise DataError(
+            f"parallel files differ in length: {src} has {counts[0]} lines, {tgt} has {counts[1]}"
+        )
+
+
+def read_parallel(src: Path, tgt: Path, limit: int | None = None) -> tuple[list[str], list[str]]:
+    """Lines of two parallel files (plain or .gz), stripped; the first ``limit`` pairs if given.
+
+    Both whole files are validated (UTF-8, equal line counts) even when ``limit`` is set.
+    """
+    return file_stream(Path(src), Path(tgt), limit).lists()
 
 
 def _multi30k_names(cfg: DataConfig, split: str) -> list[str]:
@@ -59,11 +117,6 @@ def _multi30k_names(cfg: DataConfig, split: str) -> list[str]:
     return [f"{split}.{cfg.src_lang}.gz", f"{split}.{cfg.tgt_lang}.gz"]
 
 
-def _multi30k_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
-    src, tgt = fetch(cfg.source, Path(cfg.root), _multi30k_names(cfg, split))
-    return src, tgt
-
-
 def _prefix_file(prefix: str, lang: str) -> Path:
     """``<prefix>.<lang>``, else ``<prefix>.<lang>.gz``."""
     plain = Path(f"{prefix}.{lang}")
@@ -71,40 +124,3 @@ def _prefix_file(prefix: str, lang: str) -> Path:
         if path.is_file():
             return path
     raise DataError(f"neither {plain} nor {plain}.gz exists")
-
-
-def read_parallel(src: Path, tgt: Path, limit: int | None = None) -> tuple[list[str], list[str]]:
-    """Lines of two parallel files (plain or .gz), stripped; the first ``limit`` pairs if given.
-
-    Both whole files are validated (UTF-8, equal line counts) even when ``limit`` is set.
-    """
-    src_lines, tgt_lines = _read_lines(Path(src)), _read_lines(Path(tgt))
-    for path, lines in ((src, src_lines), (tgt, tgt_lines)):
-        if not lines:
-            raise DataError(f"{path} is empty")
-    if len(src_lines) != len(tgt_lines):
-        raise DataError(
-            f"parallel files differ in length: {src} has {len(src_lines)} lines, "
-            f"{tgt} has {len(tgt_lines)}"
-        )
-    return src_lines[:limit], tgt_lines[:limit]
-
-
-def _read_lines(path: Path) -> list[str]:
-    """Lines split on "\\n" only (so U+2028 and friends cannot break the alignment), stripped
-    (CR, surrounding spaces), without a leading byte-order mark."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError) as e:  # EOFError: truncated .gz
-        raise DataError(f"cannot read {path}: {e}") from e
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}, line {line}: invalid UTF-8 ({e.reason})") from None
-    lines = text.removeprefix("\ufeff").split("\n")  # a byte-order mark is not text
-    if lines[-1] == "":
-        lines.pop()
-    return [line.strip() for line in lines]  # also the "\r" of CRLF line ends

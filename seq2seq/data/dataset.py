@@ -1,34 +1,57 @@
-"""Token ids of a parallel corpus as flat memory-mapped numpy arrays, encoded once and cached."""
+"""Token ids of a parallel corpus as flat memory-mapped numpy arrays, encoded once and cached.
+
+Encoding streams: pairs are read in chunks, encoded by worker processes (sentencepiece, one
+thread each) and appended to the arrays on disk in corpus order, so memory does not grow with
+the corpus. The cache folder is keyed by the stream's fingerprint, the tokenizer models and the
+filter settings, and written atomically (a temporary folder, renamed when complete).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import logging
+import os
 import shutil
 import tempfile
-from collections.abc import Sequence
-from itertools import chain
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from itertools import chain, islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.data.stream import PairStream, fingerprint, worker_context
 from seq2seq.errors import DataError
 from seq2seq.manifest import damage, write_manifest
 from seq2seq.vocab import EOS
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 10_000  # sentences per sentencepiece call
-_ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets", "line_numbers")
+CHUNK = 10_000  # pairs per encoding task
+FORMAT = 2  # of the cached arrays; part of the key
+_ARRAYS = {
+    "src_ids": np.int32,
+    "src_offsets": np.int64,
+    "tgt_ids": np.int32,
+    "tgt_offsets": np.int64,
+    "line_numbers": np.int64,
+}
 MANIFEST = "manifest.json"  # sizes and SHA-256 of the arrays and counts, checked on reuse
+_HEADER = 128  # bytes of a .npy header of a one-dimensional array (numpy pads to this)
 
 
 class TokenizedCorpus:
     """Pairs stored in a folder of .npy files: flat int32 ids, every sentence ending with EOS.
 
     ``src(i)``/``tgt(i)`` slice ``*_ids`` between ``*_offsets[i]`` and ``*_offsets[i + 1]``.
+    ``rows`` reads a batch's sentences from the files (pread) instead of through the memory
+    map: a mapped page stays in the process's resident memory once touched, so over an epoch a
+    mapped corpus would grow the process by the whole file.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -36,9 +59,9 @@ class TokenizedCorpus:
         arrays = {name: np.load(self.directory / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
         self.src_ids, self.src_offsets = arrays["src_ids"], arrays["src_offsets"]
         self.tgt_ids, self.tgt_offsets = arrays["tgt_ids"], arrays["tgt_offsets"]
-        self.line_numbers = arrays["line_numbers"]  # 0-based line of each pair in the input
-        self.src_lengths = np.diff(self.src_offsets)  # EOS included
-        self.tgt_lengths = np.diff(self.tgt_offsets)  # BOS (target input) or EOS (output) included
+        self.line_numbers = arrays["line_numbers"]  # 0-based position of each pair in the input
+        self.src_lengths = np.diff(self.src_offsets).astype(np.int32)  # EOS included
+        self.tgt_lengths = np.diff(self.tgt_offsets).astype(np.int32)  # BOS or EOS included
 
     def __len__(self) -> int:
         return len(self.line_numbers)
@@ -51,29 +74,44 @@ class TokenizedCorpus:
         """Target ids of pair ``i``: pieces + [EOS] (the decoder output)."""
         return np.asarray(self.tgt_ids[self.tgt_offsets[i] : self.tgt_offsets[i + 1]])
 
+    def rows(self, side: str, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The sentences ``ids`` of "src" or "tgt", right-padded with PAD (0): ([B, L] int64,
+        lengths [B]), read from the file."""
+        ids_array = self.src_ids if side == "src" else self.tgt_ids
+        offsets = self.src_offsets if side == "src" else self.tgt_offsets
+        starts = np.asarray(offsets[ids], dtype=np.int64)
+        lengths = np.asarray(offsets[ids + 1], dtype=np.int64) - starts
+        out = np.zeros((len(ids), int(lengths.max(initial=0))), dtype=np.int64)
+        if not hasattr(os, "pread"):  # Windows: through the map
+            for row, (start, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+                out[row, :n] = ids_array[start : start + n]
+            return out, lengths
+        size = ids_array.dtype.itemsize
+        with open(ids_array.filename, "rb", buffering=0) as f:
+            for row, (start, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+                data = os.pread(f.fileno(), n * size, ids_array.offset + start * size)
+                out[row, :n] = np.frombuffer(data, dtype=ids_array.dtype)
+        return out, lengths
+
 
 def encode_corpus(
-    src_lines: Sequence[str],
-    tgt_lines: Sequence[str],
-    src_tok: Tokenizer,
-    tgt_tok: Tokenizer,
+    pairs: PairStream,
+    src_tok: Any,
+    tgt_tok: Any,
     cache_dir: Path,
     max_len: int | None,
     drop_invalid: bool,
+    workers: int = 1,
 ) -> TokenizedCorpus:
-    """Encode both sides (or reuse ``cache_dir/corpus/<key>``, key = models + text + settings).
+    """Encode both sides (or reuse ``cache_dir/corpus/<key>``, key = the stream's fingerprint,
+    the models and the settings), with ``workers`` processes for corpora of several chunks.
 
     With ``drop_invalid`` (training), pairs with an empty side or more than ``max_len`` subwords on
     either side are dropped; otherwise every line is kept.
     """
-    if len(src_lines) != len(tgt_lines):
-        raise DataError(f"{len(src_lines)} source lines but {len(tgt_lines)} target lines")
-    key = hashlib.sha256()
-    settings = json.dumps([max_len, drop_invalid, len(src_lines)]).encode()
-    parts = (src_tok.proto, tgt_tok.proto, settings)
-    for part in (*parts, "\n".join(src_lines).encode(), "\n".join(tgt_lines).encode()):
-        key.update(hashlib.sha256(part).digest())
-    directory = Path(cache_dir) / "corpus" / key.hexdigest()[:16]
+    models = [hashlib.sha256(tok.proto).hexdigest() for tok in (src_tok, tgt_tok)]
+    key = fingerprint(FORMAT, pairs.fingerprint, models, max_len, drop_invalid)
+    directory = Path(cache_dir) / "corpus" / key[:16]
     if directory.is_dir():
         problems = damage(directory / MANIFEST)
         if not problems:
@@ -83,68 +121,168 @@ def encode_corpus(
                         "; ".join(problems))  # fmt: skip
             shutil.rmtree(directory, ignore_errors=True)
     if not directory.is_dir():
-        _encode_into(directory, src_lines, tgt_lines, src_tok, tgt_tok, max_len, drop_invalid)
+        _encode_into(directory, pairs, (src_tok, tgt_tok), max_len, drop_invalid, workers)
     if drop_invalid:
         counts = json.loads((directory / "counts.json").read_text())
         dropped = counts["empty"] + counts["long"]
-        log.info(
-            "dropped %d of %d pairs (%d empty, %d longer than max_len)",
-            dropped,
-            counts["pairs"],
-            counts["empty"],
-            counts["long"],
-        )
+        log.info("dropped %d of %d pairs (%d empty, %d longer than max_len)", dropped,
+                 counts["pairs"], counts["empty"], counts["long"])  # fmt: skip
     return TokenizedCorpus(directory)
+
+
+class NpyWriter(contextlib.AbstractContextManager):
+    """A one-dimensional .npy file written by appending, its header filled in on ``close``."""
+
+    def __init__(self, path: Path, dtype: type) -> None:
+        self.path, self.dtype, self.length = path, np.dtype(dtype), 0
+        self.file = open(path, "wb")  # noqa: SIM115 (closed by close or __exit__)
+        self.file.seek(_HEADER)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if exc_info[0] is None:
+            self.close()
+        else:
+            self.file.close()
+
+    def append(self, values: np.ndarray) -> None:
+        self.file.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
+        self.length += len(values)
+
+    def close(self) -> None:
+        if self.file.closed:
+            return
+        header = io.BytesIO()
+        descr = np.lib.format.dtype_to_descr(self.dtype)
+        facts = {"descr": descr, "fortran_order": False, "shape": (self.length,)}
+        np.lib.format.write_array_header_1_0(header, facts)
+        if len(header.getvalue()) != _HEADER:
+            raise RuntimeError(f"unexpected .npy header size {len(header.getvalue())}")
+        self.file.seek(0)
+        self.file.write(header.getvalue())
+        self.file.close()
 
 
 def _encode_into(
     directory: Path,
-    src_lines: Sequence[str],
-    tgt_lines: Sequence[str],
-    src_tok: Tokenizer,
-    tgt_tok: Tokenizer,
+    pairs: PairStream,
+    toks: tuple[Any, Any],
     max_len: int | None,
     drop_invalid: bool,
+    workers: int,
 ) -> None:
-    """Encode, filter, save into a temporary folder, then rename that to ``directory``."""
-    src_ids, src_len = _encode_side(src_tok, src_lines)
-    tgt_ids, tgt_len = _encode_side(tgt_tok, tgt_lines)
-    empty = (src_len == 1) | (tgt_len == 1)  # EOS only
-    limit = np.inf if max_len is None else max_len + 1  # lengths include the EOS
-    long = ~empty & (np.maximum(src_len, tgt_len) > limit)
-    keep = ~(empty | long) if drop_invalid else np.ones(len(src_len), dtype=bool)
-    arrays = {
-        "src_ids": src_ids[np.repeat(keep, src_len)],
-        "src_offsets": np.concatenate([[0], np.cumsum(src_len[keep])]),
-        "tgt_ids": tgt_ids[np.repeat(keep, tgt_len)],
-        "tgt_offsets": np.concatenate([[0], np.cumsum(tgt_len[keep])]),
-        "line_numbers": np.flatnonzero(keep),
-    }
+    """Encode into a temporary folder beside ``directory``, then rename it."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".tmp-"))
-    for name, array in arrays.items():
-        np.save(tmp / f"{name}.npy", array)
-    counts = {"pairs": len(src_lines), "empty": int(empty.sum()), "long": int(long.sum())}
-    (tmp / "counts.json").write_text(json.dumps(counts))
-    write_manifest(tmp / MANIFEST, [tmp / f"{name}.npy" for name in arrays] + [tmp / "counts.json"])
     try:
-        tmp.rename(directory)
-        log.info("encoded %d pairs into %s", len(src_lines), directory)
-    except OSError:  # another process finished the same corpus first
-        shutil.rmtree(tmp)
+        counts = _write_arrays(tmp, pairs, toks, max_len, drop_invalid, workers)
+        (tmp / "counts.json").write_text(json.dumps(counts))
+        files = [tmp / f"{name}.npy" for name in _ARRAYS] + [tmp / "counts.json"]
+        write_manifest(tmp / MANIFEST, files)
+        try:
+            tmp.rename(directory)
+            log.info("encoded %d pairs into %s", counts["pairs"], directory)
+        except OSError:  # another process finished the same corpus first
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _encode_side(tok: Tokenizer, lines: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """All lines encoded in chunks: (ids int32 with an EOS after each line, lengths int64)."""
-    parts = [
-        _flatten(tok.encode_batch(lines[i : i + _CHUNK])) for i in range(0, len(lines), _CHUNK)
-    ]
-    ids = np.concatenate([np.zeros(0, np.int32), *(p[0] for p in parts)])
-    lengths = np.concatenate([np.zeros(0, np.int64), *(p[1] for p in parts)])
-    return ids, lengths
+def _write_arrays(
+    folder: Path,
+    pairs: PairStream,
+    toks: tuple[Any, Any],
+    max_len: int | None,
+    drop_invalid: bool,
+    workers: int,
+) -> dict[str, int]:
+    """Encode, filter and append chunk by chunk; the counts of pairs, empty and long ones."""
+    counts = {"pairs": 0, "empty": 0, "long": 0}
+    limit = np.inf if max_len is None else max_len + 1  # lengths include the EOS
+    ends = {"src": 0, "tgt": 0}  # ids written so far
+    with contextlib.ExitStack() as stack:
+        writers = {name: stack.enter_context(NpyWriter(folder / f"{name}.npy", dtype))
+                   for name, dtype in _ARRAYS.items()}  # fmt: skip
+        for side in ends:
+            writers[f"{side}_offsets"].append(np.zeros(1, np.int64))
+        for (src_ids, src_len), (tgt_ids, tgt_len) in _encoded_chunks(pairs, toks, workers):
+            empty = (src_len == 1) | (tgt_len == 1)  # EOS only
+            long = ~empty & (np.maximum(src_len, tgt_len) > limit)
+            keep = ~(empty | long) if drop_invalid else np.ones(len(src_len), dtype=bool)
+            for side, ids, lengths in (("src", src_ids, src_len), ("tgt", tgt_ids, tgt_len)):
+                writers[f"{side}_ids"].append(ids[np.repeat(keep, lengths)])
+                writers[f"{side}_offsets"].append(ends[side] + np.cumsum(lengths[keep]))
+                ends[side] += int(lengths[keep].sum())
+            writers["line_numbers"].append(counts["pairs"] + np.flatnonzero(keep))
+            counts["pairs"] += len(src_len)
+            counts["empty"] += int(empty.sum())
+            counts["long"] += int(long.sum())
+    return counts
 
 
-def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+def _chunks(pairs: PairStream) -> Iterator[tuple[list[str], list[str]]]:
+    """The stream's batches cut (or joined) into (sources, targets) of CHUNK pairs."""
+    src: list[str] = []
+    tgt: list[str] = []
+    for batch_src, batch_tgt in pairs.batches():
+        src += batch_src
+        tgt += batch_tgt
+        while len(src) >= CHUNK:
+            yield src[:CHUNK], tgt[:CHUNK]
+            src, tgt = src[CHUNK:], tgt[CHUNK:]
+    if src:
+        yield src, tgt
+
+
+Encoded = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
+_WORKER_TOKENIZERS: tuple[Any, Any] | None = None  # a worker process's own models
+
+
+def _encoded_chunks(pairs: PairStream, toks: tuple[Any, Any], workers: int) -> Iterator[Encoded]:
+    """Each chunk's (ids, lengths) per side, in order: in this process for a corpus of one
+    chunk, else in ``workers`` processes, at most two chunks each in flight."""
+    chunks = _chunks(pairs)
+    first = list(islice(chunks, 2))
+    if workers <= 1 or len(first) < 2:
+        for src, tgt in chain(first, chunks):
+            yield _encode_pair_lists(toks, src, tgt, threads=None)
+        return
+    context = worker_context()
+    protos = tuple(tok.proto for tok in toks)
+    with ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=protos) as pool:
+        pending: deque = deque()
+        for src, tgt in chain(first, chunks):  # one string per side: 10x cheaper to send
+            pending.append(pool.submit(_encode_in_worker, "\n".join(src), "\n".join(tgt)))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def _start_worker(src_proto: bytes, tgt_proto: bytes) -> None:
+    from seq2seq.data.tokenizer import Tokenizer
+
+    global _WORKER_TOKENIZERS
+    _WORKER_TOKENIZERS = Tokenizer(src_proto), Tokenizer(tgt_proto)
+
+
+def _encode_in_worker(src: str, tgt: str) -> Encoded:
+    """A chunk's lines (joined by newlines, which no line holds) encoded on one thread."""
+    if _WORKER_TOKENIZERS is None:
+        raise DataError("encoding worker started without its tokenizers")
+    return _encode_pair_lists(_WORKER_TOKENIZERS, src.split("\n"), tgt.split("\n"), threads=1)
+
+
+def _encode_pair_lists(
+    toks: tuple[Any, Any], src: list[str], tgt: list[str], threads: int | None
+) -> Encoded:
+    extra = {} if threads is None else {"threads": threads}
+    return (
+        _flatten(toks[0].encode_batch(src, **extra)),
+        _flatten(toks[1].encode_batch(tgt, **extra)),
+    )
+
+
+def _flatten(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate sequences with an EOS after each: (ids int32, lengths int64 incl. EOS)."""
     lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs)) + 1
     ids = np.full(int(lengths.sum()), EOS, dtype=np.int32)

@@ -1,18 +1,21 @@
-"""The corpus a training run reads: both splits, read, validated, subworded and encoded."""
+"""The corpus a training run reads: both splits streamed, subworded and encoded into caches."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from seq2seq.config import DataConfig
-from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
+from seq2seq.data.sources import CarvingSource, open_source
+from seq2seq.data.stream import PairStream, available_cores, from_lists
+from seq2seq.data.textstore import SideText, text_store
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
-from seq2seq.rundir import SRC_TOKENIZER, TGT_TOKENIZER
+from seq2seq.rundir import SPLITS_DIR, SRC_TOKENIZER, TGT_TOKENIZER, split_file
 
-TokenizerSource = Callable[[list[str], list[str]], tuple[Tokenizer, Tokenizer]]
+TokenizerSource = Callable[[PairStream], tuple[Tokenizer, Tokenizer]]
 
 
 @dataclass
@@ -25,29 +28,59 @@ class TrainingData:
     valid: TokenizedCorpus  # every line kept
     valid_src: list[str]
     valid_refs: list[str]
-    train_text: tuple[list[str], list[str]]  # the training split as read (source, target)
+    train_text: tuple[SideText, SideText] | None  # the training text by line (subword sampling)
 
 
 def training_data(cfg: DataConfig, tokenizers: TokenizerSource) -> TrainingData:
-    """Read both splits, get the tokenizers from ``tokenizers(train_src, train_tgt)`` (trained,
-    cached or handed over) and encode both splits (cached in ``cfg.cache_dir``)."""
-    train_src, train_tgt = read_parallel(*split_files(cfg, "train"), cfg.train_limit)
-    src_tok, tgt_tok = tokenizers(train_src, train_tgt)
-    cache = Path(cfg.cache_dir)
-    train = encode_corpus(train_src, train_tgt, src_tok, tgt_tok, cache, cfg.max_len, True)
-    valid_src, valid_refs = read_parallel(*split_files(cfg, "valid"), cfg.valid_limit)
-    valid = encode_corpus(valid_src, valid_refs, src_tok, tgt_tok, cache, None, False)
-    return TrainingData(
-        src_tok, tgt_tok, train, valid, valid_src, valid_refs, (train_src, train_tgt)
-    )
+    """Stream the training split, get the tokenizers from ``tokenizers(train)`` (trained, cached
+    or handed over) and encode both splits (cached in ``cfg.cache_dir``)."""
+    source = open_source(cfg)
+    train = source.stream("train", cfg.train_limit)
+    src_tok, tgt_tok = tokenizers(train)
+    cache, workers = Path(cfg.cache_dir), cfg.workers or available_cores()
+    train_ids = encode_corpus(train, src_tok, tgt_tok, cache, cfg.max_len, True, workers)
+    valid_src, valid_refs = source.stream("valid", cfg.valid_limit).lists()
+    valid_pairs = from_lists(valid_src, valid_refs)
+    valid = encode_corpus(valid_pairs, src_tok, tgt_tok, cache, None, False)
+    text = text_store(train, cache) if cfg.sampling_alpha else None
+    return TrainingData(src_tok, tgt_tok, train_ids, valid, valid_src, valid_refs, text)
 
 
 def run_tokenizers(
-    cfg: DataConfig, run_dir: Path, resuming: bool, src: list[str], tgt: list[str]
+    cfg: DataConfig, run_dir: Path, resuming: bool, train: PairStream
 ) -> tuple[Tokenizer, Tokenizer]:
     """The run folder's own tokenizers when resuming, else trained (or taken from the cache) and
     written into it."""
     src_model, tgt_model = run_dir / SRC_TOKENIZER, run_dir / TGT_TOKENIZER
     if resuming and src_model.exists() and tgt_model.exists():
         return Tokenizer.load(src_model), Tokenizer.load(tgt_model)
-    return train_tokenizers(cfg, src, tgt, run_dir)
+    return train_tokenizers(cfg, train, run_dir)
+
+
+def write_splits(cfg: DataConfig, run_dir: Path) -> list[Path]:
+    """A corpus without files per split (tab-separated, a dataset) leaves its validation and
+    test splits in the run folder, so evaluation finds them without the corpus; their paths."""
+    source = open_source(cfg)
+    if not isinstance(source, CarvingSource):
+        return []
+    written = []
+    for split in ("valid", "test"):
+        if not source.has(split):
+            continue
+        pairs = source.stream(split)
+        (run_dir / SPLITS_DIR).mkdir(parents=True, exist_ok=True)
+        paths = [split_file(run_dir, split, lang) for lang in (cfg.src_lang, cfg.tgt_lang)]
+        carved = source.carved.files(split) if getattr(cfg, split) is None else None
+        if carved is not None:  # already two text files in the cache
+            for origin, path in zip(carved, paths, strict=True):
+                shutil.copyfile(origin, path)
+        else:
+            with (
+                open(paths[0], "w", encoding="utf-8") as s,
+                open(paths[1], "w", encoding="utf-8") as t,
+            ):
+                for src, tgt in pairs:
+                    s.write(src + "\n")
+                    t.write(tgt + "\n")
+        written += paths
+    return written

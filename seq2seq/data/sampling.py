@@ -28,7 +28,7 @@ class SubwordSampler:
     def __init__(
         self,
         corpus: TokenizedCorpus,
-        texts: tuple[Sequence[str], Sequence[str]],
+        texts: tuple[Sequence[str], Sequence[str]],  # each side's text by line number
         tokenizers: tuple[Tokenizer, Tokenizer],
         alpha: float,
         max_len: int,
@@ -40,7 +40,7 @@ class SubwordSampler:
     @classmethod
     def for_training(cls, data: TrainingData, cfg: DataConfig, seed: int) -> SubwordSampler | None:
         """The sampler of a training run, or None where ``data.sampling_alpha`` is 0."""
-        if not cfg.sampling_alpha:
+        if not cfg.sampling_alpha or data.train_text is None:
             return None
         tokenizers = (data.src_tok, data.tgt_tok)
         return cls(data.train, data.train_text, tokenizers, cfg.sampling_alpha, cfg.max_len, seed)

@@ -1,0 +1,171 @@
+"""Every corpus reader behind one interface: a split name in, a stream of pairs out.
+
+``SOURCES`` maps the ``data`` group's options to their readers: Multi30k and custom files (two
+files per split), a tab-separated file, a Hugging Face dataset. The last two may carve their
+validation and test splits out of the training data (``seq2seq.data.carve``).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from seq2seq.data.carve import Carved, carve
+from seq2seq.data.corpus import check_files, file_stream, split_files, split_name
+from seq2seq.data.hf import hf_stream, load_splits
+from seq2seq.data.stream import PairStream, file_digest, limited
+from seq2seq.data.tsv import column_indices, tsv_stream
+from seq2seq.errors import DataError
+
+SPLITS = ("train", "valid", "test")
+
+
+def data_kind(cfg: Any) -> str:
+    """The reader of a data config (``kind``; run folders of older versions say ``name``)."""
+    kind = cfg.get("kind") if hasattr(cfg, "get") else getattr(cfg, "kind", None)
+    return kind or cfg.name
+
+
+class FileSource:
+    """Two files per split: Multi30k's (downloaded) or the user's ``<prefix>.<lang>``."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    def check(self) -> None:
+        check_files(self.cfg)
+
+    def has(self, split: str) -> bool:
+        return split_name(self.cfg, split) is not None
+
+    def stream(self, split: str, limit: int | None = None) -> PairStream:
+        """The pairs of ``split`` (the first ``limit``; both files are validated whole)."""
+        return file_stream(*split_files(self.cfg, split), limit)
+
+    def describe(self) -> str:
+        return "Multi30k task 1" if self.cfg.kind == "multi30k" else f"custom ({self.cfg.train})"
+
+
+class CarvingSource:
+    """One training stream; validation and test are streams of their own or carved out of it."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    def whole(self) -> PairStream:
+        """The training data before carving."""
+        raise NotImplementedError
+
+    def own(self, split: str) -> PairStream:
+        """A validation or test split given apart from the training data."""
+        raise NotImplementedError
+
+    def check(self) -> None:
+        if self.cfg.valid is None and self.cfg.valid_size < 1:
+            raise DataError("data.valid_size must be positive where data.valid is null")
+        if self.cfg.test is None and self.cfg.test_size < 0:
+            raise DataError("data.test_size must not be negative")
+
+    def has(self, split: str) -> bool:
+        return split != "test" or self.cfg.test is not None or self.cfg.test_size > 0
+
+    @cached_property
+    def carved(self) -> Carved | None:
+        sizes = {s: getattr(self.cfg, f"{s}_size") for s in ("valid", "test")
+                 if getattr(self.cfg, s) is None}  # fmt: skip
+        sizes = {s: sizes.get(s, 0) for s in ("valid", "test")}
+        if not any(sizes.values()):
+            return None
+        return carve(self.whole(), sizes, self.cfg.split_seed, Path(self.cfg.cache_dir))
+
+    def stream(self, split: str, limit: int | None = None) -> PairStream:
+        """The pairs of ``split`` (the first ``limit``): training without the carved pairs."""
+        if split == "train":
+            whole = self.whole()
+            train = (
+                whole if self.carved is None else self.carved.training(whole, self.cfg.split_seed)
+            )
+            return limited(train, limit)
+        if split not in ("valid", "test"):
+            return limited(self.own(split), limit)
+        if not self.has(split):
+            raise DataError(f"no {split} split configured (set data.{split} or data.{split}_size)")
+        own = getattr(self.cfg, split) is not None
+        return limited(self.own(split) if own else self.carved.stream(split), limit)
+
+
+class TsvSource(CarvingSource):
+    """A tab-separated file; ``data.valid``/``data.test`` are files of their own, or carved."""
+
+    def check(self) -> None:
+        super().check()
+        column_indices(self.cfg.columns, self.cfg.src_lang, self.cfg.tgt_lang, self.cfg.file)
+        for path in (self.cfg.file, self.cfg.valid, self.cfg.test):
+            if path is not None and not Path(path).is_file():
+                raise DataError(f"{path} does not exist")
+        if self.cfg.sha256 and file_digest(Path(self.cfg.file)) != self.cfg.sha256.lower():
+            raise DataError(
+                f"{self.cfg.file} is not the file data.sha256 names (SHA-256 "
+                f"{file_digest(Path(self.cfg.file))}, expected {self.cfg.sha256}): its splits and "
+                "scores would differ from the recipe's; set data.sha256=null to use it anyway"
+            )
+
+    def _tsv(self, path: str) -> PairStream:
+        cfg = self.cfg
+        return tsv_stream(Path(path), cfg.columns, cfg.src_lang, cfg.tgt_lang)
+
+    def whole(self) -> PairStream:
+        return self._tsv(self.cfg.file)
+
+    def own(self, split: str) -> PairStream:
+        path = getattr(self.cfg, split, None)
+        if path is None:
+            raise DataError(f"a tab-separated corpus has splits train, valid and test, not {split}")
+        return self._tsv(path)
+
+    def describe(self) -> str:
+        return f"tab-separated ({Path(self.cfg.file).name})"
+
+
+class HfSource(CarvingSource):
+    """A Hugging Face dataset; ``data.valid``/``data.test`` are its split names, or carved."""
+
+    def check(self) -> None:
+        super().check()
+        splits = load_splits(self.cfg.path, self.cfg.name)
+        for split in ("train", "valid", "test"):
+            name = getattr(self.cfg, split)
+            if name is not None and name not in splits:
+                raise DataError(
+                    f"{self.cfg.path} has no split {name!r} (data.{split}); it has: "
+                    f"{', '.join(splits)}; data.{split}=null carves it out of the training split"
+                    if split != "train" else f"{self.cfg.path} has no split {name!r} "
+                    f"(data.train); it has: {', '.join(splits)}"
+                )  # fmt: skip
+
+    def whole(self) -> PairStream:
+        return hf_stream(self.cfg, self.cfg.train)
+
+    def own(self, split: str) -> PairStream:
+        return hf_stream(self.cfg, getattr(self.cfg, split, None) or split)
+
+    def describe(self) -> str:
+        name = f" {self.cfg.name}" if self.cfg.name else ""
+        return f"Hugging Face dataset {self.cfg.path}{name}"
+
+
+SOURCES: dict[str, type] = {
+    "multi30k": FileSource,
+    "custom": FileSource,
+    "tsv": TsvSource,
+    "hf": HfSource,
+}
+
+
+def open_source(cfg: Any) -> FileSource | CarvingSource:
+    """The reader of a data config."""
+    kind = data_kind(cfg)
+    if kind not in SOURCES:
+        raise DataError(f"unknown data kind {kind!r}; known: {', '.join(SOURCES)}")
+    return SOURCES[kind](cfg)

@@ -1,0 +1,188 @@
+"""Every corpus as the same thing: a stream of (source, target) sentence pairs with a fingerprint.
+
+A stream can be read any number of times and is never held whole in memory; its fingerprint is a
+content key (file digests, a dataset's own fingerprint, the reader's settings) that changes
+whenever the pairs could, so caches of tokenizers and token ids can be keyed by it without
+reading the text first.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from pathlib import Path
+from typing import IO
+
+from seq2seq.errors import DataError
+
+Pair = tuple[str, str]
+Batch = tuple[list[str], list[str]]  # sources and targets of consecutive pairs
+BATCH = 10_000  # pairs per batch where a reader does not choose
+_BLOCK = 1 << 20  # bytes read at once
+_DIGESTS: dict[tuple, str] = {}  # file digests of this process, by (path, size, mtime, inode)
+
+
+@dataclass(frozen=True)
+class PairStream:
+    """A split: ``stream.batches()`` (or ``iter(stream)``, pair by pair) is a fresh pass over
+    its pairs, stripped and validated, in batches of consecutive pairs."""
+
+    name: str  # for messages, e.g. "corpus/train.{de,en}"
+    fingerprint: str  # hex key of the pairs' content
+    batches: Callable[[], Iterator[Batch]]
+    size: int | None = None  # pairs, where known without a pass
+
+    def __iter__(self) -> Iterator[Pair]:
+        for src, tgt in self.batches():
+            yield from zip(src, tgt, strict=True)
+
+    def lists(self) -> Batch:
+        """Both sides as lists (for the small splits: validation, test)."""
+        src: list[str] = []
+        tgt: list[str] = []
+        for batch_src, batch_tgt in self.batches():
+            src += batch_src
+            tgt += batch_tgt
+        return src, tgt
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def worker_context() -> BaseContext:
+    """Start method for tokenizer training and encoding processes: forked from a clean
+    single-threaded server, since a child forked from this process (torch's, the logger's
+    threads) can crash: a sentencepiece trainer did so under pytest."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")  # Windows
+    # The server imports these once; each child forks from it. A child also imports the main
+    # module: the installed commands' scripts are light (seq2seq.cli); the module of
+    # ``python -m`` is preloaded, or every child would import it, torch included, again.
+    preload = ["seq2seq.data.tokenizer", "seq2seq.data.dataset"]
+    main = getattr(sys.modules["__main__"].__spec__, "name", None)
+    if main and not main.endswith("__main__"):
+        preload.append(main)
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(preload)
+    return context
+
+
+def fingerprint(*parts: object) -> str:
+    """A hex key of JSON-serialisable parts."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def from_lists(src: Sequence[str], tgt: Sequence[str], name: str = "pairs") -> PairStream:
+    """A stream over two lists already in memory (tests, callers that have the text)."""
+    if len(src) != len(tgt):
+        raise DataError(f"{len(src)} source lines but {len(tgt)} target lines")
+    digest = hashlib.sha256()
+    for side in (src, tgt):
+        digest.update(hashlib.sha256("\n".join(side).encode()).digest())
+    digest.update(str(len(src)).encode())
+
+    def batches() -> Iterator[Batch]:
+        for i in range(0, len(src), BATCH):
+            yield list(src[i : i + BATCH]), list(tgt[i : i + BATCH])
+
+    return PairStream(name, digest.hexdigest(), batches, len(src))
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes (about 1.7 GB/s with SHA instructions), once per process."""
+    stat = os.stat(path)
+    key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key not in _DIGESTS:
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                while chunk := f.read(_BLOCK):
+                    digest.update(chunk)
+        except OSError as e:
+            raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+        _DIGESTS[key] = digest.hexdigest()
+    return _DIGESTS[key]
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """A file for reading bytes, decompressed when it ends in .gz; a DataError if it cannot be."""
+    try:
+        return gzip.open(path, "rb") if Path(path).suffix == ".gz" else open(path, "rb")
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def line_blocks(raw: IO[bytes], where: str, strip: bool = True) -> Iterator[list[str]]:
+    """The lines of a byte stream, a block (about a megabyte) at a time: split on "\\n" only
+    (so U+2028 and friends cannot break the alignment), UTF-8 checked (an error names ``where``
+    and the line), stripped (CR, surrounding spaces; with ``strip=False`` only the CR), without a
+    leading byte-order mark. Never an empty block."""
+    number, rest = 0, b""
+    try:
+        while True:
+            block = raw.read(_BLOCK)
+            if not block:
+                break
+            block, rest = rest + block, b""
+            cut = block.rfind(b"\n") + 1
+            block, rest = block[:cut], block[cut:]
+            if block:
+                lines = _decode(block, where, number).split("\n")
+                lines.pop()  # after the last newline
+                yield _tidy(lines, number == 0, strip)
+                number += len(lines)
+        if rest:  # a last line without a newline
+            yield _tidy([_decode(rest, where, number)], number == 0, strip)
+    except (OSError, EOFError) as e:  # EOFError: a truncated .gz
+        raise DataError(f"cannot read {where} after line {number}: {e}") from None
+
+
+def _decode(block: bytes, where: str, before: int) -> str:
+    try:
+        return block.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = before + block.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{where}, line {line}: invalid UTF-8 ({e.reason})") from None
+
+
+def _tidy(lines: list[str], first: bool, strip: bool) -> list[str]:
+    if first:
+        lines[0] = lines[0].removeprefix("\ufeff")  # a byte-order mark is not text
+    return [line.strip() for line in lines] if strip else [line.rstrip("\r") for line in lines]
+
+
+def iter_lines(path: Path) -> Iterator[str]:
+    """The decoded, stripped lines of a plain or .gz text file, one at a time."""
+    with open_binary(path) as f:
+        for lines in line_blocks(f, str(path)):
+            yield from lines
+
+
+def limited(stream: PairStream, limit: int | None) -> PairStream:
+    """The first ``limit`` pairs of ``stream`` (the stream itself with None)."""
+    if limit is None:
+        return stream
+
+    def batches() -> Iterator[Batch]:
+        left = limit
+        for src, tgt in stream.batches():
+            if left <= 0:
+                return
+            yield src[:left], tgt[:left]
+            left -= len(src)
+
+    size = None if stream.size is None else min(stream.size, limit)
+    key = fingerprint("limited", stream.fingerprint, limit)
+    return PairStream(stream.name, key, batches, size)

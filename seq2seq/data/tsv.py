@@ -1,0 +1,111 @@
+"""Tab-separated corpora: one file of pairs (plain, .gz, or a .zip as downloaded), streamed.
+
+``data.columns`` names the language of each column in order, e.g. ``[en, de]`` for a Tatoeba
+export; further columns (Tatoeba's attribution) are ignored.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from seq2seq.data.stream import Batch, PairStream, file_digest, fingerprint, line_blocks
+from seq2seq.data.stream import open_binary as open_plain
+from seq2seq.errors import DataError
+
+
+def _zip_member(archive: zipfile.ZipFile, path: Path) -> str:
+    """The one text file of a downloaded archive, besides notes such as ``_about.txt``."""
+    names = [
+        n.filename
+        for n in archive.infolist()
+        if not n.is_dir() and not Path(n.filename).name.startswith(("_", "."))
+        and not n.filename.startswith("__MACOSX/")
+    ]  # fmt: skip
+    if len(names) != 1:
+        found = ", ".join(names) or "none"
+        raise DataError(f"{path} should hold one text file besides notes; it holds: {found}")
+    return names[0]
+
+
+@contextmanager
+def open_table(path: Path) -> Iterator[tuple[IO[bytes], str]]:
+    """The file's bytes (decompressed, or its text member of a .zip) and a name for messages."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist")
+    if path.suffix.lower() != ".zip":
+        with open_plain(path) as f:
+            yield f, str(path)
+        return
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+    with archive:
+        member = _zip_member(archive, path)
+        with archive.open(member) as f:
+            yield f, f"{path}:{member}"
+
+
+def column_indices(columns: Sequence[str], src_lang: str, tgt_lang: str, path: object) -> tuple:
+    """Positions of the source and target language among ``columns``."""
+    columns = list(columns)
+    for lang in (src_lang, tgt_lang):
+        if lang not in columns:
+            raise DataError(
+                f"data.columns={columns} has no {lang!r} column for {path}: name the language of "
+                "each column in order, e.g. data.columns=[en,de]"
+            )
+    if len(set(columns)) != len(columns):
+        raise DataError(f"data.columns={columns} names a language twice")
+    return columns.index(src_lang), columns.index(tgt_lang)
+
+
+def tsv_stream(
+    path: Path, columns: Sequence[str], src_lang: str, tgt_lang: str, limit: int | None = None
+) -> PairStream:
+    """The (source, target) pairs of a tab-separated file, the first ``limit`` if given."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path} does not exist")
+    src_col, tgt_col = column_indices(columns, src_lang, tgt_lang, path)
+    key = fingerprint("tsv", file_digest(path), src_col, tgt_col, limit)
+
+    def batches() -> Iterator[Batch]:
+        return _batches(path, src_col, tgt_col, limit, len(columns))
+
+    return PairStream(str(path), key, batches)
+
+
+def _batches(
+    path: Path, src_col: int, tgt_col: int, limit: int | None, named: int
+) -> Iterator[Batch]:
+    """Pairs of every line, a block at a time; a line with fewer fields than it needs is a
+    DataError naming it. A blank line is an empty pair (dropped from training like any other)."""
+    need = max(src_col, tgt_col) + 1
+    count = 0
+    with open_table(path) as (raw, where):
+        for lines in line_blocks(raw, where, strip=False):
+            if limit is not None:
+                lines = lines[: limit - count]
+            src, tgt = [], []
+            for number, line in enumerate(lines, count + 1):
+                fields = line.split("\t", need) if line.strip() else [""] * need
+                if len(fields) < need:
+                    raise DataError(
+                        f"{where}, line {number}: {len(fields)} tab-separated field"
+                        f"{'s' if len(fields) > 1 else ''}, but data.columns names {named}"
+                    )
+                src.append(fields[src_col].strip())
+                tgt.append(fields[tgt_col].strip())
+            count += len(lines)
+            if src:
+                yield src, tgt
+            if limit is not None and count >= limit:
+                return
+    if count == 0:
+        raise DataError(f"{path} is empty")
