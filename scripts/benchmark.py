@@ -47,8 +47,9 @@ from seq2seq.config import (
     TrainConfig,
 )
 from seq2seq.data.batching import Batch, TokenBatchSampler, collate
-from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.data.corpus import file_stream, read_parallel, split_files
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
+from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.engine import DEVICES, Engine, Updater, check_precision
 from seq2seq.errors import Seq2SeqError
@@ -378,7 +379,8 @@ def encode_test_split(
 ) -> tuple[TokenizedCorpus, list[str]]:
     """The configured test split encoded with these tokenizers, and its reference lines."""
     src, refs = read_parallel(*split_files(cfg, "test"), limit)
-    corpus = encode_corpus(src, refs, src_tok, tgt_tok, Path(cfg.cache_dir), None, False)
+    pairs = from_lists(src, refs)
+    corpus = encode_corpus(pairs, src_tok, tgt_tok, Path(cfg.cache_dir), None, False)
     return corpus, refs
 
 
@@ -403,9 +405,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     per_phase = reset_peak_rss()
     data = data_config(args, sizes)
     with tempfile.TemporaryDirectory(prefix="seq2seq-benchmark-") as workdir:
-        src, tgt = read_parallel(*split_files(data, "train"), data.train_limit)
-        src_tok, tgt_tok = train_tokenizers(data, src, tgt, Path(workdir))
-        train = encode_corpus(src, tgt, src_tok, tgt_tok, Path(data.cache_dir), data.max_len, True)
+        pairs = file_stream(*split_files(data, "train"), data.train_limit)
+        src_tok, tgt_tok = train_tokenizers(data, pairs, Path(workdir))
+        train = encode_corpus(pairs, src_tok, tgt_tok, Path(data.cache_dir), data.max_len, True)
         reference = model_config(benchmarked_models(args)[0], sizes)
         report: dict[str, Any] = {
             **machine_info(engine),

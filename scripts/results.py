@@ -37,13 +37,17 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.data.sources import open_source
+from seq2seq.languages import is_cjk
 from seq2seq.monitor import attention_figure
-from seq2seq.rundir import BEST, CONFIG_FILE, EVAL_DIR, LAST, TENSORBOARD_DIR
+from seq2seq.rundir import BEST, CONFIG_FILE, EVAL_DIR, LAST, TENSORBOARD_DIR, split_file
 
 IGNORED = (
     "data.source",
     "data.root",
     "data.cache_dir",
+    "data.file",
+    "data.path",
     "hydra.",
     "train.seed",
     "train.resume",
@@ -79,10 +83,19 @@ def command(folder: Path) -> tuple[str, int]:
     return " ".join(["seq2seq-train", *kept]), seed
 
 
+def test_name(folder: Path) -> str:
+    """The name of a run's test split in its eval/ files: "test" where the run keeps its test
+    split (tab-separated and dataset corpora), else the configured split (test_2016_flickr)."""
+    cfg = OmegaConf.load(folder / CONFIG_FILE)
+    if split_file(folder, "test", cfg.data.src_lang).is_file():
+        return "test"
+    return Path(str(cfg.data.test or "test_2016_flickr")).name
+
+
 def test_result(folder: Path) -> dict[str, Any] | None:
-    """The beam-5 test_2016_flickr result, the averaged checkpoint's if there is one."""
+    """The beam-5 result on the run's test split, the averaged checkpoint's if there is one."""
     for checkpoint in ("averaged", "best"):
-        path = folder / EVAL_DIR / f"test_2016_flickr.{checkpoint}.beam5.json"
+        path = folder / EVAL_DIR / f"{test_name(folder)}.{checkpoint}.beam5.json"
         if path.is_file():
             return {**json.loads(path.read_text()), "checkpoint_name": checkpoint}
     return None
@@ -94,7 +107,7 @@ def ensemble_results(group: Sequence[Run]) -> list[dict[str, Any]]:
     folders = {str(run.folder.resolve()) for run in group}
     found: dict[frozenset[str], dict[str, Any]] = {}
     for checkpoint in ("averaged", "best"):  # as test_result
-        pattern = f"test_2016_flickr.ensemble*.{checkpoint}.beam5.json"
+        pattern = f"{test_name(group[0].folder)}.ensemble*.{checkpoint}.beam5.json"
         for path in sorted(p for run in group for p in (run.folder / EVAL_DIR).glob(pattern)):
             result = json.loads(path.read_text())
             members = frozenset(result.get("runs", []))
@@ -151,7 +164,7 @@ def read_run(folder: Path) -> Run | None:
         folder=folder,
         row=row,
         seed=seed,
-        direction=f"{cfg.data.src_lang}→{cfg.data.tgt_lang}",
+        direction=f"{cfg.data.src_lang}→{cfg.data.tgt_lang}{corpus(cfg)}",
         attention=attention,
         test=test,
         val_bleu=float(state["best_bleu"]),
@@ -162,9 +175,19 @@ def read_run(folder: Path) -> Run | None:
     )
 
 
-def tokenized_bleu(hypotheses: Path, references: list[str], lang: str) -> float:
-    """BLEU of lowercased, Moses-normalised and -tokenized text (as the lc.norm.tok files)."""
+def corpus(cfg: Any) -> str:
+    """ ", <corpus>" after the direction, for corpora other than Multi30k."""
+    kind = cfg.data.get("kind") or cfg.data.get("name")
+    return "" if kind == "multi30k" else f", {open_source(cfg.data).describe()}"
+
+
+def tokenized_bleu(hypotheses: Path, references: list[str], lang: str) -> float | None:
+    """BLEU of lowercased, Moses-normalised and -tokenized text (as the lc.norm.tok files);
+    None for a language Moses does not tokenize (Chinese, Japanese, Korean)."""
     from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    if is_cjk(lang):
+        return None
 
     normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
 
@@ -182,7 +205,7 @@ def mean_std(values: Sequence[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
-def table(runs: list[Run], references: dict[str, list[str]]) -> str:
+def table(runs: list[Run], references: dict[Path, list[str]]) -> str:
     rows: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         rows[run.row].append(run)
@@ -195,11 +218,13 @@ def table(runs: list[Run], references: dict[str, list[str]]) -> str:
         rows.items(), key=lambda kv: (kv[1][0].direction, -kv[1][0].test["bleu"])
     ):
         first = group[0]
-        tgt = first.direction[-2:]
+        tgt = OmegaConf.load(first.folder / CONFIG_FILE).data.tgt_lang
         lc = [
-            tokenized_bleu(Path(r.test["hypotheses"]), references[r.direction], tgt)
+            score
             for r in group
-            if r.direction in references
+            if r.folder in references
+            and (score := tokenized_bleu(Path(r.test["hypotheses"]), references[r.folder], tgt))
+            is not None
         ]
         checkpoint = "" if first.test["checkpoint_name"] == "best" else " (averaged)"
         lines.append(
@@ -212,8 +237,9 @@ def table(runs: list[Run], references: dict[str, list[str]]) -> str:
         for result in ensemble_results(group):
             members = [Path(m) for m in result["runs"]]
             checkpoint = "" if result["checkpoint_name"] == "best" else " (averaged)"
-            refs = references.get(first.direction)
-            tok = f"{tokenized_bleu(Path(result['hypotheses']), refs, tgt):.2f}" if refs else "-"
+            refs = references.get(first.folder)
+            lc_score = tokenized_bleu(Path(result["hypotheses"]), refs, tgt) if refs else None
+            tok = "-" if lc_score is None else f"{lc_score:.2f}"
             command = (
                 f"seq2seq-evaluate run_dir={members[0].name} "
                 f"ensemble=[{','.join(m.name for m in members[1:])}]"
@@ -224,8 +250,8 @@ def table(runs: list[Run], references: dict[str, list[str]]) -> str:
                 f"{len(members)} | {len(members)} × {first.parameters / 1e6:.1f} M | "
                 f"the runs above | `{command}` |"
             )
-    signature = runs[0].test["signature"] if runs else ""
-    return "\n".join(lines) + f"\n\nsacreBLEU signature: `{signature}`"
+    signatures = sorted({f"`{run.test['signature']}`" for run in runs})
+    return "\n".join(lines) + f"\n\nsacreBLEU signature: {', '.join(signatures)}"
 
 
 def picture_curves(runs: list[Run], path: Path) -> None:
@@ -269,13 +295,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     runs = [run for folder in args.runs if folder.is_dir() and (run := read_run(folder))]
     if not runs:
         sys.exit("no evaluated run folders among the arguments (run seq2seq-evaluate first)")
-    references: dict[str, list[str]] = {}
-    if args.data_source:
-        for run in runs:
-            cfg = OmegaConf.load(run.folder / CONFIG_FILE)
+    references: dict[Path, list[str]] = {}
+    for run in runs:
+        cfg = OmegaConf.load(run.folder / CONFIG_FILE)
+        kept = split_file(run.folder, "test", cfg.data.tgt_lang)
+        if kept.is_file():
+            references[run.folder] = kept.read_text(encoding="utf-8").splitlines()
+        elif args.data_source:
             cfg.data.source, cfg.data.root = args.data_source, args.data_root
+            cfg.data.kind = cfg.data.get("kind") or cfg.data.get("name")
             _, refs = read_parallel(*split_files(cfg.data, "test_2016_flickr"))
-            references[run.direction] = refs
+            references[run.folder] = refs
     print(table(runs, references))
     if args.pictures:
         args.pictures.mkdir(parents=True, exist_ok=True)
