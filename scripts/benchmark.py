@@ -2,7 +2,7 @@
 
 It measures whatever the code currently does, through the project's own functions: data from
 ``read_parallel``/``train_tokenizers``/``encode_corpus``, batches from ``TokenBatchSampler`` and
-``collate``, the model from ``build_model``, the engine's training step (``Updater.step``, what
+``collate``, the model from ``build_model``, the training step (``Updater.step``, what
 seq2seq-train runs) and ``decode_corpus`` on test_2016_flickr. From the checkout root::
 
     python scripts/benchmark.py --data-source /path/to/multi30k   # or: python -m scripts.benchmark
@@ -36,36 +36,29 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.flop_counter import FlopCounterMode
 
-from seq2seq.config import (
-    BahdanauConfig,
-    DecodeConfig,
-    LuongConfig,
-    ModelConfig,
-    Multi30kConfig,
-    MultiHeadConfig,
-    Precision,
-    TrainConfig,
-)
+from seq2seq.config import DecodeConfig, Multi30kConfig, Precision, TrainConfig
 from seq2seq.data.batching import Batch, TokenBatchSampler, collate
 from seq2seq.data.corpus import file_stream, read_parallel, split_files
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
 from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
-from seq2seq.engine import DEVICES, Engine, Updater, check_precision
+from seq2seq.engine import DEVICES, Engine, check_precision
 from seq2seq.errors import Seq2SeqError
 from seq2seq.inference import TrainedRun, load_run, score
+from seq2seq.model.config import LuongConfig, ModelConfig
 from seq2seq.model.linear import linear, pytorch_products
+from seq2seq.model.registry import ATTENTIONS as REGISTRY
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.search import decode_corpus, max_lengths
+from seq2seq.updater import Updater
 
-# The reference model (ModelConfig's defaults) with each attention: (config class, Luong input
-# feeding); score, heads and sizes are defaults.
-ATTENTIONS = {
-    "bahdanau": (BahdanauConfig, True),
-    "luong": (LuongConfig, True),
-    "luong-nofeed": (LuongConfig, False),
-    "multihead": (MultiHeadConfig, True),
-}
+# The reference model (ModelConfig's defaults) with each attention of the registry, and Luong
+# without input feeding: (config class, input feeding); score, heads and sizes are defaults.
+ATTENTIONS: dict[str, tuple[type, bool]] = {}
+for _name, _kind in REGISTRY.items():
+    ATTENTIONS[_name] = (_kind.config, True)
+    if _kind.config is LuongConfig:
+        ATTENTIONS["luong-nofeed"] = (LuongConfig, False)
 # OpenNMT-py's model in ../shared/peers/opennmt: a 2x256 BiGRU encoder, a 512 GRU decoder,
 # embeddings of 256, MLP (additive: Luong concat here) attention with input feeding, a bridge.
 PEER = "peer"
@@ -285,7 +278,7 @@ def measure_training(
     engine.reset_peak_memory()
     torch.manual_seed(tcfg.seed)
     model = build_model(OmegaConf.structured(model_cfg), *vocab)
-    updater = engine.updater(model, tcfg)
+    updater = Updater(engine, model, tcfg)
     updater.model.train()
     sampler = TokenBatchSampler(
         train.src_lengths, train.tgt_lengths, tcfg.batch_tokens, shuffle=True, seed=tcfg.seed
@@ -342,12 +335,12 @@ def measure_decoding(
     reset_peak_rss()
     engine.reset_peak_memory()
     with flop_counter() as counter, engine.autocast():  # also the warm-up
-        hyps = decode_corpus(model, test, cfg, engine.check_every)
+        hyps = decode_corpus(model, test, cfg)
     rates = []
     for _ in range(sizes.passes):
         start = time.perf_counter()
         with engine.autocast():
-            decode_corpus(model, test, cfg, engine.check_every)  # results on the host after
+            decode_corpus(model, test, cfg)  # results on the host after
         rates.append(len(test) / (time.perf_counter() - start))
     max_memory = engine.max_memory_allocated()
     outputs = [nbest[0].tokens for nbest in hyps]

@@ -38,8 +38,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from seq2seq.checkpoint import load_checkpoint
 from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.data.sources import open_source
+from seq2seq.heatmap import attention_figure
 from seq2seq.languages import is_cjk
-from seq2seq.monitor import attention_figure
 from seq2seq.rundir import BEST, CONFIG_FILE, EVAL_DIR, LAST, TENSORBOARD_DIR, split_file
 
 IGNORED = (

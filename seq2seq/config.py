@@ -16,6 +16,10 @@ from omegaconf import MISSING, OmegaConf
 
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
+from seq2seq.model.config import (
+    ATTENTION_CONFIGS,
+    ModelConfig,
+)
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 
@@ -23,13 +27,6 @@ MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/t
 class SubwordModel(str, Enum):
     unigram = "unigram"
     bpe = "bpe"
-
-
-class LuongScore(str, Enum):
-    dot = "dot"
-    general = "general"
-    concat = "concat"
-    scaled_dot = "scaled_dot"
 
 
 class ScheduleName(str, Enum):
@@ -134,53 +131,6 @@ class HfDataConfig(CarvedSplits, DataConfig):
     train: str = "train"
     valid: Optional[str] = "validation"  # a split of the dataset, or null: carved out of train
     test: Optional[str] = "test"
-
-
-@dataclass
-class AttentionConfig:
-    """Base of the attention group; ``name`` is the key of ``seq2seq.model.registry.ATTENTIONS``,
-    and every other field is a keyword argument of that attention class."""
-
-    name: str = MISSING
-    size: int = 512  # hidden size of the score function / projections
-
-
-@dataclass
-class BahdanauConfig(AttentionConfig):
-    """Additive attention; previous decoder state queries, context enters the GRU input."""
-
-    name: str = "bahdanau"
-
-
-@dataclass
-class LuongConfig(AttentionConfig):
-    """Global attention; current decoder state queries, attentional vector feeds the output."""
-
-    name: str = "luong"
-    score: LuongScore = LuongScore.general
-
-
-@dataclass
-class MultiHeadConfig(AttentionConfig):
-    """Scaled dot-product attention with several heads; Luong data flow."""
-
-    name: str = "multihead"
-    heads: int = 8
-
-
-ATTENTION_CONFIGS = (BahdanauConfig, LuongConfig, MultiHeadConfig)  # the model/attention group
-
-
-@dataclass
-class ModelConfig:
-    emb_size: int = 256
-    hidden_size: int = 512  # the decoder GRU, and each encoder direction unless encoder_size
-    encoder_size: Optional[int] = None  # per encoder direction; None: hidden_size
-    encoder_layers: int = 1
-    dropout: float = 0.3
-    input_feed: bool = True  # Luong flow only: feed the previous attentional vector to the GRU
-    tie_embeddings: bool = False  # share target embedding and output projection
-    attention: AttentionConfig = MISSING
 
 
 @dataclass
@@ -389,7 +339,7 @@ def register_configs() -> None:
     cs.store(group="data", name="tsv", node=TsvDataConfig)
     cs.store(group="data", name="hf", node=HfDataConfig)
     cs.store(group="model", name="default", node=ModelConfig)
-    for node in ATTENTION_CONFIGS:
+    for node in ATTENTION_CONFIGS.values():
         cs.store(group="model/attention", name=node.name, node=node)
     # Sweep folders are named after the overrides; "/" (model/attention=luong, a path) would nest
     # folders, so configs/config.yaml passes the name through this.

@@ -9,7 +9,6 @@ first K heatmaps also go into the run's TensorBoard. An ensemble (``ensemble=[..
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import sys
@@ -19,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from seq2seq.alignment import AttentionSample, alignment_record, attention_samples, pharaoh
 from seq2seq.config import EvaluateConfig
 from seq2seq.data.corpus import read_parallel, split_files, split_name
 from seq2seq.data.sources import FileSource, open_source
@@ -35,22 +34,11 @@ from seq2seq.inference import (
     run_bleu_tokenizer,
     score,
 )
-from seq2seq.monitor import AttentionSample, Monitor, attention_sample, run_hparams
+from seq2seq.monitor import Monitor, run_hparams
+from seq2seq.nbest import moses_lines
 from seq2seq.rundir import CHECKPOINTS, EVAL_DIR, split_file
-from seq2seq.search import Hypothesis
 
 log = logging.getLogger("seq2seq.evaluate")
-
-
-def pharaoh(attention: np.ndarray) -> str:
-    """``i-j`` pairs (source subword i, target subword j, from 0) of an attention matrix.
-
-    `attention` is [target + EOS, source + EOS]. Each target subword is aligned to the source
-    subword it attends to most; one whose largest weight is on the source EOS stays unaligned.
-    """
-    best = np.asarray(attention)[:-1].argmax(axis=1)  # [target]
-    eos = attention.shape[1] - 1
-    return " ".join(f"{i}-{j}" for j, i in enumerate(best.tolist()) if i != eos)
 
 
 def _split_pairs(run: TrainedRun, data: DictConfig, split: str) -> tuple[str, Path, Path]:
@@ -121,20 +109,6 @@ def _write(path: Path, lines: Sequence[str]) -> None:
         raise Seq2SeqError(f"cannot write {path}: {e}") from e
 
 
-def _attention_record(
-    translator: Translator, translation: Translation, hypothesis: Hypothesis | None
-) -> str:
-    """One JSON line: subword labels and weights [target + EOS][source + EOS] (4 decimals)."""
-    record: dict[str, Any] = {"source": [], "target": [], "weights": []}
-    if hypothesis is not None:
-        record["source"] = translator.source_pieces(translation)
-        record["target"] = translator.target_pieces(hypothesis)
-        record["weights"] = hypothesis.attention.double().numpy().round(4).tolist()
-        if hypothesis.head_attention is not None:
-            record["head_weights"] = hypothesis.head_attention.double().numpy().round(4).tolist()
-    return json.dumps(record, ensure_ascii=False)
-
-
 def _log_tensorboard(
     run: TrainedRun,
     split: str | None,
@@ -164,15 +138,13 @@ def _write_outputs(
     paths = {ext: (out_dir / f"{stem}.{ext}").resolve() for ext in ("hyp", "align", "attn.jsonl")}
     _write(paths["hyp"], [translator.text(h) if h else "" for h in best])
     _write(paths["align"], [pharaoh(h.attention.numpy()) if h else "" for h in best])
-    records = [_attention_record(translator, t, h) for t, h in zip(translations, best, strict=True)]
+    records = [
+        json.dumps(alignment_record(translator, t), ensure_ascii=False) for t in translations
+    ]
     _write(paths["attn.jsonl"], records)
     if translator.search.nbest > 1:  # Moses format: line number ||| translation ||| score
         paths["nbest"] = (out_dir / f"{stem}.nbest").resolve()
-        nbest = [
-            f"{i} ||| {translator.text(h)} ||| {h.score:.4f}"
-            for i, t in enumerate(translations)
-            for h in t.hypotheses
-        ]
+        nbest = [line for i, t in enumerate(translations) for line in moses_lines(i, translator, t)]
         _write(paths["nbest"], nbest)
     return paths
 
@@ -212,18 +184,9 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         name = f"{name}.ensemble{len(members)}"
     stem = f"{name}.{checkpoint}.beam{cfg.beam_size}"  # e.g. test_2016_flickr.best.beam5
     paths = _write_outputs(out_dir, stem, translator, translations)
-    decoded = (i for i, t in enumerate(translations) if t.hypotheses)
-    samples = [
-        attention_sample(
-            sources[i],
-            references[i],
-            translations[i].hypotheses[0],
-            translations[i].source_ids,
-            run.src_tok,
-            run.tgt_tok,
-        )
-        for i in itertools.islice(decoded, cfg.log_attention)
-    ]
+    samples = attention_samples(
+        sources, references, translations, run.src_tok, run.tgt_tok, cfg.log_attention
+    )
     _log_tensorboard(run, split, name, scores, samples, ensemble=bool(cfg.ensemble))
 
     result = {

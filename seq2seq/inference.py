@@ -231,9 +231,8 @@ class Translator:
             pieces = encoded[i][: self.max_len] if self.max_len is not None else encoded[i]
             results[i] = Translation([*pieces, EOS], [], len(encoded[i]))
         sources = [results[i].source_ids for i in todo]
-        check_every = self.engine.check_every if self.engine else 1
         with self.engine.autocast() if self.engine else contextlib.nullcontext():
-            nbest = decode_sources(self.model, sources, self.search, check_every)
+            nbest = decode_sources(self.model, sources, self.search)
         for i, hypotheses in zip(todo, nbest, strict=True):
             results[i].hypotheses = hypotheses
         return results

@@ -1,34 +1,22 @@
-"""Where training stands and how it is told: the counters every checkpoint keeps, and the log lines
-and TensorBoard records of training and validation (rank 0's; the other ranks only add to sums)."""
+"""How training is told: the log lines and TensorBoard records of training and validation (rank
+0's; the other ranks only add to sums). Where training stands (`Progress`) lives in checkpoints."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 
 import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from seq2seq.engine import Engine, StepResult
+from seq2seq.checkpoint import Progress
+from seq2seq.engine import Engine
 from seq2seq.monitor import Monitor, run_hparams
+from seq2seq.updater import StepResult
 from seq2seq.validation import Validation
 
 log = logging.getLogger("seq2seq.train")
-
-
-@dataclass
-class Progress:
-    """Where training stands; saved in every checkpoint and restored on resume."""
-
-    step: int = 0  # updates so far
-    epoch: int = 0  # epochs finished
-    batch_in_epoch: int = 0  # updates of the current epoch done
-    best_bleu: float = -1.0
-    bad_validations: int = 0  # in a row, without a better BLEU
-    stopped_early: bool = False
-    seconds: float = 0.0  # wall-clock seconds of training so far (validation included)
 
 
 class Window:

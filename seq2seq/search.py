@@ -5,9 +5,9 @@ source EOS) by forcing EOS there, so every hypothesis ends with EOS and its atte
 per output token plus the EOS row. Call ``model.eval()`` first.
 
 The step loop never waits for the device: every buffer is preallocated there, finished beams are
-written into fixed slots, and the loop looks at the device only every ``check_every`` steps (to
-stop, and to drop finished sentences from the batch). Results come back to the host once per
-batch. On the CPU, where looking costs nothing, ``check_every=1`` drops sentences at once.
+written into fixed slots, and the loop looks at the device only every ``check_interval`` steps
+(to stop, and to drop finished sentences from the batch). Results come back to the host once per
+batch. On the CPU, where looking costs nothing, it looks at every step and drops sentences at once.
 """
 
 from __future__ import annotations
@@ -71,6 +71,12 @@ def _hypothesis(tokens: Tensor, score: float, attention: Tensor, src_len: int) -
     return Hypothesis(tokens.tolist(), score, attention.mean(1), heads)
 
 
+def check_interval(device: torch.device) -> int:
+    """Search steps between looks at the device: every step on the host (looking is free
+    there, and finished sentences leave the batch at once), every 8 on an accelerator."""
+    return 1 if device.type == "cpu" else 8
+
+
 def _checkpoint(t: int, steps: int, check_every: int) -> bool:
     """Whether the loop looks at the device after step ``t``."""
     return (t + 1) % check_every == 0 or t + 1 == steps
@@ -83,13 +89,15 @@ def greedy_search(
     src_lengths: Tensor,
     max_len_a: float,
     max_len_b: int,
-    check_every: int = 1,
+    check_every: int | None = None,
 ) -> list[Hypothesis]:
-    """Most probable next token at every step, for a batch src [B, S] at once."""
+    """Most probable next token at every step, for a batch src [B, S] at once; the loop looks at
+    the device every ``check_every`` steps (None: `check_interval` of the device)."""
     enc = model.encode(src, src_lengths)
     state = model.decoder.init_state(enc)
     batch, src_len = src.shape
     device = src.device
+    every = check_interval(device) if check_every is None else check_every
     limit_host = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
     steps = int(limit_host.max()) + 1
     limit = limit_host.to(device)
@@ -103,7 +111,7 @@ def greedy_search(
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     for t in range(steps):
         log_probs, state, weights = model.decoder.step(prev, state, enc)  # [b, V]
-        look = _checkpoint(t, steps, check_every)
+        look = _checkpoint(t, steps, every)
         log_probs = _restrict(log_probs, limit[active] == t, look)
         best, prev = log_probs.max(dim=-1)  # [b]
         tokens[active, t] = prev  # rows that ended earlier write past their length: unread
@@ -150,6 +158,118 @@ class _Beams:
         )
 
 
+class _BeamSearch:
+    """The device state of one batch's beam search (k beams per sentence): the live beams, the
+    finished hypotheses, and every step's back-pointers and attention, followed back at the end.
+    """
+
+    def __init__(
+        self,
+        model: Seq2Seq,
+        src: Tensor,
+        src_lengths: Tensor,
+        k: int,
+        alpha: float,
+        nbest: int,
+        max_len_a: float,
+        max_len_b: int,
+    ) -> None:
+        self.model, self.k, self.alpha, self.nbest = model, k, alpha, nbest
+        batch, src_len = src.shape
+        device = src.device
+        limit_host = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
+        self.steps = int(limit_host.max()) + 1
+        self.limit = limit_host.to(device)
+        # [B] the largest penalty a hypothesis of each sentence can get: EOS at its length limit
+        self.best_penalty = ((5.0 + limit_host.double() + 1) / 6.0).pow(alpha).float().to(device)
+        heads = model.decoder.attention.heads
+        enc = model.encode(src, src_lengths)
+        self.beams = _Beams(
+            torch.arange(batch, device=device),
+            torch.zeros(batch, 1, device=device),  # [n, width]: one row per sentence at first
+            torch.zeros(batch, dtype=torch.bool, device=device),
+            torch.full((batch,), BOS, dtype=torch.long, device=device),
+            model.decoder.init_state(enc),
+            enc,
+        )
+        # Row j of step t + 1 continues row parents[t, j] of step t with token fed[t, j]; the rows
+        # of a step are those of its live sentences, so their number shrinks as sentences finish.
+        self.parents = torch.zeros(self.steps, batch * k, dtype=torch.long, device=device)
+        self.fed = torch.zeros(self.steps, batch * k, dtype=torch.long, device=device)
+        self.history = torch.zeros(self.steps, batch * k, heads, src_len, device=device)
+        # Finished hypotheses per batch sentence: k slots, and a last one where the others go.
+        self.ended_score = torch.full((batch, k + 1), float("-inf"), device=device)
+        self.ended_step = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
+        self.ended_row = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
+        self.ended = torch.zeros(batch, dtype=torch.long, device=device)  # finished so far
+        self.slots = torch.arange(2 * k, device=device)  # [2k]
+
+    def step(self, t: int, look: bool) -> None:
+        """Step ``t`` of every live beam: EOS among the k best candidates of a sentence finishes
+        a hypothesis, the k best other continuations become its beams, and a sentence with k
+        hypotheses, at its length limit, or beyond improving its n-best list is done."""
+        beams, k = self.beams, self.k
+        n, width = beams.scores.shape  # width: rows per sentence, 1 at the first step, then k
+        log_probs, state, weights = self.model.decoder.step(beams.prev, beams.state, beams.enc)
+        self.history[t, : n * width] = weights.float()
+        at_limit = self.limit[beams.sent] == t  # [n]
+        log_probs = _restrict(log_probs, at_limit.repeat_interleave(width), look)
+        vocab = log_probs.size(1)
+        candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
+        top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]
+        top_tokens = top_idx % vocab
+        top_rows = top_idx // vocab + (torch.arange(n, device=top_idx.device) * width).unsqueeze(1)
+        is_eos = top_tokens == EOS
+        self._finish(top_scores, top_rows, is_eos, t)
+        # the k best continuations that are not EOS, in score order
+        order = (is_eos * 2 * k + self.slots).argsort(dim=1)[:, :k]  # [n, k]
+        rows = top_rows.gather(1, order).view(-1)  # [n * k] rows of this step
+        next_tokens = top_tokens.gather(1, order).view(-1)
+        next_scores = top_scores.gather(1, order)  # [n, k], best first
+        # [n] the nbest-th finished score of each sentence
+        kept = self.ended_score[beams.sent, :k].topk(self.nbest, dim=1).values[:, -1]
+        beyond = kept.isfinite() & (kept >= next_scores[:, 0] / self.best_penalty[beams.sent])
+        done = beams.done | at_limit | (self.ended[beams.sent] >= k) | beyond
+        next_scores = next_scores.masked_fill(done.unsqueeze(1), float("-inf"))
+        self.parents[t, : n * k], self.fed[t, : n * k] = rows, next_tokens
+        enc = beams.enc if width == k else beams.enc.index_select(rows)  # k beams each
+        self.beams = _Beams(
+            beams.sent, next_scores, done, next_tokens, state.index_select(rows), enc
+        )
+
+    def _finish(self, top_scores: Tensor, top_rows: Tensor, is_eos: Tensor, t: int) -> None:
+        """Write the candidates [n, 2k] that end with EOS at step ``t`` into their sentences'
+        slots: EOS among the first k candidates ends a hypothesis, while the sentence has room."""
+        sent, k = self.beams.sent, self.k
+        ends = is_eos & (self.slots < k) & top_scores.isfinite()  # [n, 2k]
+        before = self.ended[sent].unsqueeze(1)  # [n, 1]
+        rank = before + ends.cumsum(1)  # 1-based slot of each ending
+        accepted = ends & (rank <= k)
+        slot = torch.where(accepted, rank - 1, k)
+        sentence = sent.unsqueeze(1).expand(len(sent), 2 * k)
+        penalised = top_scores / length_penalty(t + 1, self.alpha)
+        score = torch.where(accepted, penalised, float("-inf"))
+        self.ended_score.index_put_((sentence, slot), score)
+        self.ended_step.index_put_((sentence, slot), torch.full_like(slot, t))
+        self.ended_row.index_put_((sentence, slot), top_rows)
+        self.ended.index_add_(0, sent, accepted.sum(1))
+
+    def drop_done(self, t: int) -> None:
+        """Leave out the sentences that are done: from the live beams and step ``t``'s rows."""
+        k = self.k
+        keep = (~self.beams.done).nonzero().squeeze(1)
+        kept = (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).view(-1)
+        self.parents[t, : kept.numel()] = self.parents[t, kept].clone()
+        self.fed[t, : kept.numel()] = self.fed[t, kept].clone()
+        self.beams = self.beams.select(keep, k)
+
+    def results(self, src_lengths: Tensor) -> list[list[Hypothesis]]:
+        """Each sentence's ``nbest`` best finished hypotheses, on the host."""
+        k = self.k
+        ended = self.ended_score[:, :k], self.ended_step[:, :k], self.ended_row[:, :k]
+        return _backtrack(*ended, self.parents, self.fed, self.history, src_lengths, self.nbest)
+
+
 @torch.inference_mode()
 def beam_search(
     model: Seq2Seq,
@@ -160,7 +280,7 @@ def beam_search(
     nbest: int,
     max_len_a: float,
     max_len_b: int,
-    check_every: int = 1,
+    check_every: int | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch src [B, S]; per sentence the ``nbest`` best, sorted by score.
 
@@ -171,85 +291,20 @@ def beam_search(
     leaves the returned n-best lists unchanged.
     A beam's history is a chain of back-pointers through the steps, followed back once at the end.
     The first step runs one row per sentence (all its beams would be the same); the k beams of
-    each sentence start from its k best first tokens.
+    each sentence start from its k best first tokens. The loop looks at the device every
+    ``check_every`` steps (None: `check_interval` of the device).
     """
-    k = beam_size
-    batch, src_len = src.shape
-    device = src.device
-    limit_host = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
-    steps = int(limit_host.max()) + 1
-    limit = limit_host.to(device)
-    # the largest penalty a hypothesis of each sentence can get: EOS at its length limit
-    best_penalty = ((5.0 + limit_host.double() + 1) / 6.0).pow(alpha).float().to(device)  # [B]
-    heads = model.decoder.attention.heads
-    enc = model.encode(src, src_lengths)
-    beams = _Beams(
-        torch.arange(batch, device=device),
-        torch.zeros(batch, 1, device=device),  # [n, width]: one row per sentence at first
-        torch.zeros(batch, dtype=torch.bool, device=device),
-        torch.full((batch,), BOS, dtype=torch.long, device=device),
-        model.decoder.init_state(enc),
-        enc,
-    )
-    # Row j of step t + 1 continues row parents[t, j] of step t with token fed[t, j]; the rows
-    # of a step are those of its live sentences, so their number shrinks as sentences finish.
-    parents = torch.zeros(steps, batch * k, dtype=torch.long, device=device)
-    fed = torch.zeros(steps, batch * k, dtype=torch.long, device=device)
-    history = torch.zeros(steps, batch * k, heads, src_len, device=device)
-    # Finished hypotheses per batch sentence: k slots, and a last one where the others go.
-    ended_score = torch.full((batch, k + 1), float("-inf"), device=device)
-    ended_step = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
-    ended_row = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
-    ended = torch.zeros(batch, dtype=torch.long, device=device)  # hypotheses finished so far
-    slots = torch.arange(2 * k, device=device)  # [2k]
-    for t in range(steps):
-        n, width = beams.scores.shape  # width: rows per sentence, 1 at the first step, then k
-        log_probs, state, weights = model.decoder.step(beams.prev, beams.state, beams.enc)
-        history[t, : n * width] = weights.float()
-        at_limit = limit[beams.sent] == t  # [n]
-        look = _checkpoint(t, steps, check_every)
-        log_probs = _restrict(log_probs, at_limit.repeat_interleave(width), look)
-        vocab = log_probs.size(1)
-        candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
-        top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]
-        top_tokens = top_idx % vocab
-        top_rows = top_idx // vocab + (torch.arange(n, device=device) * width).unsqueeze(1)
-        is_eos = top_tokens == EOS
-        # EOS among the first k candidates ends a hypothesis, while the sentence has room
-        ends = is_eos & (slots < k) & top_scores.isfinite()  # [n, 2k]
-        before = ended[beams.sent].unsqueeze(1)  # [n, 1]
-        rank = before + ends.cumsum(1)  # 1-based slot of each ending
-        accepted = ends & (rank <= k)
-        slot = torch.where(accepted, rank - 1, k)
-        sentence = beams.sent.unsqueeze(1).expand(n, 2 * k)
-        penalised = top_scores / length_penalty(t + 1, alpha)
-        ended_score.index_put_((sentence, slot), torch.where(accepted, penalised, float("-inf")))
-        ended_step.index_put_((sentence, slot), torch.full_like(slot, t))
-        ended_row.index_put_((sentence, slot), top_rows)
-        ended.index_add_(0, beams.sent, accepted.sum(1))
-        # the k best continuations that are not EOS, in score order
-        order = (is_eos * 2 * k + slots).argsort(dim=1)[:, :k]  # [n, k]
-        rows = top_rows.gather(1, order).view(-1)  # [n * k] rows of this step
-        next_tokens = top_tokens.gather(1, order).view(-1)
-        next_scores = top_scores.gather(1, order)  # [n, k], best first
-        kept = ended_score[beams.sent, :k].topk(nbest, dim=1).values[:, -1]  # [n] nbest-th
-        beyond = kept.isfinite() & (kept >= next_scores[:, 0] / best_penalty[beams.sent])
-        done = beams.done | at_limit | (ended[beams.sent] >= k) | beyond
-        next_scores = next_scores.masked_fill(done.unsqueeze(1), float("-inf"))
-        parents[t, : n * k], fed[t, : n * k] = rows, next_tokens
-        enc = beams.enc if width == k else beams.enc.index_select(rows)  # k beams each
-        beams = _Beams(beams.sent, next_scores, done, next_tokens, state.index_select(rows), enc)
+    search = _BeamSearch(model, src, src_lengths, beam_size, alpha, nbest, max_len_a, max_len_b)
+    every = check_interval(src.device) if check_every is None else check_every
+    for t in range(search.steps):
+        look = _checkpoint(t, search.steps, every)
+        search.step(t, look)
         if look:
-            if bool(done.all()):
+            if bool(search.beams.done.all()):
                 break
-            if bool(done.any()):
-                keep = (~done).nonzero().squeeze(1)
-                kept = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
-                parents[t, : kept.numel()] = parents[t, kept].clone()
-                fed[t, : kept.numel()] = fed[t, kept].clone()
-                beams = beams.select(keep, k)
-    return _backtrack(ended_score[:, :k], ended_step[:, :k], ended_row[:, :k], parents, fed,
-                      history, src_lengths, nbest)  # fmt: skip
+            if bool(search.beams.done.any()):
+                search.drop_done(t)
+    return search.results(src_lengths)
 
 
 def _backtrack(
@@ -289,11 +344,11 @@ def _backtrack(
 
 
 def decode(
-    model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, check_every: int = 1
+    model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig
 ) -> list[list[Hypothesis]]:
     """n-best lists for a padded batch; beam_size 1 is greedy search."""
     if cfg.beam_size == 1:
-        hyps = greedy_search(model, src, src_lengths, cfg.max_len_a, cfg.max_len_b, check_every)
+        hyps = greedy_search(model, src, src_lengths, cfg.max_len_a, cfg.max_len_b)
         return [[h] for h in hyps]
     return beam_search(
         model,
@@ -304,12 +359,11 @@ def decode(
         min(cfg.nbest, cfg.beam_size),
         cfg.max_len_a,
         cfg.max_len_b,
-        check_every,
     )
 
 
 def decode_sources(
-    model: Seq2Seq, sources: Sequence[Sequence[int]], cfg: DecodeConfig, check_every: int = 1
+    model: Seq2Seq, sources: Sequence[Sequence[int]], cfg: DecodeConfig
 ) -> list[list[Hypothesis]]:
     """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept."""
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
@@ -322,14 +376,12 @@ def decode_sources(
         for row, i in enumerate(chunk):
             src[row, : lengths[row]] = sources[i]
         src_ids = torch.from_numpy(src).to(device)
-        nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg, check_every)
+        nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg)
         for i, hyps in zip(chunk, nbest, strict=True):
             results[i] = hyps
     return results
 
 
-def decode_corpus(
-    model: Seq2Seq, corpus, cfg: DecodeConfig, check_every: int = 1
-) -> list[list[Hypothesis]]:
+def decode_corpus(model: Seq2Seq, corpus, cfg: DecodeConfig) -> list[list[Hypothesis]]:
     """Decode every source of a ``TokenizedCorpus`` (anything with len and ``src(i)``)."""
-    return decode_sources(model, [corpus.src(i) for i in range(len(corpus))], cfg, check_every)
+    return decode_sources(model, [corpus.src(i) for i in range(len(corpus))], cfg)

@@ -33,10 +33,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
+from seq2seq.alignment import alignment_record
 from seq2seq.config import DecodeConfig, ServeConfig
 from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
 from seq2seq.inference import TrainedRun, Translation, Translator, open_model, release_facts
+from seq2seq.nbest import json_candidates
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -99,16 +101,9 @@ def answer(translator: Translator, translation: Translation, nbest: int, alignme
     best = translation.hypotheses[0] if translation.hypotheses else None
     item: dict[str, Any] = {"translation": translator.text(best) if best else ""}
     if nbest > 1:
-        item["nbest"] = [
-            {"translation": translator.text(h), "score": round(h.score, 4)}
-            for h in translation.hypotheses
-        ]
-    if alignment:
-        item["alignment"] = {
-            "source": translator.source_pieces(translation) if best else [],
-            "target": translator.target_pieces(best) if best else [],
-            "weights": best.attention.double().numpy().round(4).tolist() if best else [],
-        }
+        item["nbest"] = json_candidates(translator, translation)
+    if alignment:  # as documented: source, target, weights (the mean over heads)
+        item["alignment"] = alignment_record(translator, translation, head_weights=False)
     return item
 
 

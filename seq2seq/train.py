@@ -11,31 +11,37 @@ import functools
 import logging
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm import tqdm
 
-from seq2seq.checkpoint import CheckpointWriter, keep, start_or_resume
-from seq2seq.config import Config, DecodeConfig, Precision, check_config
+from seq2seq.checkpoint import (
+    CheckpointWriter,
+    Progress,
+    keep,
+    restore_training,
+    start_or_resume,
+    training_state,
+)
+from seq2seq.config import Config, DecodeConfig, check_config
 from seq2seq.data.batching import Batch, TokenBatchSampler, Update, collate, plan_updates
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, write_splits
 from seq2seq.data.sampling import SubwordSampler
 from seq2seq.data.sources import open_source
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.diskfull import guard_log_files
-from seq2seq.engine import Engine, StepResult, process_rank
+from seq2seq.distributed import follower_argv, process_rank
+from seq2seq.engine import Engine
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
 from seq2seq.languages import bleu_tokenizer
 from seq2seq.manifest import write_manifest
 from seq2seq.model.seq2seq import build_model
 from seq2seq.monitor import Monitor
-from seq2seq.progress import Progress, Report, Window
+from seq2seq.progress import Report, Window
 from seq2seq.rundir import (
     BEST,
     CONFIG_FILE,
@@ -46,11 +52,74 @@ from seq2seq.rundir import (
     RunLock,
 )
 from seq2seq.schedule import LearningRate
+from seq2seq.stopping import StopRequest, agreed_stop, stop_signals
+from seq2seq.updater import NonFiniteGuard, Updater
 from seq2seq.validation import validate
 
 log = logging.getLogger("seq2seq.train")
 
-MAX_BAD_UPDATES = 5  # non-finite updates in a row that stop training
+
+def prepare_data(cfg: DictConfig, run_dir: Path, engine: Engine, resuming: bool) -> TrainingData:
+    """Rank 0 downloads, trains (or reuses) the tokenizers and fills the token-id cache
+    first; the other ranks then take its tokenizers and find the rest in the caches."""
+    prepared: list[TrainingData] = []
+
+    def on_main() -> tuple[bytes, bytes]:
+        make = functools.partial(run_tokenizers, cfg.data, run_dir, resuming)
+        data = training_data(cfg.data, make)
+        files = [run_dir / name for name in (SRC_TOKENIZER, TGT_TOKENIZER, CONFIG_FILE)]
+        files += write_splits(cfg.data, run_dir)
+        write_manifest(run_dir / MANIFEST, files)
+        prepared.append(data)
+        return data.src_tok.proto, data.tgt_tok.proto
+
+    src_proto, tgt_proto = engine.from_main(on_main)
+    if prepared:
+        return prepared[0]
+    handed = Tokenizer(src_proto), Tokenizer(tgt_proto)
+    return training_data(cfg.data, lambda train: handed)
+
+
+class Epochs:
+    """The updates of every epoch, from token-bucketed batches: each rank's share, planned from
+    the cached segmentation, and collated on the device (subwords re-sampled where that is on)."""
+
+    def __init__(self, data: TrainingData, cfg: DictConfig, engine: Engine) -> None:
+        tcfg = cfg.train
+        self.data, self.engine, self.accumulate = data, engine, tcfg.accumulate
+        self.sampler = TokenBatchSampler(
+            data.train.src_lengths,
+            data.train.tgt_lengths,
+            tcfg.batch_tokens,
+            shuffle=True,
+            seed=tcfg.seed,
+        )
+        self.subwords = SubwordSampler.for_training(data, cfg.data, tcfg.seed)
+
+    def plan(self, epoch: int, rank: int) -> list[Update]:
+        """The updates of ``epoch`` for ``rank``."""
+        return plan_updates(
+            self.sampler.batches(epoch),
+            self.data.train.tgt_lengths,
+            rank,
+            self.engine.world_size,
+            self.accumulate,
+        )
+
+    def device_batches(self, update: Update, epoch: int) -> list[Batch]:
+        """The micro-batches of ``update`` (in ``epoch``) on the device."""
+        if self.subwords is None:
+            batches = [collate(self.data.train, ids) for ids in update.batches]
+        else:
+            batches = [self.subwords.collate(ids, epoch) for ids in update.batches]
+        return [self.engine.to_device(batch) for batch in batches]
+
+    def tokens(self, update: Update, batches: list[Batch]) -> int:
+        """Target tokens of the update on all ranks: planned from the cached segmentation, or
+        counted when sampled segmentations differ from it."""
+        if self.subwords is None:
+            return update.tokens
+        return int(self.engine.sum_over_ranks([sum(b.ntokens for b in batches)])[0])
 
 
 class Trainer:
@@ -63,29 +132,23 @@ class Trainer:
             raise Seq2SeqError(f"train.accumulate must be at least 1, not {tcfg.accumulate}")
         self.lock = RunLock(run_dir)
         state = engine.from_main(self._claim)
-        self.data = self._prepare_data(resuming=state is not None)
-        self.sampler = TokenBatchSampler(
-            self.data.train.src_lengths,
-            self.data.train.tgt_lengths,
-            tcfg.batch_tokens,
-            shuffle=True,
-            seed=tcfg.seed,
-        )
-        self.subwords = SubwordSampler.for_training(self.data, cfg.data, tcfg.seed)
+        self.data = prepare_data(cfg, run_dir, engine, resuming=state is not None)
+        self.epochs = Epochs(self.data, cfg, engine)
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
-        self.updater = engine.updater(model, tcfg)
+        self.updater = Updater(engine, model, tcfg)
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
         self.progress = Progress()
         if state is not None:
-            self._restore(state)
+            self.progress = restore_training(
+                state, self.updater, self.schedule, engine, tcfg.accumulate
+            )
         # Resuming hides whatever the interrupted run logged after the step of its last.pt.
         purge = self.progress.step + 1 if state is not None else None
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
         self.report = Report(cfg, engine, self.monitor)
         self.writer = CheckpointWriter()
-        self.bad_in_a_row = 0  # updates skipped for a non-finite loss, in a row
-        updates = plan_updates(self.sampler.batches(0), self.data.train.tgt_lengths, 0,
-                               engine.world_size, tcfg.accumulate)  # fmt: skip
+        self.non_finite = NonFiniteGuard(engine, tcfg, run_dir)
+        updates = self.epochs.plan(0, rank=0)
         parameters = sum(p.numel() for p in model.parameters())
         self.report.start(parameters, len(self.data.train), len(updates))
 
@@ -96,62 +159,7 @@ class Trainer:
         self.lock.acquire()
         return start_or_resume(self.run_dir, self.cfg)
 
-    def _prepare_data(self, resuming: bool) -> TrainingData:
-        """Rank 0 downloads, trains (or reuses) the tokenizers and fills the token-id cache
-        first; the other ranks then take its tokenizers and find the rest in the caches."""
-        prepared: list[TrainingData] = []
-
-        def on_main() -> tuple[bytes, bytes]:
-            make = functools.partial(run_tokenizers, self.cfg.data, self.run_dir, resuming)
-            data = training_data(self.cfg.data, make)
-            files = [self.run_dir / name for name in (SRC_TOKENIZER, TGT_TOKENIZER, CONFIG_FILE)]
-            files += write_splits(self.cfg.data, self.run_dir)
-            write_manifest(self.run_dir / MANIFEST, files)
-            prepared.append(data)
-            return data.src_tok.proto, data.tgt_tok.proto
-
-        src_proto, tgt_proto = self.engine.from_main(on_main)
-        if prepared:
-            return prepared[0]
-        handed = Tokenizer(src_proto), Tokenizer(tgt_proto)
-        return training_data(self.cfg.data, lambda train: handed)
-
     # -- checkpoints -------------------------------------------------------------------------
-
-    def _state(self, rng: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
-        return {
-            "model": self.updater.module.state_dict(),
-            **self.updater.state_dict(),
-            "scheduler": self.schedule.state_dict(),
-            "rng": rng,  # one entry per rank
-            "vocab": self._vocab(),
-            **asdict(self.progress),
-            "world_size": self.engine.world_size,
-            "accumulate": self.cfg.train.accumulate,
-            "config": OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
-        }
-
-    def _restore(self, state: dict[str, Any]) -> None:
-        self.updater.module.load_state_dict(state["model"])
-        self.updater.load_state_dict(state)
-        self.schedule.load_state_dict(state["scheduler"])
-        defaults = asdict(Progress())  # keys a checkpoint from an older version may lack
-        self.progress = Progress(**{key: state.get(key, value) for key, value in defaults.items()})
-        if len(state["rng"]) == self.engine.world_size:
-            self.engine.set_rng_state(state["rng"][self.engine.rank])
-        split = (state.get("world_size", 1), state.get("accumulate", 1))
-        if split != (self.engine.world_size, self.cfg.train.accumulate):
-            # its position counts updates of another split of the epoch
-            log.warning("%s: %d processes, accumulate=%d; epoch starts over", LAST, *split)
-            self.progress.batch_in_epoch = 0
-        log.info(
-            "resumed from %s: step %d, epoch %d, batch %d, best BLEU %.2f",
-            LAST,
-            self.progress.step,
-            self.progress.epoch + 1,
-            self.progress.batch_in_epoch,
-            self.progress.best_bleu,
-        )
 
     def _vocab(self) -> list[int]:
         return [self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size]
@@ -161,7 +169,11 @@ class Trainer:
         the background."""
         rng = self.engine.gather(self.engine.rng_state())
         if self.engine.is_main:
-            self.writer.save([self.run_dir / name for name in names], self._state(rng))
+            vocab = self._vocab()
+            state = training_state(
+                self.updater, self.schedule, self.progress, rng, vocab, self.engine, self.cfg
+            )
+            self.writer.save([self.run_dir / name for name in names], state)
 
     # -- training ----------------------------------------------------------------------------
 
@@ -182,7 +194,7 @@ class Trainer:
         if self.progress.stopped_early:
             log.info("this run has already stopped early (best BLEU %.2f)", self.progress.best_bleu)
             return
-        with self.engine.stop_signals() as request:
+        with stop_signals(self.engine.distributed) as request:
             stop = 0
             while not stop and not self._done():
                 stop = self._train_epoch(request)
@@ -220,17 +232,11 @@ class Trainer:
         p = self.progress
         return p.stopped_early or p.epoch >= self.cfg.train.max_epochs or self._at_end()
 
-    def _train_epoch(self, request) -> int:
+    def _train_epoch(self, request: StopRequest) -> int:
         """Updates until the epoch ends (then validation, unless by steps), training stops, or a
         signal arrives; returns the agreed signal number (0: none)."""
         tcfg, engine, p = self.cfg.train, self.engine, self.progress
-        plan = plan_updates(
-            self.sampler.batches(p.epoch),
-            self.data.train.tgt_lengths,
-            engine.rank,
-            engine.world_size,
-            tcfg.accumulate,
-        )
+        plan = self.epochs.plan(p.epoch, engine.rank)
         todo = plan[p.batch_in_epoch :]
         self.updater.model.train()
         bar = tqdm(
@@ -243,16 +249,17 @@ class Trainer:
         )
         window = Window()
         with bar:
-            batches_ahead = engine.prefetch(todo, self._device_batches)
+            prepare = functools.partial(self.epochs.device_batches, epoch=p.epoch)
+            batches_ahead = engine.prefetch(todo, prepare)
             for update, batches in zip(todo, batches_ahead, strict=True):
                 self.schedule.before_update(p.step + 1)
-                tokens = self._tokens(update, batches)
+                tokens = self.epochs.tokens(update, batches)
                 result = self.updater.step(batches, tokens)
                 p.step += 1
                 p.batch_in_epoch += 1
                 bar.update()
                 window.add(result, tokens)
-                self._check_finite(result)
+                self.non_finite.check(result, p.step)
                 if p.step % tcfg.log_every == 0:
                     lr = self.updater.optimizer.param_groups[0]["lr"]
                     self.report.training(p, window, result, lr, bar, len(plan))
@@ -261,54 +268,14 @@ class Trainer:
                 if end or (every and p.step % every == 0):
                     self._validate_and_checkpoint()
                     self.updater.model.train()
-                stop = engine.agreed_stop(request)
+                stop = agreed_stop(engine, request)
                 if stop or end or p.stopped_early:
                     return stop
         p.epoch += 1
         p.batch_in_epoch = 0
         if not tcfg.validate_every:
             self._validate_and_checkpoint()
-        return engine.agreed_stop(request)
-
-    def _check_finite(self, result: StepResult) -> None:
-        """Count skipped updates; stop after several in a row that are not fp16's loss scale
-        settling (a finite loss whose gradients overflowed)."""
-        if result.applied:
-            self.bad_in_a_row = 0
-            return
-        if result.finite_loss and self.engine.precision == Precision.fp16:
-            return
-        self.bad_in_a_row += 1
-        what = "loss" if not result.finite_loss else "gradients"
-        if self.engine.is_main:
-            log.warning("update %d: non-finite %s; skipped", self.progress.step, what)
-        if self.bad_in_a_row >= MAX_BAD_UPDATES:
-            tcfg = self.cfg.train
-            kept = [name for name in (BEST, LAST) if (self.run_dir / name).is_file()]
-            raise Seq2SeqError(
-                f"{self.bad_in_a_row} updates in a row had a non-finite {what} (step "
-                f"{self.progress.step}): lower the learning rate (train.lr={tcfg.lr}) or use a "
-                f"wider precision (train.precision={tcfg.precision.value}); "
-                + (
-                    f"{' and '.join(kept)} keep the last validated state"
-                    if kept
-                    else "no checkpoint was written yet"
-                )  # fmt: skip
-            )
-
-    def _device_batches(self, update: Update) -> list[Batch]:
-        if self.subwords is None:
-            batches = [collate(self.data.train, ids) for ids in update.batches]
-        else:
-            batches = [self.subwords.collate(ids, self.progress.epoch) for ids in update.batches]
-        return [self.engine.to_device(batch) for batch in batches]
-
-    def _tokens(self, update: Update, batches: list[Batch]) -> int:
-        """Target tokens of the update on all ranks: planned from the cached segmentation, or
-        counted when sampled segmentations differ from it."""
-        if self.subwords is None:
-            return update.tokens
-        return int(self.engine.sum_over_ranks([sum(b.ntokens for b in batches)])[0])
+        return agreed_stop(engine, request)
 
     # -- validation --------------------------------------------------------------------------
 
@@ -388,9 +355,7 @@ def main() -> None:
     if rank > 0:
         if {"-m", "--multirun"} & set(sys.argv):
             sys.exit("seq2seq-train: a sweep (-m) cannot run under torchrun; start one per run")
-        kept = [arg for arg in sys.argv if not arg.startswith("hydra.run.dir=")]
-        sys.argv = [*kept, "hydra.run.dir=.", "hydra.output_subdir=null"]
-        sys.argv += ["hydra/job_logging=stderr", "hydra/hydra_logging=stderr"]
+        sys.argv = follower_argv(sys.argv)
     _main()
 
 

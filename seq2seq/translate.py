@@ -13,130 +13,22 @@ import os
 import select
 import shutil
 import sys
-import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import hydra
-import numpy as np
 
+from seq2seq.alignment import best_alignment_view
 from seq2seq.config import TranslateConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.inference import Translation, Translator, open_model
+from seq2seq.nbest import NBEST_SEPARATOR, scored_lines
 
 log = logging.getLogger("seq2seq.translate")
 
 HISTORY_FILE = Path("~/.seq2seq_history")
 QUIT_COMMANDS = (":q", ":quit")
-NBEST_SEPARATOR = " ||| "  # between the candidates of one input line in piped n-best output
-_SHADES = ((0.7, "█"), (0.5, "▓"), (0.3, "▒"), (0.1, "░"))  # lowest weight drawn with each shade
-_MAX_SOURCE_LABEL = 12  # display columns of a source subword label in the grid
-_MAX_TARGET_LABEL = 16
-
-
-# -- the alignment view ------------------------------------------------------------------------
-
-
-def _width(text: str) -> int:
-    """Terminal columns of `text`: wide (CJK) characters take two, combining marks none."""
-    return sum(
-        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
-        for c in text
-    )
-
-
-def _fit(text: str, columns: int) -> str:
-    """`text` cut to at most `columns` terminal columns, with "…" where it was cut."""
-    if _width(text) <= columns:
-        return text
-    while _width(text) > columns - 1:
-        text = text[:-1]
-    return text + "…"
-
-
-def _pad(text: str, columns: int) -> str:
-    return text + " " * (columns - _width(text))
-
-
-def _shade(weight: float) -> str:
-    return next((char for low, char in _SHADES if weight >= low), " ")
-
-
-def _grid(
-    row_labels: Sequence[str], col_labels: Sequence[str], weights: np.ndarray
-) -> tuple[list[str], int]:
-    """Lines of a shaded grid with the given labels, and its width in terminal columns."""
-    label_width = max(map(_width, row_labels)) + 1
-    columns = [max(_width(label), 2) for label in col_labels]
-    header = " " * label_width + " ".join(
-        _pad(label, c) for label, c in zip(col_labels, columns, strict=True)
-    )
-    rows = [
-        _pad(label, label_width)
-        + " ".join(_shade(w) * c for w, c in zip(row, columns, strict=True))
-        for label, row in zip(row_labels, weights, strict=True)
-    ]
-    return [line.rstrip() for line in (header, *rows)], label_width + sum(c + 1 for c in columns)
-
-
-def _wrap(items: Sequence[str], width: int) -> list[str]:
-    """`items` joined by two spaces into lines of at most `width` columns."""
-    lines, line = [], ""
-    for item in items:
-        if line and _width(line) + 2 + _width(item) > width:
-            lines.append(line)
-            line = ""
-        line = f"{line}  {item}" if line else item
-    return [*lines, line]
-
-
-def alignment_view(
-    source: Sequence[str], target: Sequence[str], weights: np.ndarray, width: int = 80
-) -> str:
-    """Attention weights [target, source] as text that fits `width` terminal columns.
-
-    A shaded grid, target subwords down and source subwords across (darker = more attention),
-    labelled with the subwords when that fits, else with their numbers and a key below. When not
-    even that fits, one ``target ← source (weight)`` line per target subword.
-    """
-    weights = np.asarray(weights, dtype=np.float64)
-    src_labels = [_fit(piece, _MAX_SOURCE_LABEL) for piece in source]
-    tgt_labels = [_fit(piece, _MAX_TARGET_LABEL) for piece in target]
-    legend = "  ".join(f"{char} ≥{low:.1f}" for low, char in reversed(_SHADES))
-    lines, used = _grid(tgt_labels, src_labels, weights)
-    if used <= width:
-        return "\n".join([*lines, legend])
-    lines, used = _grid(tgt_labels, [str(j) for j in range(len(source))], weights)
-    if used <= width:
-        key = [f"{j}:{label}" for j, label in enumerate(src_labels)]
-        return "\n".join([*lines, legend, *_wrap(key, width)])
-    label_width = max(map(_width, tgt_labels)) + 1
-    return "\n".join(
-        f"{_pad(label, label_width)}← {src_labels[j]} ({row[j]:.2f})"
-        for label, row, j in zip(tgt_labels, weights, weights.argmax(axis=1), strict=True)
-    )
-
-
-# -- the two modes -----------------------------------------------------------------------------
-
-
-def _candidates(translator: Translator, translation: Translation) -> list[str]:
-    """``score<TAB>translation`` of each n-best candidate."""
-    return [f"{h.score:.4f}\t{translator.text(h)}" for h in translation.hypotheses]
-
-
-def _alignment(translator: Translator, translation: Translation, width: int) -> str:
-    best = translation.hypotheses[0]
-    view = alignment_view(
-        translator.source_pieces(translation),
-        translator.target_pieces(best),
-        best.attention.numpy(),
-        width,
-    )
-    if best.head_attention is not None:
-        view += f"  (mean of {best.head_attention.size(0)} heads)"
-    return view
 
 
 def _warn_truncated(translation: Translation, where: str, max_len: int) -> None:
@@ -184,11 +76,12 @@ def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, 
             (translation,) = translator.translate([line])
             _warn_truncated(translation, "this sentence", translator.max_len)
             if cfg.nbest > 1:
-                print("\n".join(_candidates(translator, translation)))
+                print("\n".join(scored_lines(translator, translation)))
             else:
                 print(translator.text(translation.hypotheses[0]))
             if cfg.show_alignment:
-                print(_alignment(translator, translation, shutil.get_terminal_size().columns))
+                width = shutil.get_terminal_size().columns
+                print(best_alignment_view(translator, translation, width))
     except KeyboardInterrupt:
         print()
     finally:
@@ -248,11 +141,11 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
                 out.append("")
                 continue
             if cfg.nbest > 1:
-                out.append(NBEST_SEPARATOR.join(_candidates(translator, translation)))
+                out.append(NBEST_SEPARATOR.join(scored_lines(translator, translation)))
             else:
                 out.append(translator.text(translation.hypotheses[0]))
             if cfg.show_alignment:
-                view = _alignment(translator, translation, 80)
+                view = best_alignment_view(translator, translation, 80)
                 print(f"line {number}:\n{view}", file=sys.stderr, flush=True)
         sys.stdout.write("".join(line + "\n" for line in out))
         sys.stdout.flush()

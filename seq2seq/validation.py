@@ -8,18 +8,18 @@ from dataclasses import dataclass
 
 import torch
 
+from seq2seq.alignment import (
+    AttentionSample,
+    attention_samples,
+    attention_statistics,
+    hypothesis_weights,
+)
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import TokenBatchSampler, collate
 from seq2seq.data.prepare import TrainingData
 from seq2seq.engine import Engine
 from seq2seq.inference import Translator, score
 from seq2seq.model.seq2seq import Seq2Seq
-from seq2seq.monitor import (
-    AttentionSample,
-    attention_sample,
-    attention_statistics,
-    hypothesis_weights,
-)
 
 
 @dataclass
@@ -69,15 +69,7 @@ def validate(
         "chrf": scores.chrf,
         **attention_statistics(weights),
     }
-    heatmaps = [
-        attention_sample(
-            data.valid_src[i],
-            data.valid_refs[i],
-            translations[i].hypotheses[0],
-            translations[i].source_ids,
-            data.src_tok,
-            data.tgt_tok,
-        )
-        for i in decoded[:samples]
-    ]
+    heatmaps = attention_samples(
+        data.valid_src, data.valid_refs, translations, data.src_tok, data.tgt_tok, samples
+    )
     return Validation(metrics, heatmaps)

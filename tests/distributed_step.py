@@ -10,10 +10,12 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq.config import BahdanauConfig, ModelConfig, TrainConfig
+from seq2seq.config import TrainConfig
 from seq2seq.data.batching import Batch
 from seq2seq.engine import Engine
 from seq2seq.model import Seq2Seq, build_model
+from seq2seq.model.config import BahdanauConfig, ModelConfig
+from seq2seq.updater import Updater
 from seq2seq.vocab import BOS, EOS, PAD
 
 SRC_VOCAB, TGT_VOCAB = 30, 40
@@ -50,7 +52,7 @@ def batch_of(rows: list[int]) -> Batch:
 
 def update(engine: Engine, batches: list[Batch], tokens: int) -> dict[str, dict]:
     """Parameters and gradients after one update of the tiny model from ``batches``."""
-    updater = engine.updater(tiny_model(), TRAIN)
+    updater = Updater(engine, tiny_model(), TRAIN)
     updater.step(batches, tokens)
     module = updater.module
     return {

@@ -6,10 +6,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import build_model
 from seq2seq.model.attention import LuongAttention, MultiHeadAttention
+from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
 from seq2seq.model.registry import build_attention
 from seq2seq.search import greedy_search
 

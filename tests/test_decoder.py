@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from seq2seq.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
 from seq2seq.model import Seq2Seq, build_model
+from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
 from seq2seq.model.decoder import BahdanauStep, LuongStep
 
 SRC_VOCAB, TGT_VOCAB = 20, 25

@@ -14,9 +14,10 @@ import pytest
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from seq2seq.alignment import pharaoh
 from seq2seq.config import EvaluateConfig
 from seq2seq.errors import Seq2SeqError
-from seq2seq.evaluate import evaluate, pharaoh
+from seq2seq.evaluate import evaluate
 
 
 def run_evaluate(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -8,13 +8,13 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
-from seq2seq.config import BahdanauConfig, LuongConfig, ModelConfig
 from seq2seq.model import build_model
 from seq2seq.model import linear as products
+from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig
 from seq2seq.model.linear import Linear, linear, pytorch_products
 
 needs_onednn = pytest.mark.skipif(
-    not products._enabled, reason="this torch has no oneDNN linear kernel; F.linear serves"
+    not products.onednn_available(), reason="this torch has no oneDNN linear kernel"
 )
 
 
@@ -97,3 +97,21 @@ def test_a_training_step_matches_pytorch_products(attention, calls) -> None:
     torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-5)
     for g, w in zip(grads, want_grads, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_choose_products_times_both_paths_and_switches(monkeypatch) -> None:
+    monkeypatch.setattr(products, "_enabled", products._enabled)  # restored after the test
+    model = build_model(
+        ModelConfig(emb_size=16, hidden_size=24, attention=BahdanauConfig(size=24)), 50, 60
+    )
+    name, seconds = products.choose_products(model)
+    assert name == products.current_products()
+    if products.onednn_available():
+        assert set(seconds) == set(products.PRODUCTS)
+        assert seconds[name] == min(seconds.values())
+    else:
+        assert (name, seconds) == ("pytorch", {})
+    products.use_products("pytorch")
+    assert products.current_products() == "pytorch"
+    with pytest.raises(ValueError, match="onednn, pytorch"):
+        products.use_products("mkl")

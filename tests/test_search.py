@@ -7,10 +7,11 @@ import reference_search
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq.config import BahdanauConfig, DecodeConfig, LuongConfig, ModelConfig, MultiHeadConfig
+from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.inference import load_run
 from seq2seq.model import Seq2Seq, build_model
+from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
 from seq2seq.search import (
     Hypothesis,
     beam_search,

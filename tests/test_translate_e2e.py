@@ -13,7 +13,9 @@ import numpy as np
 import pexpect
 import pytest
 
-from seq2seq.translate import NBEST_SEPARATOR, alignment_view, line_batches
+from seq2seq.alignment import alignment_view
+from seq2seq.nbest import NBEST_SEPARATOR
+from seq2seq.translate import line_batches
 
 
 def translate_cmd(run_dir: Path, *args: str) -> list[str]:

@@ -12,8 +12,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import LuongScore
 from seq2seq.errors import Seq2SeqError
+from seq2seq.model.config import LuongScore
 from seq2seq.model.linear import Linear
 
 

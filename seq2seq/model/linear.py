@@ -1,16 +1,19 @@
-"""The model's matrix products: fp32 on the CPU through oneDNN, everything else through F.linear.
+"""The model's matrix products: fp32 on the CPU through oneDNN or PyTorch's BLAS, whichever is
+faster on this CPU; everything else through F.linear.
 
-PyTorch multiplies fp32 matrices on the CPU with its BLAS (MKL), which on AMD processors runs a
-generic path: on two cores of an AMD EPYC with AVX-512, oneDNN (the library PyTorch already uses
-for bf16) runs the model's products 2 to 3 times faster, with the same fp32 arithmetic (rounding
-aside). Small products (``MIN_WORK``), bf16/fp16, autocast, GPUs and torch.compile keep
-PyTorch's own path.
+PyTorch multiplies fp32 matrices on the CPU with its BLAS (MKL). On two cores of an AMD EPYC
+(Zen 5) oneDNN (the library PyTorch already uses for bf16) ran the model's products 1.3 to 1.7
+times faster with the same fp32 arithmetic (rounding aside); on a Zen 4 it was 0.97x and on an
+Intel Xeon with AMX 0.81x. So ``choose_products`` times both on the model's own shapes.
+Small products (``MIN_WORK``), bf16/fp16, autocast, GPUs and torch.compile keep PyTorch's path.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import statistics
+import time
 from collections.abc import Iterator
 
 import torch
@@ -104,3 +107,63 @@ def pytorch_products() -> Iterator[None]:
         yield
     finally:
         _enabled = saved
+
+
+PRODUCTS = ("onednn", "pytorch")  # the fp32 CPU paths; "auto" chooses by measuring both
+
+
+def onednn_available() -> bool:
+    """Whether this torch build has oneDNN's fp32 product."""
+    return _ONEDNN_OP is not None and torch.backends.mkldnn.is_available()
+
+
+def use_products(name: str) -> None:
+    """Multiply fp32 on the CPU through ``name`` (one of PRODUCTS) from now on."""
+    global _enabled
+    if name not in PRODUCTS:
+        raise ValueError(f"unknown products {name!r}; choose one of {', '.join(PRODUCTS)}")
+    _enabled = name == "onednn" and onednn_available()
+
+
+def current_products() -> str:
+    """The fp32 CPU path in use."""
+    return "onednn" if _enabled else "pytorch"
+
+
+def time_products(model: nn.Module, rows: int = 32, repeats: int = 3) -> dict[str, float]:
+    """Seconds (median of ``repeats``) of one forward and backward product through each of the
+    model's distinct ``Linear`` shapes, with ``rows`` rows, on each path."""
+    global _enabled
+    shapes = sorted(
+        {(m.in_features, m.out_features) for m in model.modules() if isinstance(m, Linear)}
+    )
+    inputs = [
+        (torch.randn(rows, i, requires_grad=True), torch.randn(o, i, requires_grad=True))
+        for i, o in shapes
+    ]
+    saved, seconds = _enabled, {}
+    try:
+        for name in PRODUCTS:
+            use_products(name)
+            laps = []
+            for _ in range(repeats + 1):  # the first pass warms caches up
+                start = time.perf_counter()
+                for x, w in inputs:
+                    linear(x, w).sum().backward()
+                laps.append(time.perf_counter() - start)
+            seconds[name] = statistics.median(laps[1:])
+    finally:
+        _enabled = saved
+    return seconds
+
+
+def choose_products(model: nn.Module) -> tuple[str, dict[str, float]]:
+    """The faster fp32 CPU path for this model on this CPU (PyTorch's where oneDNN is absent),
+    and the timings it was chosen by; switches to it."""
+    if not onednn_available():
+        use_products("pytorch")
+        return "pytorch", {}
+    seconds = time_products(model)
+    name = min(seconds, key=seconds.__getitem__)
+    use_products(name)
+    return name, seconds

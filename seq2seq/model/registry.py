@@ -18,21 +18,33 @@ from seq2seq.model.attention import (
     LuongAttention,
     MultiHeadAttention,
 )
+from seq2seq.model.config import (
+    ATTENTION_CONFIGS,
+    AttentionConfig,
+    BahdanauConfig,
+    LuongConfig,
+    MultiHeadConfig,
+)
 from seq2seq.model.decoder import BahdanauStep, DecoderStep, LuongStep
 
 
 @dataclass(frozen=True)
 class AttentionType:
-    """An attention class and the decoder step whose data flow uses it."""
+    """An attention's config schema, its class, and the decoder step whose data flow uses it."""
 
+    config: type[AttentionConfig]
     attention: type[Attention]
     step: type[DecoderStep]
 
 
+_MODULES: dict[type[AttentionConfig], tuple[type[Attention], type[DecoderStep]]] = {
+    BahdanauConfig: (BahdanauAttention, BahdanauStep),
+    LuongConfig: (LuongAttention, LuongStep),
+    MultiHeadConfig: (MultiHeadAttention, LuongStep),
+}
+# every variant of the schema, by name (what Hydra's model/attention group offers)
 ATTENTIONS: dict[str, AttentionType] = {
-    "bahdanau": AttentionType(BahdanauAttention, BahdanauStep),
-    "luong": AttentionType(LuongAttention, LuongStep),
-    "multihead": AttentionType(MultiHeadAttention, LuongStep),
+    name: AttentionType(config, *_MODULES[config]) for name, config in ATTENTION_CONFIGS.items()
 }
 
 

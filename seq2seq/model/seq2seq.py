@@ -8,7 +8,7 @@ import torch
 from omegaconf import DictConfig
 from torch import Tensor, nn
 
-from seq2seq.config import ModelConfig
+from seq2seq.model.config import ModelConfig
 from seq2seq.model.decoder import Decoder, EncoderOutput
 from seq2seq.model.encoder import Encoder
 from seq2seq.model.registry import attention_type, build_attention

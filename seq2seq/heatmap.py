@@ -1,0 +1,146 @@
+"""Attention heatmaps drawn with matplotlib: one figure per sentence pair, as an RGB image.
+
+TensorBoard logging (`seq2seq.monitor`) and the results pictures (`scripts/results.py`) draw
+with it; the figure is laid out by hand, so that repainting it for each head is cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import unicodedata
+import warnings
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.font_manager import fontManager
+
+_CELL_INCHES = 0.26  # side of one heatmap cell while the figure is below its maximum size
+_MAX_INCHES = 16.0
+_DPI = 100
+_FONT_POINTS = 9.0
+_MAX_LABEL_CHARS = 24
+_PAD = 0.12  # inches between parts of the figure
+_CAPTION = 0.22  # inches taken by the "source" / "generated target" captions
+_COLORBAR = 0.15 + 0.45  # inches: the bar and its tick labels
+# Tried after DejaVu Sans (matplotlib's own) for glyphs it lacks, when installed.
+_FALLBACK_FONTS = (
+    "Noto Sans CJK JP",
+    "Noto Sans CJK SC",
+    "Noto Sans CJK KR",
+    "Source Han Sans",
+    "WenQuanYi Zen Hei",
+    "Droid Sans Fallback",
+    "IPAGothic",
+    "Arial Unicode MS",
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _font_families() -> tuple[str, ...]:
+    installed = {font.name for font in fontManager.ttflist}
+    return ("DejaVu Sans", *(name for name in _FALLBACK_FONTS if name in installed))
+
+
+def _label(piece: str) -> str:
+    return piece if len(piece) <= _MAX_LABEL_CHARS else piece[: _MAX_LABEL_CHARS - 1] + "…"
+
+
+def _label_inches(labels: Sequence[str], points: float) -> float:
+    """Rough width of the longest label: wide (CJK) characters one em, others 0.62 em."""
+    ems = (sum(1.0 if unicodedata.east_asian_width(c) in "WF" else 0.62 for c in s) for s in labels)
+    return max(ems, default=0.0) * points / 72
+
+
+class Heatmap:
+    """A heatmap figure for one sentence pair, redrawn cheaply for several weight matrices.
+
+    Labels and colour bar are drawn once; each `render` repaints only the cells and the title.
+    """
+
+    def __init__(self, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> None:
+        self.shape = n_tgt, n_src = len(tgt_tokens), len(src_tokens)
+        if not n_tgt or not n_src:
+            raise ValueError(f"a heatmap needs source and target tokens, got {n_src} and {n_tgt}")
+        src_labels = [_label(t) for t in src_tokens]
+        tgt_labels = [_label(t) for t in tgt_tokens]
+        # Laid out by hand in inches: matplotlib's tick and layout machinery costs ~5x the drawing.
+        left = _PAD + _CAPTION + _label_inches(tgt_labels, _FONT_POINTS) + _PAD
+        top = 2 * _CAPTION + _label_inches(src_labels, _FONT_POINTS) + 2 * _PAD
+        right, bottom = _PAD + _COLORBAR + _PAD, _PAD
+        cell = min(
+            _CELL_INCHES,
+            (_MAX_INCHES - left - right) / max(n_src, 1),
+            (_MAX_INCHES - top - bottom) / max(n_tgt, 1),
+        )
+        points = min(_FONT_POINTS, cell * 72 * 0.9)  # labels shrink with the cells of long input
+        grid_w, grid_h = max(n_src * cell, 1.6), max(n_tgt * cell, 1.2)
+        width, height = left + grid_w + right, top + grid_h + bottom
+        text = {"fontfamily": _font_families(), "parse_math": False}
+
+        self.fig = fig = Figure(figsize=(width, height), dpi=_DPI)
+        self.canvas = FigureCanvasAgg(fig)
+        self.ax = ax = fig.add_axes(
+            (left / width, bottom / height, grid_w / width, grid_h / height)
+        )
+        self.image = ax.imshow(
+            np.zeros(self.shape), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto",
+            interpolation="nearest", visible=False,
+        )  # fmt: skip
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.spines[:].set_visible(False)  # the cells are repainted last; no frame to cover
+        # Labels sit 0.1 inch from the cells; offsets are in data units (cells) of each axis.
+        gap_x, gap_y = 0.1 * n_src / grid_w, 0.1 * n_tgt / grid_h
+        for j, label in enumerate(src_labels):
+            ax.text(j, -0.5 - gap_y, label, rotation=90, ha="center", va="bottom",
+                    fontsize=points, **text)  # fmt: skip
+        for i, label in enumerate(tgt_labels):
+            ax.text(-0.5 - gap_x, i, label, ha="right", va="center", fontsize=points, **text)
+        fig.text((left + grid_w / 2) / width, 1 - (_PAD + _CAPTION) / height, "source",
+                 ha="center", va="top", fontsize=9)  # fmt: skip
+        fig.text(_PAD / width, (bottom + grid_h / 2) / height, "generated target", rotation=90,
+                 ha="left", va="center", fontsize=9)  # fmt: skip
+        self.title = fig.text(_PAD / width, 1 - _PAD / height, "", ha="left", va="top",
+                              fontsize=10, **text)  # fmt: skip
+        cax = fig.add_axes(
+            ((left + grid_w + _PAD) / width, bottom / height, 0.15 / width, grid_h / height)
+        )
+        fig.colorbar(self.image, cax=cax).ax.tick_params(labelsize=8)
+        with _quiet_glyphs():
+            self.canvas.draw()
+        self.background = self.canvas.copy_from_bbox(fig.bbox)
+        self.image.set_visible(True)
+
+    def render(self, weights: np.ndarray, title: str = "") -> np.ndarray:
+        """The figure with `weights` [tgt, src] and `title`, as an RGB uint8 image [H, W, 3]."""
+        weights = np.asarray(weights, dtype=np.float32)
+        if weights.shape != self.shape:
+            raise ValueError(f"weights {weights.shape} do not match {self.shape} tokens")
+        self.canvas.restore_region(self.background)
+        self.image.set_data(weights)
+        self.ax.draw_artist(self.image)
+        self.title.set_text(title)
+        with _quiet_glyphs():
+            self.fig.draw_artist(self.title)
+        return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()
+
+
+@contextlib.contextmanager
+def _quiet_glyphs() -> Iterator[None]:
+    """Pieces whose glyphs no installed font has are drawn as boxes; that is not worth a warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        yield
+
+
+def attention_figure(
+    weights: np.ndarray, src_tokens: Sequence[str], tgt_tokens: Sequence[str], title: str = ""
+) -> np.ndarray:
+    """Heatmap of `weights` [tgt, src] with source pieces across the top, target pieces down.
+
+    Returns an RGB uint8 image [H, W, 3]; the figure grows with the token counts up to 16 inches.
+    """
+    return Heatmap(src_tokens, tgt_tokens).render(weights, title)

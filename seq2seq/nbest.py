@@ -1,0 +1,41 @@
+"""The n-best list of a translation: one list of (text, score) candidates, written three ways.
+
+Every command takes the candidates from `candidates` and the score to 4 decimals; each keeps the
+layout its users read: Moses' ``index ||| text ||| score`` lines in evaluation's ``.nbest`` file,
+``score<TAB>text`` per candidate in the translate command, JSON objects in the server's answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seq2seq.inference import Translation, Translator
+
+NBEST_SEPARATOR = " ||| "  # Moses' field separator; between a piped line's candidates too
+
+
+def candidates(translator: Translator, translation: Translation) -> list[tuple[str, float]]:
+    """(detokenized text, the search's score) of each hypothesis, best first; none for a blank
+    line."""
+    return [(translator.text(h), h.score) for h in translation.hypotheses]
+
+
+def moses_lines(index: int, translator: Translator, translation: Translation) -> list[str]:
+    """Moses' n-best lines of input line `index` (from 0): ``index ||| text ||| score``."""
+    return [
+        NBEST_SEPARATOR.join((str(index), text, f"{score:.4f}"))
+        for text, score in candidates(translator, translation)
+    ]
+
+
+def scored_lines(translator: Translator, translation: Translation) -> list[str]:
+    """``score<TAB>text`` of each candidate (the translate command's form)."""
+    return [f"{score:.4f}\t{text}" for text, score in candidates(translator, translation)]
+
+
+def json_candidates(translator: Translator, translation: Translation) -> list[dict[str, Any]]:
+    """``{"translation": text, "score": score}`` of each candidate (the server's form)."""
+    return [
+        {"translation": text, "score": round(score, 4)}
+        for text, score in candidates(translator, translation)
+    ]
