@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.engine import DEVICES, Engine, check_precision
 from seq2seq.errors import Seq2SeqError
 from seq2seq.inference import TrainedRun, load_run, score
-from seq2seq.model.config import LuongConfig, ModelConfig
+from seq2seq.model.config import AttentionConfig, LuongConfig, ModelConfig
 from seq2seq.model.linear import linear, pytorch_products
 from seq2seq.model.registry import ATTENTIONS as REGISTRY
 from seq2seq.model.seq2seq import Seq2Seq, build_model
@@ -53,12 +54,12 @@ from seq2seq.search import decode_corpus, max_lengths
 from seq2seq.updater import Updater
 
 # The reference model (ModelConfig's defaults) with each attention of the registry, and Luong
-# without input feeding: (config class, input feeding); score, heads and sizes are defaults.
-ATTENTIONS: dict[str, tuple[type, bool]] = {}
+# without input feeding: its attention config; score, heads and sizes are defaults.
+ATTENTIONS: dict[str, Callable[[], AttentionConfig]] = {}
 for _name, _kind in REGISTRY.items():
-    ATTENTIONS[_name] = (_kind.config, True)
+    ATTENTIONS[_name] = _kind.config
     if _kind.config is LuongConfig:
-        ATTENTIONS["luong-nofeed"] = (LuongConfig, False)
+        ATTENTIONS["luong-nofeed"] = partial(LuongConfig, input_feed=False)
 # OpenNMT-py's model in ../shared/peers/opennmt: a 2x256 BiGRU encoder, a 512 GRU decoder,
 # embeddings of 256, MLP (additive: Luong concat here) attention with input feeding, a bridge.
 PEER = "peer"
@@ -111,12 +112,10 @@ def model_config(attention: str, sizes: Sizes) -> ModelConfig:
             emb_size=256,
             hidden_size=512,
             encoder_size=256,
-            attention=LuongConfig(size=512, score="concat"),
-            input_feed=True,
+            attention=LuongConfig(size=512, score="concat", input_feed=True),
         )
     else:
-        attention_cls, input_feed = ATTENTIONS[attention]
-        cfg = ModelConfig(attention=attention_cls(), input_feed=input_feed)
+        cfg = ModelConfig(attention=ATTENTIONS[attention]())
     if sizes.dims is not None:
         cfg.emb_size, cfg.hidden_size, cfg.attention.size = sizes.dims
         cfg.encoder_size = cfg.encoder_size and cfg.hidden_size // 2
@@ -465,13 +464,11 @@ def training_rows(
         benchmarked_models(args), args.precision, args.batch, args.products
     ):
         model = model_config(attention, sizes)
-        tcfg = TrainConfig(
-            batch_tokens=budgets[batch], precision=Precision(precision), threads=args.threads
-        )
+        tcfg = TrainConfig(batch_tokens=budgets[batch], threads=args.threads)
         name = f"training {attention} {precision} {batch} (batch_tokens {tcfg.batch_tokens})"
         name += f" {products}" if len(args.products) > 1 else ""
         progress(f"{name} ...")
-        at = Engine(engine.device, tcfg.precision, engine.topology)
+        at = Engine(engine.device, Precision(precision), engine.topology)
         with PRODUCTS[products]():
             row = measure_training(at, model, tcfg, train, vocab, sizes, peaks[precision])
         rows.append({"attention": attention, "precision": precision, "batch": batch,
@@ -500,7 +497,7 @@ def decoding_rows(
             "run_dir": str(trained.run_dir),
             "checkpoint": str(trained.checkpoint),
             "settings": OmegaConf.to_container(trained.cfg.model),
-            "trained_precision": trained.cfg.train.precision,
+            "trained_precision": trained.cfg.precision,
             "shape": shape_of(trained.cfg.model),
         }
         models = [(trained.cfg.model.attention.name, trained.model, settings)]

@@ -159,7 +159,8 @@ def read_run(folder: Path) -> Run | None:
     row, seed = command(folder)
     attention = cfg.model.attention.name
     if attention == "luong":
-        attention += f" ({cfg.model.attention.score}{'' if cfg.model.input_feed else ', no feed'})"
+        feed = cfg.model.attention.get("input_feed", cfg.model.get("input_feed", True))
+        attention += f" ({cfg.model.attention.score}{'' if feed else ', no feed'})"
     return Run(
         folder=folder,
         row=row,

@@ -17,8 +17,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
+from seq2seq.config import upgrade_saved_config
 from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
+from seq2seq.model.linear import current_products
 from seq2seq.rundir import CONFIG_FILE, KEPT_DIR, KEPT_INDEX, LAST, kept_checkpoint
 from seq2seq.schedule import LearningRate
 from seq2seq.updater import Updater
@@ -129,7 +131,10 @@ def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
     elif last.exists():
         state = load_checkpoint(last)
         model = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
-        if OmegaConf.to_container(OmegaConf.create(state["config"]).model) != model:
+        if (
+            OmegaConf.to_container(upgrade_saved_config(OmegaConf.create(state["config"])).model)
+            != model
+        ):
             raise Seq2SeqError(f"train.resume=true, but the model settings differ from {LAST}'s")
         return state
     else:
@@ -180,6 +185,7 @@ def training_state(
         **asdict(progress),
         "world_size": engine.world_size,
         "accumulate": cfg.train.accumulate,
+        "products": current_products(),  # fp32 products on the CPU; a resumed run keeps them
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
     }
 

@@ -7,12 +7,13 @@ choose group options and override values (``experiment=smoke``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, OmegaConf, open_dict
 
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
@@ -20,6 +21,8 @@ from seq2seq.model.config import (
     ATTENTION_CONFIGS,
     ModelConfig,
 )
+
+log = logging.getLogger(__name__)
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 
@@ -32,6 +35,15 @@ class SubwordModel(str, Enum):
 class ScheduleName(str, Enum):
     plateau = "plateau"  # reduce on a plateau of validation BLEU
     inverse_sqrt = "inverse_sqrt"  # lr * sqrt(warmup / update) after the warm-up
+
+
+class Products(str, Enum):
+    """fp32 matrix products on the CPU: oneDNN's or PyTorch's BLAS (which is faster depends on
+    the CPU), or ``auto``: the faster of the two, timed on the model's shapes at start-up."""
+
+    auto = "auto"
+    onednn = "onednn"
+    pytorch = "pytorch"
 
 
 class Precision(str, Enum):
@@ -165,7 +177,7 @@ class TrainConfig:
     val_beam_size: int = 1  # validation BLEU decodes greedily unless raised
     val_batch_size: int = 64  # sentences per validation decoding batch; GPUs take more
     resume: bool = False  # continue from last.pt in the run folder
-    precision: Precision = Precision.fp32
+    precision: Optional[Precision] = None  # deprecated: the top-level precision=
     compile: bool = False  # torch.compile the decoder's per-step work (time-step loops)
     threads: int = 0  # torch threads; 0 = $OMP_NUM_THREADS, else this process's share of cores
     log_every: int = 50  # updates between training-loss scalars
@@ -192,6 +204,8 @@ class LogConfig:
 @dataclass
 class Config:
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
+    precision: Precision = Precision.fp32  # the same key as the other commands'
+    products: Products = Products.auto  # fp32 products on the CPU; a resumed run keeps its own
     data: DataConfig = MISSING
     model: ModelConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -211,6 +225,7 @@ class InferenceConfig(DecodeConfig):
     checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
     precision: Precision = Precision.fp32  # autocast while decoding, as in training
+    products: Products = Products.auto  # fp32 products on the CPU
     compile: bool = False  # torch.compile the decoder's search step
 
 
@@ -248,6 +263,41 @@ _NOT_NEGATIVE = (
     "train.threads", "train.scheduler.warmup", "alpha", "max_len_a", "max_len_b", "data.workers",
     "data.valid_size", "data.test_size",
 )  # fmt: skip
+
+
+def upgrade_config(cfg: Any) -> None:
+    """Old spellings keep working, with one warning line: ``train.precision`` is ``precision``
+    (a run folder's config.yaml written before the change is read the same way)."""
+    old = OmegaConf.select(cfg, "train.precision", default=None)
+    if old is None:
+        return
+    value = Precision(old).value
+    new = Precision(OmegaConf.select(cfg, "precision", default=None) or Precision.fp32).value
+    if new not in ("fp32", value):  # both given, and they disagree
+        raise Seq2SeqError(
+            f"precision={new} and train.precision={value} disagree; give precision= only"
+        )
+    log.warning("train.precision is deprecated: use precision=%s", value)
+    with open_dict(cfg):
+        cfg.precision = value
+        cfg.train.precision = None
+
+
+def upgrade_saved_config(cfg: Any) -> Any:
+    """A run's saved config (config.yaml, a checkpoint's) in today's keys: written before
+    ``data.kind`` (``data.name`` said it), before ``precision`` (``train.precision``), or before
+    ``input_feed`` moved from the model to the attentions whose data flow has it."""
+    with open_dict(cfg):
+        if OmegaConf.select(cfg, "data.kind") is None:
+            cfg.data.kind = OmegaConf.select(cfg, "data.name", default="custom")
+        if OmegaConf.select(cfg, "precision") is None:
+            cfg.precision = OmegaConf.select(cfg, "train.precision", default=None) or "fp32"
+        if "input_feed" in cfg.model:
+            feed = cfg.model.pop("input_feed")
+            schema = ATTENTION_CONFIGS.get(cfg.model.attention.name)
+            if schema is not None and "input_feed" in {f.name for f in fields(schema)}:
+                cfg.model.attention.input_feed = feed
+    return cfg
 
 
 def check_config(cfg: Any) -> None:

@@ -16,10 +16,11 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import Precision
+from seq2seq.config import Precision, Products
 from seq2seq.data.batching import Batch
 from seq2seq.distributed import ProcessGroup, Topology, join
 from seq2seq.errors import Seq2SeqError
+from seq2seq.model.linear import choose_products, current_products, use_products
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +102,11 @@ class Engine(ProcessGroup):
         precision: Precision,
         topology: Topology,
         host_group: Any = None,
+        products: Products | str = Products.auto,
     ) -> None:
         super().__init__(topology, host_group)
         self.device, self.precision = device, Precision(precision)
+        self.products = Products(products)
 
     @classmethod
     def create(
@@ -113,6 +116,7 @@ class Engine(ProcessGroup):
         threads: int = 0,
         seed: int | None = None,
         distributed: bool = False,
+        products: Products | str = Products.auto,
     ) -> Engine:
         """Threads, device and precision checked; with ``distributed``, join torchrun's group."""
         topology = Topology.from_env() if distributed else Topology()
@@ -124,7 +128,7 @@ class Engine(ProcessGroup):
         host_group = join(topology, dev)
         if seed is not None:
             torch.manual_seed(seed)
-        return cls(dev, Precision(precision), topology, host_group)
+        return cls(dev, Precision(precision), topology, host_group, products)
 
     def describe(self) -> str:
         """One line for the log: device, precision, processes and threads."""
@@ -138,6 +142,23 @@ class Engine(ProcessGroup):
         return f"{where}, {self.precision.value}{ranks}, {threads} thread{plural}{each}"
 
     # -- computation -----------------------------------------------------------------------------
+
+    def choose_products(self, model: nn.Module, kept: str | None = None) -> str:
+        """The fp32 CPU products for ``model``: the setting's, a resumed run's (``kept``), or the
+        faster of the two timed on its shapes by rank 0 (every rank follows); logged with why."""
+        if self.device.type != "cpu" or self.precision != Precision.fp32:
+            return current_products()  # other devices and dtypes multiply in PyTorch anyway
+        if self.products != Products.auto:
+            name, why = self.products.value, f"products={self.products.value}"
+        elif kept is not None:
+            name, why = kept, "the run's choice before it was resumed"
+        else:
+            name, seconds = self.from_main(lambda: choose_products(model))
+            timed = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in seconds.items())
+            why = f"timed on the model's shapes: {timed}" if timed else "no oneDNN in this torch"
+        use_products(name)
+        log.info("fp32 products on the CPU: %s (%s)", name, why)
+        return current_products()
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16/fp16 autocast on this device (fp32 master weights), or nothing for fp32."""

@@ -25,6 +25,7 @@ from seq2seq.config import EvaluateConfig
 from seq2seq.data.corpus import read_parallel, split_files, split_name
 from seq2seq.data.sources import FileSource, open_source
 from seq2seq.data.stream import PairStream
+from seq2seq.engine import Engine
 from seq2seq.errors import DataError, Seq2SeqError
 from seq2seq.inference import (
     TrainedRun,
@@ -149,6 +150,39 @@ def _write_outputs(
     return paths
 
 
+def _translate(
+    translator: Translator, run: TrainedRun, engine: Engine, sources: Sequence[str], src_path: Path
+) -> tuple[list[Translation], float]:
+    """Translate ``sources`` (logging what, with what and where); the translations and the
+    seconds decoding took."""
+    log.info(
+        "translating %d sentences of %s with %s (step %d), beam %d, on %s",
+        len(sources),
+        src_path,
+        run.checkpoint,
+        run.step,
+        translator.search.beam_size,
+        engine.describe(),
+    )
+    start = time.perf_counter()
+    translations = translator.translate(sources)
+    seconds = time.perf_counter() - start
+    if cut := sum(t.truncated for t in translations):
+        log.warning(
+            "%d input lines had more than %d subwords; each was cut there", cut, translator.max_len
+        )
+    return translations, seconds
+
+
+def _names(cfg: EvaluateConfig, run: TrainedRun, name: str, members: int) -> tuple[str, str]:
+    """(name of the TensorBoard tags, stem of the output files), e.g. test_2016_flickr and
+    test_2016_flickr.best.beam5; an ensemble of n runs gets its own, ``<name>.ensemble<n>``."""
+    checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else run.checkpoint.stem
+    if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
+        name = f"{name}.ensemble{members}"
+    return name, f"{name}.{checkpoint}.beam{cfg.beam_size}"
+
+
 def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     """Translate, score, write the files and TensorBoard events; return the result object."""
     if cfg.log_attention < 0:
@@ -158,31 +192,15 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     translator = Translator.from_run(run, cfg, max_len, engine)
     split, name, src_path, ref_path = _inputs(cfg, run)
     sources, references = read_parallel(src_path, ref_path)
-    log.info(
-        "translating %d sentences of %s with %s (step %d), beam %d, on %s",
-        len(sources),
-        src_path,
-        run.checkpoint,
-        run.step,
-        cfg.beam_size,
-        engine.describe(),
-    )
-    start = time.perf_counter()
-    translations = translator.translate(sources)
-    seconds = time.perf_counter() - start
-    if cut := sum(t.truncated for t in translations):
-        log.warning("%d input lines had more than %d subwords; each was cut there", cut, max_len)
+    translations, seconds = _translate(translator, run, engine, sources, src_path)
     tokenize = run_bleu_tokenizer(run.cfg.data, cfg.bleu_tokenize)
     result_scores = score([translator.best_text(t) for t in translations], references, tokenize)
     scores = {"bleu": result_scores.bleu, "chrf": result_scores.chrf}
 
     out_dir = run.run_dir / EVAL_DIR
     out_dir.mkdir(exist_ok=True)
-    checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else run.checkpoint.stem
     members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
-    if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
-        name = f"{name}.ensemble{len(members)}"
-    stem = f"{name}.{checkpoint}.beam{cfg.beam_size}"  # e.g. test_2016_flickr.best.beam5
+    name, stem = _names(cfg, run, name, len(members))
     paths = _write_outputs(out_dir, stem, translator, translations)
     samples = attention_samples(
         sources, references, translations, run.src_tok, run.tgt_tok, cfg.log_attention

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from sacrebleu.metrics import BLEU, CHRF
 
 from seq2seq.checkpoint import load_checkpoint
-from seq2seq.config import DecodeConfig, InferenceConfig, check_config
+from seq2seq.config import DecodeConfig, InferenceConfig, check_config, upgrade_saved_config
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
@@ -139,8 +139,9 @@ def open_model(cfg: InferenceConfig, purpose: str) -> tuple[Engine, TrainedRun]:
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise Seq2SeqError(f"say which model to {purpose}: run_dir=<a run or release folder>")
     check_config(cfg)
-    engine = Engine.create(cfg.device, cfg.precision)
+    engine = Engine.create(cfg.device, cfg.precision, products=cfg.products)
     run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
+    engine.choose_products(run.model)
     if cfg.compile:
         engine.compile(run.model)
     return engine, run
@@ -165,9 +166,7 @@ def read_config(path: Path) -> DictConfig:
                OmegaConf.select(cfg, key) is None]  # fmt: skip
     if missing:
         raise Seq2SeqError(f"{path} is not a run's config (no {', '.join(missing)}); {what}")
-    if OmegaConf.select(cfg, "data.kind") is None:  # written before data.kind: data.name said it
-        cfg.data.kind = OmegaConf.select(cfg, "data.name", default="custom")
-    return cfg
+    return upgrade_saved_config(cfg)
 
 
 @dataclass

@@ -53,6 +53,7 @@ def run_hparams(cfg: Any) -> dict[str, HParam]:
     """
     attention = cfg.model.attention
     score = getattr(attention, "score", None)
+    feed = getattr(attention, "input_feed", None)
     return {
         "attention": attention.name,
         "attention_heads": int(getattr(attention, "heads", 1)),
@@ -64,7 +65,7 @@ def run_hparams(cfg: Any) -> dict[str, HParam]:
         "encoder_layers": cfg.model.encoder_layers,
         "encoder_size": getattr(cfg.model, "encoder_size", None) or cfg.model.hidden_size,
         "hidden_size": cfg.model.hidden_size,
-        "input_feed": cfg.model.input_feed,
+        "input_feed": "-" if feed is None else str(feed),  # Luong flow only
         "label_smoothing": cfg.train.label_smoothing,
         "lr": cfg.train.lr,
         "seed": cfg.train.seed,

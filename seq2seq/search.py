@@ -36,8 +36,9 @@ class Hypothesis:
     head_attention: Tensor | None = None  # [heads, len(tokens) + 1, src_len] for multi-head
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT length penalty ((5 + length) / 6) ** alpha; ``length`` counts the EOS."""
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT length penalty ((5 + length) / 6) ** alpha; ``length`` counts the EOS. One length
+    gives a float, a (double) tensor of lengths a tensor of penalties."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -87,21 +88,22 @@ def greedy_search(
     model: Seq2Seq,
     src: Tensor,
     src_lengths: Tensor,
-    max_len_a: float,
-    max_len_b: int,
+    cfg: DecodeConfig,
+    *,
     check_every: int | None = None,
 ) -> list[Hypothesis]:
-    """Most probable next token at every step, for a batch src [B, S] at once; the loop looks at
-    the device every ``check_every`` steps (None: `check_interval` of the device)."""
+    """Most probable next token at every step, for a batch src [B, S] at once, within the length
+    limit of ``cfg`` (its beam settings are not used); the loop looks at the device every
+    ``check_every`` steps (None: `check_interval` of the device)."""
     enc = model.encode(src, src_lengths)
     state = model.decoder.init_state(enc)
     batch, src_len = src.shape
     device = src.device
     every = check_interval(device) if check_every is None else check_every
-    limit_host = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
+    limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
     steps = int(limit_host.max()) + 1
     limit = limit_host.to(device)
-    heads = model.decoder.attention.heads
+    heads = model.decoder.heads
     tokens = torch.full((batch, steps), PAD, dtype=torch.long, device=device)
     attention = torch.zeros(batch, steps, heads, src_len, device=device)
     scores = torch.zeros(batch, device=device)
@@ -163,26 +165,18 @@ class _BeamSearch:
     finished hypotheses, and every step's back-pointers and attention, followed back at the end.
     """
 
-    def __init__(
-        self,
-        model: Seq2Seq,
-        src: Tensor,
-        src_lengths: Tensor,
-        k: int,
-        alpha: float,
-        nbest: int,
-        max_len_a: float,
-        max_len_b: int,
-    ) -> None:
-        self.model, self.k, self.alpha, self.nbest = model, k, alpha, nbest
+    def __init__(self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig) -> None:
+        self.model, self.k, self.alpha = model, cfg.beam_size, cfg.alpha
+        self.nbest = min(cfg.nbest, cfg.beam_size)  # a sentence finishes at most k hypotheses
+        k = self.k
         batch, src_len = src.shape
         device = src.device
-        limit_host = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
+        limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
         self.steps = int(limit_host.max()) + 1
         self.limit = limit_host.to(device)
         # [B] the largest penalty a hypothesis of each sentence can get: EOS at its length limit
-        self.best_penalty = ((5.0 + limit_host.double() + 1) / 6.0).pow(alpha).float().to(device)
-        heads = model.decoder.attention.heads
+        self.best_penalty = length_penalty(limit_host.double() + 1, self.alpha).float().to(device)
+        heads = model.decoder.heads
         enc = model.encode(src, src_lengths)
         self.beams = _Beams(
             torch.arange(batch, device=device),
@@ -275,14 +269,12 @@ def beam_search(
     model: Seq2Seq,
     src: Tensor,
     src_lengths: Tensor,
-    beam_size: int,
-    alpha: float,
-    nbest: int,
-    max_len_a: float,
-    max_len_b: int,
+    cfg: DecodeConfig,
+    *,
     check_every: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search for a batch src [B, S]; per sentence the ``nbest`` best, sorted by score.
+    """Beam search for a batch src [B, S] with the settings of ``cfg``; per sentence the
+    ``nbest`` best (at most ``beam_size``), sorted by score.
 
     Each step keeps the ``beam_size`` best unfinished continuations; EOS among the ``beam_size``
     best candidates finishes a hypothesis, and a sentence is done with ``beam_size`` of them, or
@@ -294,7 +286,7 @@ def beam_search(
     each sentence start from its k best first tokens. The loop looks at the device every
     ``check_every`` steps (None: `check_interval` of the device).
     """
-    search = _BeamSearch(model, src, src_lengths, beam_size, alpha, nbest, max_len_a, max_len_b)
+    search = _BeamSearch(model, src, src_lengths, cfg)
     every = check_interval(src.device) if check_every is None else check_every
     for t in range(search.steps):
         look = _checkpoint(t, search.steps, every)
@@ -348,18 +340,8 @@ def decode(
 ) -> list[list[Hypothesis]]:
     """n-best lists for a padded batch; beam_size 1 is greedy search."""
     if cfg.beam_size == 1:
-        hyps = greedy_search(model, src, src_lengths, cfg.max_len_a, cfg.max_len_b)
-        return [[h] for h in hyps]
-    return beam_search(
-        model,
-        src,
-        src_lengths,
-        cfg.beam_size,
-        cfg.alpha,
-        min(cfg.nbest, cfg.beam_size),
-        cfg.max_len_a,
-        cfg.max_len_b,
-    )
+        return [[h] for h in greedy_search(model, src, src_lengths, cfg)]
+    return beam_search(model, src, src_lengths, cfg)
 
 
 def decode_sources(

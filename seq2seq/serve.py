@@ -173,38 +173,64 @@ class Batcher:
                 job.answer.set_result((translator, mine))
 
 
+def error(status: int, message: str) -> JSONResponse:
+    """The JSON answer to a refused request: ``{"error": message}`` with its status."""
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def authorised(request: Request, api_key: str | None) -> bool:
+    """Whether the request carries the server's API key (any request, when it has none)."""
+    if api_key is None:
+        return True
+    given = request.headers.get("x-api-key", "")
+    return hmac.compare_digest(given.encode(), api_key.encode())
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, or BadRequest when its declared or actual size is over ``limit``
+    bytes (read in chunks, so an oversized body is refused before it is all in memory)."""
+    declared = request.headers.get("content-length") or "0"
+    if not declared.isdigit():
+        raise BadRequest(400, f"Content-Length {declared!r} is not a number")
+    length = int(declared)
+    if length > limit:
+        raise BadRequest(413, f"the body has {length} bytes; at most {limit}")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BadRequest(413, f"the body is over {limit} bytes")
+    return body
+
+
+def model_card(run: TrainedRun) -> dict[str, Any]:
+    """What ``GET /model`` answers: the languages, the attention, the step, the release's facts."""
+    return {"src_lang": run.cfg.data.src_lang, "tgt_lang": run.cfg.data.tgt_lang,
+            "attention": run.cfg.model.attention.name, "step": run.step,
+            **release_facts(run.run_dir)}  # fmt: skip
+
+
+async def not_found(request: Request, exc: Exception) -> JSONResponse:
+    """404 as JSON, naming the routes there are."""
+    return error(404, f"no {request.url.path} here: POST /translate, GET /health, GET /model")
+
+
+async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
+    """405 as JSON (e.g. GET /translate)."""
+    return error(405, f"{request.method} is not allowed on {request.url.path}")
+
+
 def create_app(run: TrainedRun, engine: Engine, cfg: ServeConfig) -> Starlette:
     """The ASGI application serving ``run``."""
     batcher = Batcher(run, engine, cfg)
     page = resources.files("seq2seq").joinpath("static/index.html").read_text(encoding="utf-8")
-    card = {"src_lang": run.cfg.data.src_lang, "tgt_lang": run.cfg.data.tgt_lang,
-            "attention": run.cfg.model.attention.name, "step": run.step,
-            **release_facts(run.run_dir)}  # fmt: skip
-
-    def authorised(request: Request) -> bool:
-        if cfg.api_key is None:
-            return True
-        given = request.headers.get("x-api-key", "")
-        return hmac.compare_digest(given.encode(), cfg.api_key.encode())
-
-    def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status)
+    card = model_card(run)
 
     async def translate(request: Request) -> JSONResponse:
-        if not authorised(request):
+        if not authorised(request, cfg.api_key):
             return error(401, "missing or wrong X-API-Key header")
         try:
-            declared = request.headers.get("content-length") or "0"
-            if not declared.isdigit():
-                raise BadRequest(400, f"Content-Length {declared!r} is not a number")
-            length = int(declared)
-            if length > cfg.max_body_bytes:
-                raise BadRequest(413, f"the body has {length} bytes; at most {cfg.max_body_bytes}")
-            body = b""
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > cfg.max_body_bytes:
-                    raise BadRequest(413, f"the body is over {cfg.max_body_bytes} bytes")
+            body = await read_body(request, cfg.max_body_bytes)
             sentences, beam_size, nbest, alignment = parse(body, cfg)
         except BadRequest as e:
             return error(e.status, str(e))
@@ -218,18 +244,12 @@ def create_app(run: TrainedRun, engine: Engine, cfg: ServeConfig) -> Starlette:
         return JSONResponse({"status": "ok"})
 
     async def model(request: Request) -> JSONResponse:
-        if not authorised(request):
+        if not authorised(request, cfg.api_key):
             return error(401, "missing or wrong X-API-Key header")
         return JSONResponse(card)
 
     async def index(request: Request) -> HTMLResponse:
         return HTMLResponse(page)
-
-    async def not_found(request: Request, exc: Exception) -> JSONResponse:
-        return error(404, f"no {request.url.path} here: POST /translate, GET /health, GET /model")
-
-    async def not_allowed(request: Request, exc: Exception) -> JSONResponse:
-        return error(405, f"{request.method} is not allowed on {request.url.path}")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -27,7 +27,7 @@ from seq2seq.checkpoint import (
     start_or_resume,
     training_state,
 )
-from seq2seq.config import Config, DecodeConfig, check_config
+from seq2seq.config import Config, DecodeConfig, check_config, upgrade_config
 from seq2seq.data.batching import Batch, TokenBatchSampler, Update, collate, plan_updates
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, write_splits
 from seq2seq.data.sampling import SubwordSampler
@@ -135,6 +135,7 @@ class Trainer:
         self.data = prepare_data(cfg, run_dir, engine, resuming=state is not None)
         self.epochs = Epochs(self.data, cfg, engine)
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
+        engine.choose_products(model, kept=state.get("products") if state else None)
         self.updater = Updater(engine, model, tcfg)
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
         self.progress = Progress()
@@ -320,10 +321,13 @@ def _main(cfg: Config) -> None:
     engine = None
     guard_log_files()
     try:
+        upgrade_config(cfg)
         check_config(cfg)
         open_source(cfg.data).check()
         tcfg = cfg.train
-        engine = Engine.create(cfg.device, tcfg.precision, tcfg.threads, tcfg.seed, True)
+        engine = Engine.create(
+            cfg.device, cfg.precision, tcfg.threads, tcfg.seed, True, products=cfg.products
+        )
         if not engine.is_main:  # rank 0 speaks for every rank; the others only warn
             logging.getLogger().setLevel(logging.WARNING)
         run_dir = Path(engine.broadcast(HydraConfig.get().runtime.output_dir))

@@ -140,7 +140,7 @@ class NonFiniteGuard:
             raise Seq2SeqError(
                 f"{self.bad_in_a_row} updates in a row had a non-finite {what} (step "
                 f"{step}): lower the learning rate (train.lr={tcfg.lr}) or use a "
-                f"wider precision (train.precision={tcfg.precision.value}); "
+                f"wider precision (precision={self.engine.precision.value}); "
                 + (
                     f"{' and '.join(kept)} keep the last validated state"
                     if kept

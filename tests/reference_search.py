@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from seq2seq.config import DecodeConfig
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.search import Hypothesis, length_penalty, max_lengths
 from seq2seq.vocab import BOS, EOS, PAD
@@ -29,15 +30,15 @@ def _hypothesis(tokens: Tensor, score: float, attention: Tensor, src_len: int) -
 
 @torch.inference_mode()
 def greedy_search(
-    model: Seq2Seq, src: Tensor, src_lengths: Tensor, max_len_a: float, max_len_b: int
+    model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig
 ) -> list[Hypothesis]:
     """Most probable next token at every step, for a batch src [B, S] at once."""
     enc = model.encode(src, src_lengths)
     state = model.decoder.init_state(enc)
     batch, src_len = src.shape
-    limit = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
+    limit = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
     steps = int(limit.max()) + 1
-    heads = model.decoder.attention.heads
+    heads = model.decoder.heads
     tokens = torch.full((batch, steps), PAD, dtype=torch.long)
     attention = torch.zeros(batch, steps, heads, src_len)
     scores = torch.zeros(batch, dtype=torch.float64)
@@ -67,26 +68,19 @@ def greedy_search(
 
 @torch.inference_mode()
 def beam_search(
-    model: Seq2Seq,
-    src: Tensor,
-    src_lengths: Tensor,
-    beam_size: int,
-    alpha: float,
-    nbest: int,
-    max_len_a: float,
-    max_len_b: int,
+    model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch src [B, S]; per sentence the ``nbest`` best, sorted by score.
 
     Each step keeps the ``beam_size`` best unfinished continuations; EOS among the ``beam_size``
     best candidates finishes a hypothesis, and a sentence is done with ``beam_size`` of them.
     """
-    k = beam_size
+    k, alpha, nbest = cfg.beam_size, cfg.alpha, cfg.nbest
     batch, src_len = src.shape
     enc = model.encode(src, src_lengths).index_select(torch.arange(batch).repeat_interleave(k))
     state = model.decoder.init_state(enc)  # rows: sentence-major, k beams each
-    limit = max_lengths(src_lengths, max_len_a, max_len_b)  # [B]
-    heads = model.decoder.attention.heads
+    limit = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
+    heads = model.decoder.heads
     sent = torch.arange(batch)  # original sentence of each active sentence
     scores = torch.full((batch, k), float("-inf"))  # [n, k] log-prob sums
     scores[:, 0] = 0.0  # all beams start identical: expand only the first

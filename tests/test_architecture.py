@@ -1,12 +1,22 @@
-"""The house rules that keep the code readable: the model does not know the app."""
+"""The house rules that keep the code readable: the model does not know the app, one list of
+attention variants, and no file, function or class past its size limit."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
 
 from seq2seq.model.config import ATTENTION_CONFIGS
 from seq2seq.model.registry import ATTENTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "seq2seq"
+MAX_FILE, MAX_FUNCTION, MAX_CLASS = 400, 60, 200  # lines
 
 
 def test_the_model_imports_neither_the_app_config_nor_hydra() -> None:
@@ -22,3 +32,37 @@ def test_the_registry_is_the_one_list_of_attention_variants() -> None:
     assert list(ATTENTIONS) == list(ATTENTION_CONFIGS)
     for name, kind in ATTENTIONS.items():
         assert kind.config is ATTENTION_CONFIGS[name] and kind.config.name == name
+
+
+def test_the_attention_comparison_covers_every_variant_of_the_registry() -> None:
+    rows = sorted(path.stem for path in (ROOT / "configs" / "compare").glob("*.yaml"))
+    sweep = OmegaConf.load(ROOT / "configs" / "experiment" / "attention_comparison.yaml")
+    assert sorted(sweep.hydra.sweeper.params["+compare"].split(",")) == rows
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        chosen = {compose("config", [f"+compare={row}"]).model.attention.name for row in rows}
+    assert chosen == set(ATTENTIONS)
+
+
+def test_no_file_function_or_class_over_the_house_limits() -> None:
+    """A module is read in one sitting, a function or a class on a screen or two: no file in
+    seq2seq/ over 400 lines, no function (method, nested function) over 60, no class over 200."""
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert files, f"no Python files under {PACKAGE}"
+    over = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        name = path.relative_to(PACKAGE.parent).as_posix()
+        if (lines := len(text.splitlines())) > MAX_FILE:
+            over.append(f"{name}: file of {lines} lines (at most {MAX_FILE})")
+        for node in ast.walk(ast.parse(text, filename=name)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                kind, limit = "function", MAX_FUNCTION
+            elif isinstance(node, ast.ClassDef):
+                kind, limit = "class", MAX_CLASS
+            else:
+                continue
+            if (lines := node.end_lineno - node.lineno + 1) > limit:
+                over.append(
+                    f"{name}:{node.lineno}: {kind} {node.name} of {lines} lines (at most {limit})"
+                )
+    assert not over, "over the house limits:\n" + "\n".join(over)

@@ -6,6 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from seq2seq.config import DecodeConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import build_model
 from seq2seq.model.attention import LuongAttention, MultiHeadAttention
@@ -117,6 +118,6 @@ def test_keys_projected_once_per_batch(name: str) -> None:
     attention.key_layer.register_forward_hook(count("keys"))
     attention.register_forward_hook(count("steps"))
     src = torch.randint(4, 20, (2, 6))
-    greedy_search(model, src, torch.tensor([6, 6]), max_len_a=0.0, max_len_b=7)
+    greedy_search(model, src, torch.tensor([6, 6]), DecodeConfig(max_len_a=0.0, max_len_b=7))
     assert calls["steps"] >= 2  # several decoder steps ran ...
     assert calls["keys"] == 1  # ... on keys projected once

@@ -80,6 +80,7 @@ def data_args(tmp_path_factory, multi30k_url: str) -> list[str]:
     return ["--data-source", multi30k_url, "--data-root", str(root), "--cache-dir", str(cache)]
 
 
+@pytest.mark.slow
 def test_quick_benchmark_reports_every_figure(data_args: list[str]) -> None:
     proc = benchmark("--quick", "--threads", "1", *data_args)  # tiny products gain nothing from 2
     report = report_of(proc)
@@ -116,7 +117,7 @@ def test_quick_benchmark_reports_every_figure(data_args: list[str]) -> None:
 def make_run(run_dir: Path, data: Multi30kConfig) -> None:
     """A run folder as training leaves it (config, tokenizers, best.pt), with an untrained model."""
     model_cfg = ModelConfig(
-        emb_size=16, hidden_size=16, attention=LuongConfig(size=16), input_feed=False
+        emb_size=16, hidden_size=16, attention=LuongConfig(size=16, input_feed=False)
     )
     src_tok, tgt_tok = train_tokenizers(
         data, file_stream(*split_files(data, "train"), data.train_limit), run_dir
@@ -127,6 +128,7 @@ def make_run(run_dir: Path, data: Multi30kConfig) -> None:
     OmegaConf.save(config, run_dir / "config.yaml")
 
 
+@pytest.mark.slow
 def test_decoding_a_trained_run_as_a_module(tmp_path: Path, data_args: list[str]) -> None:
     source, root, cache = data_args[1::2]
     data = Multi30kConfig(source=source, root=root, cache_dir=cache, train_limit=1000)
@@ -141,11 +143,12 @@ def test_decoding_a_trained_run_as_a_module(tmp_path: Path, data_args: list[str]
     assert [(r["attention"], r["search"]) for r in rows] == [("luong", "greedy")]
     for row in rows:
         assert row["model"] == "trained" and row["run_dir"] == str(tmp_path)
-        assert row["settings"]["input_feed"] is False
+        assert row["settings"]["attention"]["input_feed"] is False
         assert_positive(row, DECODING_FIGURES)
     assert f"the trained run {tmp_path}" in proc.stdout
 
 
+@pytest.mark.slow
 def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
     proc = benchmark("--attention", "bahdanau,luong-nofeed,transformer")
     assert proc.returncode == 2
@@ -155,6 +158,7 @@ def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
     assert "not a training run or release folder" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_peer_shape_and_impossible_precision(data_args: list[str]) -> None:
     args = ["--quick", "--model", "peer", "--measure", "training", "--batch", "peer"]
     report = report_of(benchmark(*args, "--precision", "fp32", *data_args))

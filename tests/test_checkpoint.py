@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import CheckpointWriter, load_checkpoint, save_checkpoint
+from seq2seq.average import average
+from seq2seq.checkpoint import CheckpointWriter, keep, load_checkpoint, save_checkpoint
+from seq2seq.config import AverageConfig
 from seq2seq.errors import Seq2SeqError
 
 
@@ -57,3 +60,26 @@ def test_background_writer_saves_a_snapshot_and_reports_errors(tmp_path: Path) -
     with pytest.raises(Seq2SeqError, match="could not write .*dir.pt.*none was written"):
         writer.close()
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_average_takes_the_mean_of_the_best_or_latest_kept_weights(tmp_path: Path) -> None:
+    def settings(**kwargs: object) -> AverageConfig:  # as Hydra hands it to the command
+        return OmegaConf.structured(AverageConfig(**kwargs))
+
+    writer = CheckpointWriter()
+    for step, bleu in ((100, 30.0), (200, 33.0), (300, 31.0)):
+        weights = {"model": {"w": torch.full((2,), float(step))}, "vocab": [5, 6]}
+        keep(writer, tmp_path, step, bleu, weights, n=3)
+    writer.close()
+    best = load_checkpoint(average(settings(run_dir=str(tmp_path), n=2, select="best")))
+    assert best["model"]["w"].tolist() == [250.0, 250.0]  # steps 200 and 300
+    assert (best["step"], best["vocab"], best["averaged"]) == (
+        300,
+        [5, 6],
+        {"200": 33.0, "300": 31.0},
+    )
+    out = tmp_path / "last2.pt"
+    average(settings(run_dir=str(tmp_path), n=2, out=str(out)))
+    assert load_checkpoint(out)["model"]["w"].tolist() == [250.0, 250.0]
+    with pytest.raises(Seq2SeqError, match="keeps no checkpoints"):
+        average(settings(run_dir=str(tmp_path / "empty")))

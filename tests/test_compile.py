@@ -14,6 +14,7 @@ from test_decoder import SETUPS, Batch, loss_of, tiny_model
 from test_search import assert_same
 from torch._dynamo.utils import counters
 
+from seq2seq.config import DecodeConfig
 from seq2seq.engine import Engine
 from seq2seq.model import Seq2Seq
 from seq2seq.search import beam_search, greedy_search
@@ -30,12 +31,12 @@ def trained_once(model: Seq2Seq) -> tuple[tuple[torch.Tensor, torch.Tensor], lis
 def searched(model: Seq2Seq) -> list[list]:
     model.eval()
     batch = Batch(seed=3)
-    greedy = greedy_search(model, batch.src, batch.src_lengths, 1.0, 4)
-    return [[h] for h in greedy] + beam_search(
-        model, batch.src, batch.src_lengths, 3, 0.6, 3, 1.0, 4
-    )
+    cfg = DecodeConfig(beam_size=3, alpha=0.6, nbest=3, max_len_a=1.0, max_len_b=4)
+    greedy = greedy_search(model, batch.src, batch.src_lengths, cfg)
+    return [[h] for h in greedy] + beam_search(model, batch.src, batch.src_lengths, cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bahdanau", "luong-feed", "multihead"])
 def test_compiled_steps_equal_eager(name: str) -> None:
     eager = tiny_model(**SETUPS[name])

@@ -29,6 +29,7 @@ def test_tatoeba_recipes_compose() -> None:
     assert zh.data.train_limit is None and zh.data.tokenizer.vocab_size == 4000
 
 
+@pytest.mark.slow
 def test_tsv_run_evaluates_without_its_corpus(tatoeba_dir: Path, tmp_path: Path) -> None:
     corpus = tmp_path / "deu-eng.zip"
     shutil.copyfile(tatoeba_dir / "deu-eng.zip", corpus)
@@ -46,6 +47,7 @@ def test_tsv_run_evaluates_without_its_corpus(tatoeba_dir: Path, tmp_path: Path)
     assert result["hypotheses"].endswith("test.best.beam1.hyp")
 
 
+@pytest.mark.slow
 def test_chinese_recipe_is_scored_with_the_zh_tokenizer(tatoeba_dir: Path, tmp_path: Path) -> None:
     folder = tmp_path / "run"
     run("train", "experiment=tatoeba_en_zh_smoke", f"data.file={tatoeba_dir / 'cmn-eng.txt.gz'}",
@@ -61,6 +63,7 @@ def test_chinese_recipe_is_scored_with_the_zh_tokenizer(tatoeba_dir: Path, tmp_p
     assert result["bleu"] == pytest.approx(float(cli.stdout), abs=1e-4)
 
 
+@pytest.mark.slow
 def test_hugging_face_dataset_on_disk(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets", reason="the hf extra (pip install 'seq2seq[hf]')")
     words = ["ein", "Hund", "läuft", "eine", "Katze", "schläft", "im", "Park", "Haus"]

@@ -15,11 +15,11 @@ SRC_VOCAB, TGT_VOCAB = 20, 25
 
 SETUPS = {
     "bahdanau": dict(attention=BahdanauConfig(size=10)),
-    "luong-feed": dict(attention=LuongConfig(size=10), input_feed=True),
-    "luong-nofeed": dict(attention=LuongConfig(size=10), input_feed=False),
+    "luong-feed": dict(attention=LuongConfig(size=10, input_feed=True)),
+    "luong-nofeed": dict(attention=LuongConfig(size=10, input_feed=False)),
     "luong-concat": dict(attention=LuongConfig(size=10, score="concat")),
     "multihead": dict(attention=MultiHeadConfig(size=8, heads=2)),
-    "multihead-nofeed": dict(attention=MultiHeadConfig(size=8, heads=2), input_feed=False),
+    "multihead-nofeed": dict(attention=MultiHeadConfig(size=8, heads=2, input_feed=False)),
     "bahdanau-tied": dict(attention=BahdanauConfig(size=10), tie_embeddings=True),
     "luong-tied": dict(attention=LuongConfig(size=10), tie_embeddings=True),
 }

@@ -68,6 +68,7 @@ def train_with_a_full_disk(tmp_path: Path, data_dirs: list[str], target: str, af
     return proc, finish(proc, TRAIN_TIMEOUT), run_dir
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_log_file_on_a_full_disk_goes_on_on_the_terminal(tmp_path, data_dirs) -> None:
     proc, out, run_dir = train_with_a_full_disk(tmp_path, data_dirs, "log", 0)
@@ -77,6 +78,7 @@ def test_log_file_on_a_full_disk_goes_on_on_the_terminal(tmp_path, data_dirs) ->
     assert "finished after 20 updates" in out and (run_dir / "last.pt").is_file()
 
 
+@pytest.mark.slow
 def test_tensorboard_on_a_full_disk_training_goes_on_without_it(tmp_path, data_dirs) -> None:
     proc, out, run_dir = train_with_a_full_disk(tmp_path, data_dirs, "tensorboard", 3)
     assert proc.returncode == 0, out
@@ -86,6 +88,7 @@ def test_tensorboard_on_a_full_disk_training_goes_on_without_it(tmp_path, data_d
     assert load_checkpoint(run_dir / "last.pt")["step"] == 20
 
 
+@pytest.mark.slow
 def test_checkpoint_on_a_full_disk_stops_and_keeps_the_last_good_one(tmp_path, data_dirs) -> None:
     # Validation at update 10 writes best.pt and last.pt; the writes of update 20 fail.
     proc, out, run_dir = train_with_a_full_disk(tmp_path, data_dirs, "checkpoint", 2)

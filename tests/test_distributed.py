@@ -93,6 +93,7 @@ def test_more_ranks_than_pairs_is_refused() -> None:
 # -- one update, split across processes ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_ranks_with_half_the_batch_equal_one_process(tmp_path: Path) -> None:
     """Tolerance: 1e-6 absolute, 1e-4 relative on gradients and updated parameters (float
     sums in another order; the model is fp32)."""
@@ -129,6 +130,7 @@ def single_and_torchrun(tmp_path_factory, data_dirs: list[str]) -> dict:
     return runs
 
 
+@pytest.mark.slow
 def test_torchrun_trains_in_about_the_time_of_one_process(single_and_torchrun) -> None:
     """Two processes share the cores (a thread each), they do not fight over them: oversubscribed,
     the same run took many times longer. A loose bound: 2.5x."""
@@ -137,6 +139,7 @@ def test_torchrun_trains_in_about_the_time_of_one_process(single_and_torchrun) -
     assert "2 processes, 1 thread" in ranks["out"]
 
 
+@pytest.mark.slow
 def test_torchrun_validates_after_half_the_updates_and_writes_everything_once(
     single_and_torchrun,
 ) -> None:
@@ -158,6 +161,7 @@ def test_torchrun_validates_after_half_the_updates_and_writes_everything_once(
     assert not any(REPO.glob("*.log")) and not (REPO / ".hydra").exists()  # nothing from rank 1
 
 
+@pytest.mark.slow
 def test_torchrun_checkpoint_evaluates_to_its_validation_bleu(
     single_and_torchrun, multi30k_dir: Path, tmp_path: Path
 ) -> None:
@@ -198,6 +202,7 @@ def worker_pids(proc: subprocess.Popen) -> dict[int, int]:
     return workers
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds workers in /proc")
 def test_sigterm_to_one_rank_stops_all_and_resume_continues(
     tmp_path: Path, data_dirs: list[str]
@@ -228,6 +233,7 @@ def test_sigterm_to_one_rank_stops_all_and_resume_continues(
     assert steps == [per_epoch * e for e in range(1, 5)]  # each validation once, none lost
 
 
+@pytest.mark.slow
 def test_a_user_error_under_torchrun_is_one_line(tmp_path: Path, data_dirs: list[str]) -> None:
     """Rank 0 refuses a folder that holds a checkpoint; every rank stops, one message is shown."""
     run = tmp_path / "run"

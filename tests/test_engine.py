@@ -110,3 +110,24 @@ def test_accumulated_update_equals_the_whole_batch() -> None:
     wrong = update(engine, [batch_of([0, 1]), batch_of([2, 3])], tokens // 2)
     name = "decoder.bridge.bias"
     assert not torch.allclose(wrong["grads"][name], whole["grads"][name])
+
+
+def test_fp32_products_are_set_kept_or_timed(monkeypatch) -> None:
+    from seq2seq.model import linear as products
+    from seq2seq.model.config import BahdanauConfig, ModelConfig
+    from seq2seq.model.seq2seq import build_model
+
+    monkeypatch.setattr(products, "_enabled", products._enabled)  # restored after the test
+    model = build_model(ModelConfig(8, 12, attention=BahdanauConfig(size=10)), 30, 40)
+    assert Engine.create("cpu", "fp32", products="pytorch").choose_products(model) == "pytorch"
+    auto = Engine.create("cpu", "fp32")
+    assert auto.choose_products(model, kept="pytorch") == "pytorch"  # a resumed run's choice
+    if products.onednn_available():
+        monkeypatch.setattr(products, "time_products", lambda m: {"onednn": 2.0, "pytorch": 1.0})
+        assert auto.choose_products(model) == "pytorch"
+        monkeypatch.setattr(products, "time_products", lambda m: {"onednn": 1.0, "pytorch": 2.0})
+        assert auto.choose_products(model) == "onednn"
+    else:
+        assert auto.choose_products(model) == "pytorch"
+    before = products.current_products()
+    assert Engine.create("cpu", "bf16").choose_products(model) == before  # not fp32: untouched

@@ -46,6 +46,7 @@ def events(run_dir: Path) -> EventAccumulator:
     return acc
 
 
+@pytest.mark.slow
 def test_bleu_matches_sacrebleu_cli_on_the_test_split(smoke_run: Path, tmp_path: Path) -> None:
     proc = run_evaluate(f"run_dir={smoke_run}", "beam_size=1", cwd=tmp_path)
     result = result_of(proc)

@@ -26,7 +26,7 @@ SENTENCES = 200  # test_2016_flickr lines decoded on both devices
 
 def train_on_gpu(run: Path, data_dirs: list[str], precision: str) -> None:
     cmd = [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "device=cuda"]
-    cmd += [f"train.precision={precision}", f"hydra.run.dir={run}", "log.progress=false"]
+    cmd += [f"precision={precision}", f"hydra.run.dir={run}", "log.progress=false"]
     proc = subprocess.run([*cmd, *data_dirs], capture_output=True, text=True, timeout=TRAIN_TIMEOUT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

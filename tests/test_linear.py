@@ -22,6 +22,8 @@ needs_onednn = pytest.mark.skipif(
 def calls(monkeypatch) -> list[tuple[int, ...]]:
     """The shapes of every oneDNN product."""
     monkeypatch.setattr(products, "MIN_WORK", 1)  # the tests' products are small
+    # oneDNN's path, whatever an earlier command in this process chose (products=auto)
+    monkeypatch.setattr(products, "_enabled", products.onednn_available())
     seen: list[tuple[int, ...]] = []
     op = products._ONEDNN_OP
 

@@ -4,6 +4,7 @@ and the results table script."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from test_train_e2e import TRAIN_TIMEOUT, finish, scalars
 from torch.utils.tensorboard import SummaryWriter
 
 from seq2seq.checkpoint import kept_steps, load_checkpoint
+from seq2seq.config import upgrade_config, upgrade_saved_config
+from seq2seq.errors import Seq2SeqError
 from seq2seq.rundir import KEPT_DIR, kept_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,21 +50,23 @@ def test_recipes_compose() -> None:
     en_de = composed("experiment=multi30k_en_de")
     assert (en_de.data.src_lang, en_de.data.tgt_lang) == ("en", "de")
     cpu = composed("experiment=multi30k_de_en_cpu")
-    assert cpu.train.max_minutes == 30 and cpu.train.precision.value == "bf16"
+    assert cpu.train.max_minutes == 30 and cpu.precision.value == "bf16"
     rows = {
-        "bahdanau": ("bahdanau", True),
+        "bahdanau": ("bahdanau", None),  # no input feeding in its data flow: no such key
         "luong": ("luong", True),
         "luong_nofeed": ("luong", False),
         "multihead": ("multihead", True),
     }
     for row, (name, feed) in rows.items():
         cfg = composed(f"+compare={row}")
-        assert (cfg.model.attention.name, cfg.model.input_feed) == (name, feed)
+        feed_key = cfg.model.attention.get("input_feed")
+        assert (cfg.model.attention.name, feed_key) == (name, feed)
     sweep = OmegaConf.load(REPO / "configs/experiment/attention_comparison.yaml")
     params = sweep.hydra.sweeper.params
     assert params["+compare"].split(",") == list(rows) and params["train.seed"] == "1,2,3"
 
 
+@pytest.mark.slow
 def test_kept_checkpoints_average_into_one_that_evaluates(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
     run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={folder}",
@@ -85,6 +90,7 @@ def test_kept_checkpoints_average_into_one_that_evaluates(tmp_path: Path, data_d
     assert json.loads(result.splitlines()[-1])["checkpoint"].endswith("averaged.pt")
 
 
+@pytest.mark.slow
 def test_an_ensemble_of_a_model_with_itself_is_the_model(smoke_run: Path) -> None:
     single = run("evaluate", f"run_dir={smoke_run}", "split=val", "beam_size=3")
     double = run("evaluate", f"run_dir={smoke_run}", f"ensemble=[{smoke_run}]", "split=val",
@@ -97,6 +103,7 @@ def test_an_ensemble_of_a_model_with_itself_is_the_model(smoke_run: Path) -> Non
     assert json.loads((eval_dir / "val.ensemble2.best.beam3.json").read_text()) == double
 
 
+@pytest.mark.slow
 def test_an_ensemble_needs_the_same_tokenizers(smoke_run: Path, tmp_path, data_dirs) -> None:
     other = tmp_path / "other"
     run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={other}",
@@ -109,6 +116,7 @@ def test_an_ensemble_needs_the_same_tokenizers(smoke_run: Path, tmp_path, data_d
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_time_budget_stops_and_validates(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
     out = run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={folder}",
@@ -118,6 +126,7 @@ def test_a_time_budget_stops_and_validates(tmp_path: Path, data_dirs) -> None:
     assert [step for step, _ in scalars(folder, "valid/loss")][-1] == last["step"]
 
 
+@pytest.mark.slow
 def test_results_table_and_pictures(smoke_run: Path, tmp_path: Path, multi30k_url: str) -> None:
     run("evaluate", f"run_dir={smoke_run}")  # test_2016_flickr, beam 5
     run("evaluate", f"run_dir={smoke_run}", f"ensemble=[{smoke_run}]")
@@ -185,3 +194,28 @@ def test_a_model_card_leaves_out_ensemble_scores(smoke_run: Path, tmp_path: Path
     cfg = OmegaConf.load(folder / "config.yaml")
     run = SimpleNamespace(cfg=cfg, run_dir=folder, model=torch.nn.Linear(2, 2), step=1)
     assert facts(run, "best")["test"]["test_2016_flickr"]["bleu"] == 10.0
+
+
+def test_one_precision_key_and_the_old_spelling_with_a_warning(caplog) -> None:
+    assert composed("precision=bf16").precision.value == "bf16"
+    old = composed("train.precision=bf16")
+    with caplog.at_level(logging.WARNING):
+        upgrade_config(old)
+    assert old.precision == "bf16" and old.train.precision is None
+    assert "train.precision is deprecated: use precision=bf16" in caplog.text
+    with pytest.raises(Seq2SeqError, match="disagree"):
+        upgrade_config(composed("precision=bf16", "train.precision=fp16"))
+
+
+def test_a_run_config_written_before_the_renames_reads_in_todays_keys() -> None:
+    old = {
+        "data": {"name": "multi30k", "src_lang": "de", "tgt_lang": "en"},
+        "model": {"hidden_size": 8, "input_feed": False, "attention": {"name": "luong"}},
+        "train": {"precision": "bf16"},
+    }
+    cfg = upgrade_saved_config(OmegaConf.create(old))
+    assert (cfg.data.kind, cfg.precision) == ("multi30k", "bf16")
+    assert cfg.model.attention.input_feed is False and "input_feed" not in cfg.model
+    old["model"]["attention"]["name"] = "bahdanau"  # its data flow has no input feeding
+    cfg = upgrade_saved_config(OmegaConf.create(old))
+    assert "input_feed" not in cfg.model and "input_feed" not in cfg.model.attention

@@ -63,6 +63,7 @@ def assert_one_line_error(code: int, out: str, *expected: str) -> None:
 # -- one writer per run folder -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
     first = start("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs)
@@ -77,6 +78,7 @@ def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs
     assert load_checkpoint(folder / "last.pt")["step"] > 0
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_killed_training_is_taken_over(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
     first = start("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs)
@@ -92,6 +94,7 @@ def test_a_lock_left_by_a_killed_training_is_taken_over(tmp_path: Path, data_dir
 # -- damaged files -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_damaged_caches_are_rebuilt(tmp_path: Path, multi30k_url: str) -> None:
     cache = tmp_path / "cache"
     common = [*SMOKE, "train.max_steps=2", f"data.source={multi30k_url}"]
@@ -202,6 +205,7 @@ def test_broken_corpora_are_refused(tmp_path: Path, src: bytes, tgt: bytes, mess
         read_parallel(write(tmp_path / "x.de", src), write(tmp_path / "x.en", tgt))
 
 
+@pytest.mark.slow
 def test_overlong_and_odd_training_lines_are_dropped_and_counted(
     tmp_path: Path, multi30k_dir: Path
 ) -> None:
@@ -233,7 +237,8 @@ def test_overlong_and_odd_training_lines_are_dropped_and_counted(
         (["model.dropout=1.5"], "model.dropout=1.5 must be at least 0 and below 1"),
         (["data.tgt_lang=de"], "data.src_lang and data.tgt_lang are both 'de'"),
         (["data.src_lang=xx"], "has no language 'xx'"),
-        (["train.precision=fp16", "device=cpu"], "fp16 needs CUDA"),
+        (["precision=fp16", "device=cpu"], "fp16 needs CUDA"),
+        (["train.precision=fp16", "device=cpu"], "fp16 needs CUDA"),  # the old spelling
         (["device=tpu"], "unknown device 'tpu'"),
         (["train.batch_tokens=0"], "train.batch_tokens=0 must be positive"),
     ],
@@ -257,6 +262,7 @@ def test_unknown_keys_and_wrong_types_are_hydras_errors(tmp_path, overrides, mes
 # -- numerical trouble and logs ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path: Path, data_dirs) -> None:
     """A learning rate of 1e300 overflows fp32 in the first update: every later loss is inf."""
     code, out = run("train", *SMOKE, f"hydra.run.dir={tmp_path}", *data_dirs, "train.lr=1e300")
@@ -265,6 +271,7 @@ def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path: Path, data_d
     assert_one_line_error(code, out, "5 updates in a row", "train.lr=1e+300")
 
 
+@pytest.mark.slow
 def test_logs_in_a_file_have_no_progress_bar(tmp_path: Path, data_dirs) -> None:
     """stderr is a pipe here, as under nohup or a cluster's job log: plain lines, no bars."""
     proc = subprocess.run(

@@ -67,6 +67,7 @@ def test_inverse_sqrt_needs_a_warmup() -> None:
     assert OmegaConf.select(composed(), "train.scheduler.name") == ScheduleName.plateau
 
 
+@pytest.mark.slow
 def test_training_follows_the_schedule(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
     run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={folder}",
@@ -78,6 +79,7 @@ def test_training_follows_the_schedule(tmp_path: Path, data_dirs) -> None:
     )
 
 
+@pytest.mark.slow
 def test_training_with_sampled_subwords(tmp_path: Path, data_dirs) -> None:
     """Subword regularisation trains, validates on the cached segmentation, and writes a
     checkpoint whose updates counted the sampled tokens."""

@@ -26,10 +26,17 @@ from seq2seq.vocab import BOS, EOS
 ATTENTIONS = {
     "bahdanau": dict(attention=BahdanauConfig(size=10)),
     "luong": dict(attention=LuongConfig(size=10)),
-    "luong-nofeed": dict(attention=LuongConfig(size=10, score="dot"), input_feed=False),
+    "luong-nofeed": dict(attention=LuongConfig(size=10, score="dot", input_feed=False)),
     "multihead": dict(attention=MultiHeadConfig(size=8, heads=2)),
 }
 A, B = 1.0, 4  # max_len = src_len + 4
+
+
+def settings(
+    beam_size: int = 1, alpha: float = 0.6, nbest: int = 1, a: float = A, b: int = B
+) -> DecodeConfig:
+    """The search settings of a call: ``beam_size`` beams, the ``nbest`` best, max_len a * S + b."""
+    return DecodeConfig(beam_size=beam_size, alpha=alpha, nbest=nbest, max_len_a=a, max_len_b=b)
 
 
 def peaky_model(name: str) -> Seq2Seq:
@@ -75,10 +82,10 @@ def assert_same(a: Hypothesis, b: Hypothesis, exact: bool = False) -> None:
 @pytest.mark.parametrize("name", ATTENTIONS)
 def test_beam_one_is_greedy(name: str) -> None:
     model, (src, lengths) = peaky_model(name), sources()
-    greedy = greedy_search(model, src, lengths, A, B)
+    greedy = greedy_search(model, src, lengths, settings())
     assert len({len(h.tokens) for h in greedy}) > 1  # the model is not degenerate
     for alpha in (0.0, 0.6):
-        beam = beam_search(model, src, lengths, 1, alpha, 1, A, B)
+        beam = beam_search(model, src, lengths, settings(1, alpha, 1))
         for g, (b,) in zip(greedy, beam, strict=True):
             assert g.tokens == b.tokens and torch.equal(g.attention, b.attention)
             assert b.score == pytest.approx(g.score / length_penalty(len(g.tokens) + 1, alpha))
@@ -89,12 +96,12 @@ def test_beam_one_is_greedy(name: str) -> None:
 def test_batch_equals_alone(name: str, check_every: int) -> None:
     """Also when finished sentences stay in the batch for a few steps (``check_every``)."""
     model, (src, lengths) = peaky_model(name), sources()
-    greedy = greedy_search(model, src, lengths, A, B, check_every)
-    beam = beam_search(model, src, lengths, 4, 0.6, 4, A, B, check_every)
+    greedy = greedy_search(model, src, lengths, settings(), check_every=check_every)
+    beam = beam_search(model, src, lengths, settings(4, 0.6, 4), check_every=check_every)
     for i, n in enumerate(lengths.tolist()):
         alone_src, alone_len = src[i : i + 1, :n], lengths[i : i + 1]
-        assert_same(greedy[i], greedy_search(model, alone_src, alone_len, A, B)[0])
-        alone_beam = beam_search(model, alone_src, alone_len, 4, 0.6, 4, A, B)[0]
+        assert_same(greedy[i], greedy_search(model, alone_src, alone_len, settings())[0])
+        alone_beam = beam_search(model, alone_src, alone_len, settings(4, 0.6, 4))[0]
         assert len(beam[i]) == len(alone_beam) == 4
         for together, alone in zip(beam[i], alone_beam, strict=True):
             assert_same(together, alone)
@@ -103,8 +110,8 @@ def test_batch_equals_alone(name: str, check_every: int) -> None:
 @pytest.mark.parametrize("name", ATTENTIONS)
 def test_nbest_sorted_and_first_is_one_best(name: str) -> None:
     model, (src, lengths) = peaky_model(name), sources()
-    nbest = beam_search(model, src, lengths, 5, 0.6, 5, A, B)
-    one_best = beam_search(model, src, lengths, 5, 0.6, 1, A, B)
+    nbest = beam_search(model, src, lengths, settings(5, 0.6, 5))
+    one_best = beam_search(model, src, lengths, settings(5, 0.6, 1))
     for hyps, (best,) in zip(nbest, one_best, strict=True):
         scores = [h.score for h in hyps]
         assert scores == sorted(scores, reverse=True) and len(hyps) == 5
@@ -125,8 +132,8 @@ def test_nbest_sorted_and_first_is_one_best(name: str) -> None:
 def test_attention_rows_cover_real_source(name: str) -> None:
     model, (src, lengths) = peaky_model(name), sources()
     limits = max_lengths(lengths, A, B).tolist()
-    results = [[h] for h in greedy_search(model, src, lengths, A, B, check_every=5)]
-    results += beam_search(model, src, lengths, 3, 0.6, 3, A, B, check_every=5)
+    results = [[h] for h in greedy_search(model, src, lengths, settings(), check_every=5)]
+    results += beam_search(model, src, lengths, settings(3, 0.6, 3), check_every=5)
     for i, hyps in enumerate(results):
         n = lengths[i % 5].item()
         for h in hyps:
@@ -143,9 +150,9 @@ def test_attention_rows_cover_real_source(name: str) -> None:
 
 def test_length_limit_forces_eos() -> None:
     model, (src, lengths) = peaky_model("bahdanau"), sources()
-    for h in greedy_search(model, src, lengths, 0.0, 2):
+    for h in greedy_search(model, src, lengths, settings(a=0.0, b=2)):
         assert len(h.tokens) <= 2
-    for hyps in beam_search(model, src, lengths, 3, 0.6, 3, 0.0, 0):
+    for hyps in beam_search(model, src, lengths, settings(3, 0.6, 3, a=0.0, b=0)):
         assert [h.tokens for h in hyps] == [[]]  # only EOS is possible
 
 
@@ -184,14 +191,15 @@ def test_same_translations_as_the_reference_search(
     sources = sorted(([*ids, EOS] for ids in run.src_tok.encode_batch(lines)), key=len)
     for start in range(0, len(sources), 32):
         src, lengths = padded(sources[start : start + 32])
-        old = reference_search.greedy_search(run.model, src, lengths, 1.5, 5)
-        new = greedy_search(run.model, src, lengths, 1.5, 5, check_every)
+        greedy = settings(a=1.5, b=5)
+        old = reference_search.greedy_search(run.model, src, lengths, greedy)
+        new = greedy_search(run.model, src, lengths, greedy, check_every=check_every)
         for a, b in zip(old, new, strict=True):
             assert_same(a, b)
         for nbest, alpha in ((5, 0.6), (1, 0.6), (2, 1.0), (1, 0.0)):  # 1, 2: stops early
-            old_beams = reference_search.beam_search(run.model, src, lengths, 5, alpha, nbest,
-                                                     1.5, 5)  # fmt: skip
-            new_beams = beam_search(run.model, src, lengths, 5, alpha, nbest, 1.5, 5, check_every)
+            beam = settings(5, alpha, nbest, a=1.5, b=5)
+            old_beams = reference_search.beam_search(run.model, src, lengths, beam)
+            new_beams = beam_search(run.model, src, lengths, beam, check_every=check_every)
             for a_list, b_list in zip(old_beams, new_beams, strict=True):
                 assert len(a_list) == len(b_list) == nbest
                 for a, b in zip(a_list, b_list, strict=True):
@@ -210,8 +218,9 @@ def test_stopping_early_keeps_the_nbest_lists(name: str) -> None:
     src[torch.arange(8) >= lengths[:, None]] = 0
     src[torch.arange(48), lengths - 1] = EOS
     for nbest, alpha in ((1, 0.6), (1, 2.0), (2, 1.0)):
-        want = reference_search.beam_search(model, src, lengths, 4, alpha, nbest, 1.5, 6)
-        got = beam_search(model, src, lengths, 4, alpha, nbest, 1.5, 6)
+        beam = settings(4, alpha, nbest, a=1.5, b=6)
+        want = reference_search.beam_search(model, src, lengths, beam)
+        got = beam_search(model, src, lengths, beam)
         for a_list, b_list in zip(want, got, strict=True):
             assert len(a_list) == len(b_list) == nbest
             for a, b in zip(a_list, b_list, strict=True):

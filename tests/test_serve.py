@@ -99,6 +99,7 @@ def cli_translations(run_dir: Path, lines: list[str], *overrides: str) -> list[s
     return proc.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_translations_equal_the_command_lines(served: str, smoke_run: Path) -> None:
     status, data = post(served, SENTENCES)
     assert status == 200
@@ -227,6 +228,7 @@ def evaluate(run_dir: Path, *overrides: str) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_release_reproduces_the_run_and_holds_no_pickle(
     smoke_run: Path, release: Path, multi30k_url: str, tmp_path: Path
 ) -> None:
@@ -320,6 +322,7 @@ def _selenium() -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_serve_bench_reports(served: str, tmp_path: Path, multi30k_dir: Path) -> None:
     sources, _ = read_parallel(multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz", 50)
     (tmp_path / "s.de").write_text("\n".join(sources) + "\n")

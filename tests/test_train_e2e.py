@@ -34,7 +34,7 @@ ATTENTIONS = [
     ["model/attention=bahdanau"],
     ["model/attention=luong", "model.attention.score=dot"],
     ["model/attention=luong", "model.attention.score=general"],
-    ["model/attention=luong", "model.attention.score=concat", "model.input_feed=false"],
+    ["model/attention=luong", "model.attention.score=concat", "model.attention.input_feed=false"],
     ["model/attention=luong", "model.attention.score=scaled_dot"],
     ["model/attention=multihead", f"model.attention.heads={HEADS}"],
 ]
@@ -112,6 +112,7 @@ def smoke_runs(
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ATTENTIONS, ids=_name)
 def test_smoke_training_learns(smoke_runs, attention: list[str]) -> None:
     run = smoke_runs(attention)
@@ -131,6 +132,7 @@ def test_smoke_training_learns(smoke_runs, attention: list[str]) -> None:
         assert [e.step for e in acc.Images(tag)] == [step for step, _ in losses], tag
 
 
+@pytest.mark.slow
 def test_smoke_run_logs_what_tensorboard_shows(smoke_runs, multi30k_dir: Path) -> None:
     run = smoke_runs(BAHDANAU)
     acc = events(run)
@@ -171,6 +173,7 @@ def test_smoke_run_logs_what_tensorboard_shows(smoke_runs, multi30k_dir: Path) -
             assert f" {_markdown_cell(source)} | {_markdown_cell(reference)} | " in row
 
 
+@pytest.mark.slow
 def test_tensorboard_server_lists_the_smoke_runs_attention_images(
     smoke_runs, tmp_path: Path
 ) -> None:
@@ -193,6 +196,7 @@ def test_tensorboard_server_lists_the_smoke_runs_attention_images(
         assert metrics["hparams/best_valid_bleu"] == pytest.approx(best)
 
 
+@pytest.mark.slow
 def test_multirun_folders_are_flat_and_tensorboard_compares_them(
     tmp_path: Path, data_dirs: list[str]
 ) -> None:
@@ -236,6 +240,7 @@ def test_multirun_folders_are_flat_and_tensorboard_compares_them(
         assert compared[run.split("attention:")[1].split("__")[0]] == pytest.approx(best)
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_where_it_stopped(
     tmp_path: Path, data_dirs: list[str], smoke_runs
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Optional
 
 from omegaconf import MISSING
 
@@ -19,7 +20,8 @@ class LuongScore(str, Enum):
 @dataclass
 class AttentionConfig:
     """Base of the attention group; ``name`` is the key of ``seq2seq.model.registry.ATTENTIONS``,
-    and every other field is a keyword argument of that attention class."""
+    ``input_feed`` (Luong flow) belongs to the decoder step, and every other field is a keyword
+    argument of that attention class."""
 
     name: str = MISSING
     size: int = 512  # hidden size of the score function / projections
@@ -38,6 +40,7 @@ class LuongConfig(AttentionConfig):
 
     name: str = "luong"
     score: LuongScore = LuongScore.general
+    input_feed: bool = True  # feed the previous attentional vector to the GRU
 
 
 @dataclass
@@ -46,6 +49,7 @@ class MultiHeadConfig(AttentionConfig):
 
     name: str = "multihead"
     heads: int = 8
+    input_feed: bool = True  # feed the previous attentional vector to the GRU
 
 
 # The attention variants: each name's schema. seq2seq.model.registry adds each one's modules.
@@ -58,9 +62,8 @@ ATTENTION_CONFIGS: dict[str, type[AttentionConfig]] = {
 class ModelConfig:
     emb_size: int = 256
     hidden_size: int = 512  # the decoder GRU, and each encoder direction unless encoder_size
-    encoder_size: int | None = None  # per encoder direction; None: hidden_size
+    encoder_size: Optional[int] = None  # per encoder direction; None: hidden_size
     encoder_layers: int = 1
     dropout: float = 0.3
-    input_feed: bool = True  # Luong flow only: feed the previous attentional vector to the GRU
     tie_embeddings: bool = False  # share target embedding and output projection
     attention: AttentionConfig = MISSING

@@ -81,7 +81,8 @@ class DecoderStep(nn.Module):
     def build(
         cls, emb_size: int, hidden_size: int, attention: Attention, input_feed: bool
     ) -> DecoderStep:
-        """The step of a model config; only the Luong flow has an input-feeding choice."""
+        """The step of a model config; only the Luong flow has an input-feeding choice (the
+        attention config's ``input_feed``)."""
         return cls(emb_size, hidden_size, attention)
 
     def compile_steps(self, compiler: Callable[[Callable], Callable]) -> None:
@@ -263,6 +264,11 @@ class Decoder(nn.Module):
     @property
     def attention(self) -> Attention:
         return self.flow.attention
+
+    @property
+    def heads(self) -> int:
+        """Attention heads in the weights ``step`` returns (1 for single-head attentions)."""
+        return self.attention.heads
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
         """Initial state tanh(W final) (+ a zero attentional vector for Luong input feeding)."""

@@ -1,15 +1,15 @@
 """Several trained models decoding as one: the mean of their log-probabilities at every step.
 
 An `Ensemble` offers what search uses of a `Seq2Seq` (``encode``, ``decoder.init_state``,
-``decoder.step``, ``decoder.attention.heads``), so greedy and beam search run on it unchanged. The
-attention it reports is the members' attention averaged over their heads and then over members.
+``decoder.step``, ``decoder.heads``), so greedy and beam search run on it unchanged. The
+attention it reports is the members' attention averaged over their heads and then over members,
+so it has one head.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import torch
 from torch import Tensor, nn
@@ -31,7 +31,7 @@ class Members:
 class EnsembleDecoder:
     """The decoder side of an ensemble: every member steps, their log-probabilities averaged."""
 
-    attention = SimpleNamespace(heads=1)  # members' heads are averaged
+    heads = 1  # members' heads are averaged: step reports weights [B, 1, S]
 
     def __init__(self, members: Sequence[Seq2Seq]) -> None:
         self.members = members

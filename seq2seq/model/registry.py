@@ -59,7 +59,8 @@ def attention_type(name: str) -> AttentionType:
 
 def build_attention(cfg: Any, query_size: int, memory_size: int) -> Attention:
     """The attention module of an attention config: its name picks the class, the other fields
-    are that class's keyword arguments."""
+    (but ``input_feed``, the decoder step's) are that class's keyword arguments."""
     settings = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+    settings.pop("input_feed", None)
     kind = attention_type(settings.pop("name"))
     return kind.attention(**settings, query_size=query_size, memory_size=memory_size)
