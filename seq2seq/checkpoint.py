@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
 from seq2seq.config import upgrade_saved_config
-from seq2seq.engine import Engine
+from seq2seq.engine import HOST, Engine
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.linear import current_products
 from seq2seq.rundir import CONFIG_FILE, KEPT_DIR, KEPT_INDEX, LAST, kept_checkpoint
@@ -27,8 +27,6 @@ from seq2seq.updater import Updater
 
 log = logging.getLogger(__name__)
 train_log = logging.getLogger("seq2seq.train")  # resuming is told in the training log
-
-HOST = torch.device("cpu")  # where checkpoints keep their tensors and search returns its results
 
 
 @dataclass

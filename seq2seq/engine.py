@@ -24,6 +24,8 @@ from seq2seq.model.linear import choose_products, current_products, use_products
 
 log = logging.getLogger(__name__)
 
+HOST = torch.device("cpu")  # where checkpoints keep their tensors and search returns its results
+
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 _DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
 

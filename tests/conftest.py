@@ -15,16 +15,20 @@ def _multi30k_path() -> Path:
     return Path(env) if env else REPO.parent / "shared" / "data" / "multi30k"
 
 
-@pytest.fixture(scope="session")
-def multi30k_dir() -> Path:
-    """The local Multi30k mirror; skipped when absent, except under CI=true where it must exist."""
-    path = _multi30k_path()
+def _shared(path: Path, what: str, setting: str) -> Path:
+    """``path`` if it holds a shared data folder; else skipped, or failed under CI=true."""
     if not (path / "SHA256SUMS").is_file():
-        reason = f"Multi30k mirror not found at {path} (set SEQ2SEQ_MULTI30K to its folder)"
+        reason = f"{what} not found at {path} (set {setting})"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
     return path
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    """The local Multi30k mirror; skipped when absent, except under CI=true where it must exist."""
+    return _shared(_multi30k_path(), "Multi30k mirror", "SEQ2SEQ_MULTI30K to its folder")
 
 
 @pytest.fixture(scope="session")
@@ -33,12 +37,7 @@ def tatoeba_dir() -> Path:
     under CI=true where they must exist."""
     env = os.environ.get("SEQ2SEQ_TATOEBA")
     path = Path(env) if env else REPO.parent / "shared" / "data" / "tatoeba"
-    if not (path / "SHA256SUMS").is_file():
-        reason = f"Tatoeba exports not found at {path} (set SEQ2SEQ_TATOEBA to their folder)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return path
+    return _shared(path, "Tatoeba exports", "SEQ2SEQ_TATOEBA to their folder")
 
 
 @pytest.fixture(scope="session")

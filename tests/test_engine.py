@@ -7,10 +7,10 @@ import pytest
 import torch
 from distributed_step import TGT_LENGTHS, batch_of, update
 
-from seq2seq.checkpoint import HOST, to_host
+from seq2seq.checkpoint import to_host
 from seq2seq.config import Precision
 from seq2seq.distributed import Topology
-from seq2seq.engine import Engine, check_precision, default_threads, resolve_device
+from seq2seq.engine import HOST, Engine, check_precision, default_threads, resolve_device
 from seq2seq.errors import Seq2SeqError
 
 NO_CUDA = not torch.cuda.is_available()
