@@ -1,0 +1,4 @@
+"""The Hydra configs as a package (``pkg://seq2seq.configs``). Importing it registers the typed
+schema in Hydra's ConfigStore, so the compose API finds every group without importing the app."""
+
+import seq2seq.config  # noqa: F401  (registers the schema and the group options)

@@ -43,15 +43,15 @@ from seq2seq.data.corpus import file_stream, read_parallel, split_files
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
 from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
-from seq2seq.engine import DEVICES, Engine, check_precision
+from seq2seq.decoding.inference import TrainedRun, load_run, score
+from seq2seq.decoding.search import decode_corpus, max_lengths
 from seq2seq.errors import Seq2SeqError
-from seq2seq.inference import TrainedRun, load_run, score
 from seq2seq.model.config import AttentionConfig, LuongConfig, ModelConfig
 from seq2seq.model.linear import linear, pytorch_products
 from seq2seq.model.registry import ATTENTIONS as REGISTRY
 from seq2seq.model.seq2seq import Seq2Seq, build_model
-from seq2seq.search import decode_corpus, max_lengths
-from seq2seq.updater import Updater
+from seq2seq.runtime.engine import DEVICES, Engine, check_precision
+from seq2seq.training.updater import Updater
 
 # The reference model (ModelConfig's defaults) with each attention of the registry, and Luong
 # without input feeding: its attention config; score, heads and sizes are defaults.

@@ -35,12 +35,12 @@ from omegaconf import OmegaConf
 from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.checkpoint import load_checkpoint
 from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.data.sources import open_source
-from seq2seq.heatmap import attention_figure
+from seq2seq.decoding.heatmap import attention_figure
 from seq2seq.languages import is_cjk
-from seq2seq.rundir import BEST, CONFIG_FILE, EVAL_DIR, LAST, TENSORBOARD_DIR, split_file
+from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.storage.rundir import BEST, CONFIG_FILE, EVAL_DIR, LAST, TENSORBOARD_DIR, split_file
 
 IGNORED = (
     "data.source",

@@ -15,10 +15,10 @@ import hydra
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import kept_steps, load_checkpoint, save_checkpoint
 from seq2seq.config import AverageConfig, Selection
 from seq2seq.errors import Seq2SeqError
-from seq2seq.rundir import AVERAGED, kept_checkpoint
+from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint, save_checkpoint
+from seq2seq.storage.rundir import AVERAGED, kept_checkpoint
 
 log = logging.getLogger("seq2seq.average")
 

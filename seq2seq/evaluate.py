@@ -20,14 +20,12 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.alignment import AttentionSample, alignment_record, attention_samples, pharaoh
 from seq2seq.config import EvaluateConfig
 from seq2seq.data.corpus import read_parallel, split_files, split_name
 from seq2seq.data.sources import FileSource, open_source
 from seq2seq.data.stream import PairStream
-from seq2seq.engine import Engine
-from seq2seq.errors import DataError, Seq2SeqError
-from seq2seq.inference import (
+from seq2seq.decoding.alignment import AttentionSample, alignment_record, attention_samples, pharaoh
+from seq2seq.decoding.inference import (
     TrainedRun,
     Translation,
     Translator,
@@ -35,9 +33,11 @@ from seq2seq.inference import (
     run_bleu_tokenizer,
     score,
 )
-from seq2seq.monitor import Monitor, run_hparams
-from seq2seq.nbest import moses_lines
-from seq2seq.rundir import CHECKPOINTS, EVAL_DIR, split_file
+from seq2seq.decoding.nbest import moses_lines
+from seq2seq.errors import DataError, Seq2SeqError
+from seq2seq.runtime.engine import Engine
+from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR, split_file
+from seq2seq.training.monitor import Monitor, run_hparams
 
 log = logging.getLogger("seq2seq.evaluate")
 

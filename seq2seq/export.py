@@ -20,13 +20,13 @@ import hydra
 import safetensors.torch
 from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import ExportConfig, Multi30kConfig
 from seq2seq.data.sources import open_source
+from seq2seq.decoding.inference import TrainedRun, load_run
 from seq2seq.errors import Seq2SeqError
-from seq2seq.inference import TrainedRun, load_run
-from seq2seq.manifest import write_manifest
-from seq2seq.rundir import (
+from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.storage.manifest import write_manifest
+from seq2seq.storage.rundir import (
     CHECKPOINTS,
     CONFIG_FILE,
     EVAL_DIR,

@@ -33,12 +33,18 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 from starlette.routing import Route
 
-from seq2seq.alignment import alignment_record
 from seq2seq.config import DecodeConfig, ServeConfig
-from seq2seq.engine import Engine
+from seq2seq.decoding.alignment import alignment_record
+from seq2seq.decoding.inference import (
+    TrainedRun,
+    Translation,
+    Translator,
+    open_model,
+    release_facts,
+)
+from seq2seq.decoding.nbest import json_candidates
 from seq2seq.errors import Seq2SeqError
-from seq2seq.inference import TrainedRun, Translation, Translator, open_model, release_facts
-from seq2seq.nbest import json_candidates
+from seq2seq.runtime.engine import Engine
 
 log = logging.getLogger("seq2seq.serve")
 

@@ -2,7 +2,7 @@
 
 On a terminal it is a prompt loop (readline editing, history in ~/.seq2seq_history); otherwise it
 reads standard input in batches and writes exactly one line per input line, flushing each batch.
-Translations come from `seq2seq.inference.Translator`, as in evaluation and validation.
+Translations come from `seq2seq.decoding.inference.Translator`, as in evaluation and validation.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from typing import BinaryIO
 
 import hydra
 
-from seq2seq.alignment import best_alignment_view
 from seq2seq.config import TranslateConfig
+from seq2seq.decoding.alignment import best_alignment_view
+from seq2seq.decoding.inference import Translation, Translator, open_model
+from seq2seq.decoding.nbest import NBEST_SEPARATOR, scored_lines
 from seq2seq.errors import Seq2SeqError
-from seq2seq.inference import Translation, Translator, open_model
-from seq2seq.nbest import NBEST_SEPARATOR, scored_lines
 
 log = logging.getLogger("seq2seq.translate")
 

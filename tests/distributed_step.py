@@ -12,10 +12,10 @@ from omegaconf import OmegaConf
 
 from seq2seq.config import TrainConfig
 from seq2seq.data.batching import Batch
-from seq2seq.engine import Engine
 from seq2seq.model import Seq2Seq, build_model
 from seq2seq.model.config import BahdanauConfig, ModelConfig
-from seq2seq.updater import Updater
+from seq2seq.runtime.engine import Engine
+from seq2seq.training.updater import Updater
 from seq2seq.vocab import BOS, EOS, PAD
 
 SRC_VOCAB, TGT_VOCAB = 30, 40

@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decoding.search import Hypothesis, length_penalty, max_lengths
 from seq2seq.model.seq2seq import Seq2Seq
-from seq2seq.search import Hypothesis, length_penalty, max_lengths
 from seq2seq.vocab import BOS, EOS, PAD
 
 

@@ -1,5 +1,6 @@
-"""The house rules that keep the code readable: the model does not know the app, one list of
-attention variants, and no file, function or class past its size limit."""
+"""The house rules that keep the code readable: the model does not know the app, the library's
+folders import downward only, one list of attention variants, and no file, function or class past
+its size limit."""
 
 from __future__ import annotations
 
@@ -26,6 +27,35 @@ def test_the_model_imports_neither_the_app_config_nor_hydra() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# The library's folders, lowest first: each imports only from its own folder, the folders before
+# it, and the shared modules; none imports a command (train, evaluate, translate, ...).
+LAYERS = ["storage", "model", "data", "runtime", "decoding", "training"]
+SHARED = {"config", "errors", "languages", "vocab"}
+
+
+def _imports(path: Path) -> set[str]:
+    """The `seq2seq.*` modules that a file imports, as dotted names without the `seq2seq.`."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {n.removeprefix("seq2seq.") for n in names if n.startswith("seq2seq.")}
+
+
+def test_the_library_folders_import_downward_only_and_never_a_command() -> None:
+    wrong = []
+    for rank, layer in enumerate(LAYERS):
+        for path in sorted((PACKAGE / layer).rglob("*.py")):
+            for name in _imports(path):
+                top = name.split(".")[0]
+                allowed = top in SHARED or (top in LAYERS and LAYERS.index(top) <= rank)
+                if not allowed:
+                    wrong.append(f"{path.relative_to(ROOT)} imports seq2seq.{name}")
+    assert not wrong, wrong
 
 
 def test_the_registry_is_the_one_list_of_attention_variants() -> None:

@@ -7,12 +7,12 @@ import torch
 from omegaconf import OmegaConf
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decoding.search import greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import build_model
 from seq2seq.model.attention import LuongAttention, MultiHeadAttention
 from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
 from seq2seq.model.registry import build_attention
-from seq2seq.search import greedy_search
 
 QUERY, MEMORY = 6, 10
 LENGTHS = torch.tensor([5, 3, 1])

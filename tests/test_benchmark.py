@@ -16,12 +16,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq.checkpoint import save_checkpoint
 from seq2seq.config import Config, Multi30kConfig
 from seq2seq.data.corpus import file_stream, split_files
 from seq2seq.data.tokenizer import train_tokenizers
 from seq2seq.model.config import LuongConfig, ModelConfig
 from seq2seq.model.seq2seq import build_model
+from seq2seq.runtime.checkpoint import save_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 ATTENTIONS = ("bahdanau", "luong", "luong-nofeed", "multihead")

@@ -11,9 +11,9 @@ import torch
 from omegaconf import OmegaConf
 
 from seq2seq.average import average
-from seq2seq.checkpoint import CheckpointWriter, keep, load_checkpoint, save_checkpoint
 from seq2seq.config import AverageConfig
 from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.checkpoint import CheckpointWriter, keep, load_checkpoint, save_checkpoint
 
 
 def test_saved_checkpoint_loads_and_follows_the_umask(tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ from test_search import assert_same
 from torch._dynamo.utils import counters
 
 from seq2seq.config import DecodeConfig
-from seq2seq.engine import Engine
+from seq2seq.decoding.search import beam_search, greedy_search
 from seq2seq.model import Seq2Seq
-from seq2seq.search import beam_search, greedy_search
+from seq2seq.runtime.engine import Engine
 
 
 def trained_once(model: Seq2Seq) -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:

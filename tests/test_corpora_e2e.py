@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_recipes import composed, run
 
-from seq2seq.manifest import damage
+from seq2seq.storage.manifest import damage
 
 
 def last_json(out: str) -> dict:

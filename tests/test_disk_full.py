@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_train_e2e import TRAIN_TIMEOUT, finish
 
-from seq2seq.checkpoint import load_checkpoint
+from seq2seq.runtime.checkpoint import load_checkpoint
 
 # Installed into the training process: after `SEQ2SEQ_FAIL_AFTER` successful calls, the patched
 # function raises ENOSPC, as a full disk does.

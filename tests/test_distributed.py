@@ -22,8 +22,8 @@ from test_train_e2e import TRAIN_TIMEOUT, finish, scalars
 
 from seq2seq.data.batching import plan_updates, shard
 from seq2seq.data.corpus import read_parallel
-from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.engine import Engine
 
 REPO = Path(__file__).resolve().parents[1]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"]

@@ -7,11 +7,11 @@ import pytest
 import torch
 from distributed_step import TGT_LENGTHS, batch_of, update
 
-from seq2seq.checkpoint import to_host
 from seq2seq.config import Precision
-from seq2seq.distributed import Topology
-from seq2seq.engine import HOST, Engine, check_precision, default_threads, resolve_device
 from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.checkpoint import to_host
+from seq2seq.runtime.distributed import Topology
+from seq2seq.runtime.engine import HOST, Engine, check_precision, default_threads, resolve_device
 
 NO_CUDA = not torch.cuda.is_available()
 
@@ -46,7 +46,7 @@ def test_threads_default_to_omp_num_threads_else_a_share_of_the_cores(monkeypatc
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert default_threads(local_world_size=2) == 3
     monkeypatch.delenv("OMP_NUM_THREADS")
-    monkeypatch.setattr("seq2seq.engine.available_cores", lambda: 16)
+    monkeypatch.setattr("seq2seq.runtime.engine.available_cores", lambda: 16)
     assert default_threads(1) == 16 and default_threads(4) == 4 and default_threads(32) == 1
 
 

@@ -14,8 +14,8 @@ import pytest
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.alignment import pharaoh
 from seq2seq.config import EvaluateConfig
+from seq2seq.decoding.alignment import pharaoh
 from seq2seq.errors import Seq2SeqError
 from seq2seq.evaluate import evaluate
 

@@ -14,8 +14,8 @@ from test_train_e2e import TRAIN_TIMEOUT, scalars
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
-from seq2seq.engine import Engine
-from seq2seq.inference import Translator, load_run
+from seq2seq.decoding.inference import Translator, load_run
+from seq2seq.runtime.engine import Engine
 
 pytestmark = [
     pytest.mark.gpu,

@@ -13,8 +13,8 @@ import pytest
 from seq2seq.config import CustomDataConfig, TokenizerConfig
 from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import train_tokenizers
+from seq2seq.decoding.inference import score
 from seq2seq.errors import Seq2SeqError
-from seq2seq.inference import score
 from seq2seq.languages import bleu_tokenizer, character_coverage, check_bleu_tokenizer
 
 

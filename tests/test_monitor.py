@@ -26,16 +26,16 @@ from tensorboard.backend.event_processing.event_accumulator import (
     EventAccumulator,
 )
 
-from seq2seq.alignment import AttentionSample, attention_sample, attention_statistics
 from seq2seq.config import Config, Multi30kConfig, TokenizerConfig
 from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import train_tokenizers
-from seq2seq.heatmap import Heatmap as _Heatmap
-from seq2seq.heatmap import attention_figure
+from seq2seq.decoding.alignment import AttentionSample, attention_sample, attention_statistics
+from seq2seq.decoding.heatmap import Heatmap as _Heatmap
+from seq2seq.decoding.heatmap import attention_figure
+from seq2seq.decoding.search import Hypothesis
 from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
-from seq2seq.monitor import Monitor, run_hparams
-from seq2seq.rundir import TENSORBOARD_DIR
-from seq2seq.search import Hypothesis
+from seq2seq.storage.rundir import TENSORBOARD_DIR
+from seq2seq.training.monitor import Monitor, run_hparams
 from seq2seq.vocab import EOS
 
 STEPS = (100, 200)

@@ -17,12 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_train_e2e import TRAIN_TIMEOUT, finish
 
-from seq2seq.checkpoint import load_checkpoint, save_checkpoint
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
+from seq2seq.decoding.inference import Translator, load_run
 from seq2seq.errors import DataError, Seq2SeqError
-from seq2seq.inference import Translator, load_run
-from seq2seq.rundir import LOCK
+from seq2seq.runtime.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq.storage.rundir import LOCK
 
 SMOKE = ["experiment=smoke", "log.progress=false"]
 
@@ -152,7 +152,7 @@ def test_a_kill_between_write_and_rename_keeps_the_old_checkpoint(tmp_path: Path
     child = (
         "import os, signal, torch, sys\n"
         "from pathlib import Path\n"
-        "from seq2seq.checkpoint import save_checkpoint\n"
+        "from seq2seq.runtime.checkpoint import save_checkpoint\n"
         "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # dies before renaming\n"
         f"save_checkpoint(Path({str(path)!r}), {{'step': 2, 'w': torch.ones(4)}})\n"
     )

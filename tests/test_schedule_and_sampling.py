@@ -14,7 +14,7 @@ from test_train_e2e import scalars
 
 from seq2seq.config import ScheduleName, SchedulerConfig, check_config
 from seq2seq.errors import Seq2SeqError
-from seq2seq.schedule import LearningRate
+from seq2seq.training.schedule import LearningRate
 
 
 def schedule(**settings) -> tuple[LearningRate, torch.optim.Optimizer]:

@@ -9,10 +9,8 @@ from omegaconf import OmegaConf
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
-from seq2seq.inference import load_run
-from seq2seq.model import Seq2Seq, build_model
-from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
-from seq2seq.search import (
+from seq2seq.decoding.inference import load_run
+from seq2seq.decoding.search import (
     Hypothesis,
     beam_search,
     decode,
@@ -21,6 +19,8 @@ from seq2seq.search import (
     length_penalty,
     max_lengths,
 )
+from seq2seq.model import Seq2Seq, build_model
+from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
 from seq2seq.vocab import BOS, EOS
 
 ATTENTIONS = {

@@ -251,7 +251,7 @@ def test_text_store_reads_lines_by_number(tmp_path: Path) -> None:
 
 def test_run_configs_of_older_versions_name_their_reader(tmp_path: Path) -> None:
     """Run folders written before data.kind said data.name: multi30k or custom."""
-    from seq2seq.inference import read_config
+    from seq2seq.decoding.inference import read_config
 
     old = tmp_path / "config.yaml"
     old.write_text(

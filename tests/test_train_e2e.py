@@ -26,8 +26,8 @@ from tensorboard.backend.event_processing.event_accumulator import (
 from test_monitor import poll, request, tensorboard_server
 
 from seq2seq.data.corpus import read_parallel
-from seq2seq.monitor import Monitor, _markdown_cell
-from seq2seq.rundir import TENSORBOARD_DIR
+from seq2seq.storage.rundir import TENSORBOARD_DIR
+from seq2seq.training.monitor import Monitor, _markdown_cell
 
 HEADS = 4
 ATTENTIONS = [

@@ -13,8 +13,8 @@ import numpy as np
 import pexpect
 import pytest
 
-from seq2seq.alignment import alignment_view
-from seq2seq.nbest import NBEST_SEPARATOR
+from seq2seq.decoding.alignment import alignment_view
+from seq2seq.decoding.nbest import NBEST_SEPARATOR
 from seq2seq.translate import line_batches
 
 

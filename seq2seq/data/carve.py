@@ -27,7 +27,7 @@ from pathlib import Path
 from seq2seq.data.corpus import parallel_batches
 from seq2seq.data.stream import Batch, PairStream, fingerprint
 from seq2seq.errors import DataError
-from seq2seq.manifest import damage, write_manifest
+from seq2seq.storage.manifest import damage, write_manifest
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from seq2seq.data.stream import PairStream, fingerprint, worker_context
 from seq2seq.errors import DataError
-from seq2seq.manifest import damage, write_manifest
+from seq2seq.storage.manifest import damage, write_manifest
 from seq2seq.vocab import EOS
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from seq2seq.errors import ChecksumError, DataError
-from seq2seq.manifest import sha256_file
+from seq2seq.storage.manifest import sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from seq2seq.data.sources import CarvingSource, open_source
 from seq2seq.data.stream import PairStream, available_cores, from_lists
 from seq2seq.data.textstore import SideText, text_store
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
-from seq2seq.rundir import SPLITS_DIR, SRC_TOKENIZER, TGT_TOKENIZER, split_file
+from seq2seq.storage.rundir import SPLITS_DIR, SRC_TOKENIZER, TGT_TOKENIZER, split_file
 
 TokenizerSource = Callable[[PairStream], tuple[Tokenizer, Tokenizer]]
 

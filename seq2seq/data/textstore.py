@@ -18,7 +18,7 @@ import numpy as np
 
 from seq2seq.data.dataset import NpyWriter
 from seq2seq.data.stream import PairStream, fingerprint
-from seq2seq.manifest import damage, write_manifest
+from seq2seq.storage.manifest import damage, write_manifest
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from seq2seq.config import DataConfig, SubwordModel, TokenizerConfig
 from seq2seq.data.stream import PairStream, fingerprint, worker_context
 from seq2seq.errors import DataError
 from seq2seq.languages import character_coverage, is_cjk
-from seq2seq.manifest import damage, write_manifest
-from seq2seq.rundir import SRC_TOKENIZER, TGT_TOKENIZER
+from seq2seq.storage.manifest import damage, write_manifest
+from seq2seq.storage.rundir import SRC_TOKENIZER, TGT_TOKENIZER
 from seq2seq.vocab import BOS, EOS, PAD, UNK
 
 log = logging.getLogger(__name__)

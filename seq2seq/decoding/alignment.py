@@ -3,7 +3,7 @@
 One module for every alignment record: the heatmap sample and attention statistics of
 validation and TensorBoard, the JSON form (evaluation's ``.attn.jsonl`` lines and the server's
 ``alignment``), the Pharaoh form (evaluation's ``.align``) and the terminal view (the translate
-command's ``show_alignment``). No drawing library is imported here: see `seq2seq.heatmap`.
+command's ``show_alignment``). No drawing library is imported here: see `seq2seq.decoding.heatmap`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 from torch import Tensor
 
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.inference import Translation, Translator
-from seq2seq.search import Hypothesis
+from seq2seq.decoding.inference import Translation, Translator
+from seq2seq.decoding.search import Hypothesis
 from seq2seq.vocab import EOS
 
 # -- heatmap samples and statistics (validation, evaluation, TensorBoard) ---------------------

@@ -20,9 +20,9 @@ from torch import Tensor, nn
 
 from seq2seq.config import Precision, TrainConfig
 from seq2seq.data.batching import Batch
-from seq2seq.engine import Engine
 from seq2seq.errors import Seq2SeqError
-from seq2seq.rundir import BEST, LAST
+from seq2seq.runtime.engine import Engine
+from seq2seq.storage.rundir import BEST, LAST
 
 log = logging.getLogger("seq2seq.train")  # skipped updates are told in the training log
 

@@ -1,7 +1,8 @@
 """Attention heatmaps drawn with matplotlib: one figure per sentence pair, as an RGB image.
 
-TensorBoard logging (`seq2seq.monitor`) and the results pictures (`scripts/results.py`) draw
-with it; the figure is laid out by hand, so that repainting it for each head is cheap.
+TensorBoard logging (`seq2seq.training.monitor`) and the results pictures
+(`scripts/results.py`) draw with it; the figure is laid out by hand, so that repainting it for
+each head is cheap.
 """
 
 from __future__ import annotations

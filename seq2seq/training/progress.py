@@ -10,11 +10,11 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from seq2seq.checkpoint import Progress
-from seq2seq.engine import Engine
-from seq2seq.monitor import Monitor, run_hparams
-from seq2seq.updater import StepResult
-from seq2seq.validation import Validation
+from seq2seq.runtime.engine import Engine
+from seq2seq.training.monitor import Monitor, run_hparams
+from seq2seq.training.state import Progress
+from seq2seq.training.updater import StepResult
+from seq2seq.training.validation import Validation
 
 log = logging.getLogger("seq2seq.train")
 

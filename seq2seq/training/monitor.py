@@ -2,7 +2,7 @@
 
 Everything goes into the run folder's ``tensorboard/`` events, so ``tensorboard --logdir`` on one
 run folder, or on a multirun parent holding several, shows alignments forming and compares runs.
-Heatmaps are drawn by `seq2seq.heatmap` from the samples of `seq2seq.alignment`.
+Heatmaps are drawn by `seq2seq.decoding.heatmap` from the samples of `seq2seq.decoding.alignment`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import numpy as np
 from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
-from seq2seq.alignment import AttentionSample
-from seq2seq.diskfull import quiet_event_writer_threads
-from seq2seq.heatmap import Heatmap
-from seq2seq.rundir import TENSORBOARD_DIR
+from seq2seq.decoding.alignment import AttentionSample
+from seq2seq.decoding.heatmap import Heatmap
+from seq2seq.storage.diskfull import quiet_event_writer_threads
+from seq2seq.storage.rundir import TENSORBOARD_DIR
 
 # Metric tags every run declares to the HParams tab, logged or not yet, so that all runs of a
 # sweep agree (TensorBoard takes the declaration of the first run it reads for all of them).

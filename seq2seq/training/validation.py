@@ -8,18 +8,18 @@ from dataclasses import dataclass
 
 import torch
 
-from seq2seq.alignment import (
+from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import TokenBatchSampler, collate
+from seq2seq.data.prepare import TrainingData
+from seq2seq.decoding.alignment import (
     AttentionSample,
     attention_samples,
     attention_statistics,
     hypothesis_weights,
 )
-from seq2seq.config import DecodeConfig
-from seq2seq.data.batching import TokenBatchSampler, collate
-from seq2seq.data.prepare import TrainingData
-from seq2seq.engine import Engine
-from seq2seq.inference import Translator, score
+from seq2seq.decoding.inference import Translator, score
 from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.runtime.engine import Engine
 
 
 @dataclass

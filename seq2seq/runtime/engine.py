@@ -1,8 +1,8 @@
 """The runtime of one process: its device, precision, threads and random state.
 
 The only module that picks a device or builds an autocast context. The engine is also this
-process's place in torchrun's process group (`seq2seq.distributed.ProcessGroup`); the training
-step is `seq2seq.updater`.
+process's place in torchrun's process group (`seq2seq.runtime.distributed.ProcessGroup`);
+the training step is `seq2seq.training.updater`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from torch import Tensor, nn
 
 from seq2seq.config import Precision, Products
 from seq2seq.data.batching import Batch
-from seq2seq.distributed import ProcessGroup, Topology, join
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.linear import choose_products, current_products, use_products
+from seq2seq.runtime.distributed import ProcessGroup, Topology, join
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from seq2seq.distributed import ProcessGroup
+from seq2seq.runtime.distributed import ProcessGroup
 
 log = logging.getLogger(__name__)
 

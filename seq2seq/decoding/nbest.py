@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seq2seq.inference import Translation, Translator
+from seq2seq.decoding.inference import Translation, Translator
 
 NBEST_SEPARATOR = " ||| "  # Moses' field separator; between a piped line's candidates too
 

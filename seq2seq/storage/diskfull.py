@@ -4,7 +4,7 @@ Python's logging prints a traceback for every record a handler fails to write (a
 logs hundreds): a failed log file is dropped after one line, and log lines go on to the terminal.
 TensorBoard's event writer thread prints the traceback of a failed write before the monitor hears
 of it; the monitor says it once and goes on without events. Checkpoints are written atomically
-and their failures stop the run with one line (seq2seq.checkpoint).
+and their failures stop the run with one line (seq2seq.runtime.checkpoint).
 """
 
 from __future__ import annotations

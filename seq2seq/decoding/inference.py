@@ -16,16 +16,17 @@ import safetensors.torch
 from omegaconf import DictConfig, OmegaConf
 from sacrebleu.metrics import BLEU, CHRF
 
-from seq2seq.checkpoint import load_checkpoint
 from seq2seq.config import DecodeConfig, InferenceConfig, check_config, upgrade_saved_config
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.engine import Engine
+from seq2seq.decoding.search import Hypothesis, decode_sources
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
-from seq2seq.manifest import damage
 from seq2seq.model.ensemble import Ensemble
 from seq2seq.model.seq2seq import Seq2Seq, build_model
-from seq2seq.rundir import (
+from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.runtime.engine import Engine
+from seq2seq.storage.manifest import damage
+from seq2seq.storage.rundir import (
     CONFIG_FILE,
     MANIFEST,
     RELEASE_FACTS,
@@ -34,7 +35,6 @@ from seq2seq.rundir import (
     TGT_TOKENIZER,
     checkpoint_path,
 )
-from seq2seq.search import Hypothesis, decode_sources
 from seq2seq.vocab import EOS
 
 

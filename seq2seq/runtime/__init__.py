@@ -1,0 +1,1 @@
+"""Where a process runs: device, precision, threads, torchrun's process group, checkpoints."""

@@ -1,0 +1,304 @@
+"""The training loop: data prepared once (rank 0), updates planned per epoch, the model trained,
+validated and checkpointed until a limit or early stopping; `Trainer` owns the loop.
+
+Under ``torchrun`` rank 0 owns the run folder and writes every file and log line; the other ranks
+train their share of each epoch and receive what they need (tokenizers, resumed state, validation
+results) from it."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+from tqdm import tqdm
+
+from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import Batch, TokenBatchSampler, Update, collate, plan_updates
+from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, write_splits
+from seq2seq.data.sampling import SubwordSampler
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.errors import Seq2SeqError
+from seq2seq.languages import bleu_tokenizer
+from seq2seq.model.seq2seq import build_model
+from seq2seq.runtime.checkpoint import CheckpointWriter, keep, start_or_resume
+from seq2seq.runtime.engine import Engine
+from seq2seq.storage.manifest import write_manifest
+from seq2seq.storage.rundir import (
+    BEST,
+    CONFIG_FILE,
+    LAST,
+    MANIFEST,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
+    RunLock,
+)
+from seq2seq.training.monitor import Monitor
+from seq2seq.training.progress import Report, Window
+from seq2seq.training.schedule import LearningRate
+from seq2seq.training.state import Progress, restore_training, training_state
+from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
+from seq2seq.training.updater import NonFiniteGuard, Updater
+from seq2seq.training.validation import validate
+
+log = logging.getLogger("seq2seq.train")
+
+
+def prepare_data(cfg: DictConfig, run_dir: Path, engine: Engine, resuming: bool) -> TrainingData:
+    """Rank 0 downloads, trains (or reuses) the tokenizers and fills the token-id cache
+    first; the other ranks then take its tokenizers and find the rest in the caches."""
+    prepared: list[TrainingData] = []
+
+    def on_main() -> tuple[bytes, bytes]:
+        make = functools.partial(run_tokenizers, cfg.data, run_dir, resuming)
+        data = training_data(cfg.data, make)
+        files = [run_dir / name for name in (SRC_TOKENIZER, TGT_TOKENIZER, CONFIG_FILE)]
+        files += write_splits(cfg.data, run_dir)
+        write_manifest(run_dir / MANIFEST, files)
+        prepared.append(data)
+        return data.src_tok.proto, data.tgt_tok.proto
+
+    src_proto, tgt_proto = engine.from_main(on_main)
+    if prepared:
+        return prepared[0]
+    handed = Tokenizer(src_proto), Tokenizer(tgt_proto)
+    return training_data(cfg.data, lambda train: handed)
+
+
+class Epochs:
+    """The updates of every epoch, from token-bucketed batches: each rank's share, planned from
+    the cached segmentation, and collated on the device (subwords re-sampled where that is on)."""
+
+    def __init__(self, data: TrainingData, cfg: DictConfig, engine: Engine) -> None:
+        tcfg = cfg.train
+        self.data, self.engine, self.accumulate = data, engine, tcfg.accumulate
+        self.sampler = TokenBatchSampler(
+            data.train.src_lengths,
+            data.train.tgt_lengths,
+            tcfg.batch_tokens,
+            shuffle=True,
+            seed=tcfg.seed,
+        )
+        self.subwords = SubwordSampler.for_training(data, cfg.data, tcfg.seed)
+
+    def plan(self, epoch: int, rank: int) -> list[Update]:
+        """The updates of ``epoch`` for ``rank``."""
+        return plan_updates(
+            self.sampler.batches(epoch),
+            self.data.train.tgt_lengths,
+            rank,
+            self.engine.world_size,
+            self.accumulate,
+        )
+
+    def device_batches(self, update: Update, epoch: int) -> list[Batch]:
+        """The micro-batches of ``update`` (in ``epoch``) on the device."""
+        if self.subwords is None:
+            batches = [collate(self.data.train, ids) for ids in update.batches]
+        else:
+            batches = [self.subwords.collate(ids, epoch) for ids in update.batches]
+        return [self.engine.to_device(batch) for batch in batches]
+
+    def tokens(self, update: Update, batches: list[Batch]) -> int:
+        """Target tokens of the update on all ranks: planned from the cached segmentation, or
+        counted when sampled segmentations differ from it."""
+        if self.subwords is None:
+            return update.tokens
+        return int(self.engine.sum_over_ranks([sum(b.ntokens for b in batches)])[0])
+
+
+class Trainer:
+    """The training loop of one run: updates, validation, early stopping and checkpoints."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, engine: Engine) -> None:
+        self.cfg, self.run_dir, self.engine = cfg, run_dir, engine
+        tcfg = cfg.train
+        if tcfg.accumulate < 1:
+            raise Seq2SeqError(f"train.accumulate must be at least 1, not {tcfg.accumulate}")
+        self.lock = RunLock(run_dir)
+        state = engine.from_main(self._claim)
+        self.data = prepare_data(cfg, run_dir, engine, resuming=state is not None)
+        self.epochs = Epochs(self.data, cfg, engine)
+        model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
+        engine.choose_products(model, kept=state.get("products") if state else None)
+        self.updater = Updater(engine, model, tcfg)
+        self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
+        self.progress = Progress()
+        if state is not None:
+            self.progress = restore_training(
+                state, self.updater, self.schedule, engine, tcfg.accumulate
+            )
+        # Resuming hides whatever the interrupted run logged after the step of its last.pt.
+        purge = self.progress.step + 1 if state is not None else None
+        self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
+        self.report = Report(cfg, engine, self.monitor)
+        self.writer = CheckpointWriter()
+        self.non_finite = NonFiniteGuard(engine, tcfg, run_dir)
+        updates = self.epochs.plan(0, rank=0)
+        parameters = sum(p.numel() for p in model.parameters())
+        self.report.start(parameters, len(self.data.train), len(updates))
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _claim(self) -> dict[str, Any] | None:
+        """Rank 0: lock the run folder, then start the run or take up its last.pt."""
+        self.lock.acquire()
+        return start_or_resume(self.run_dir, self.cfg)
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _vocab(self) -> list[int]:
+        return [self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size]
+
+    def _save(self, *names: str) -> None:
+        """Every rank takes part (its random state is gathered); rank 0 writes the files, in
+        the background."""
+        rng = self.engine.gather(self.engine.rng_state())
+        if self.engine.is_main:
+            vocab = self._vocab()
+            state = training_state(
+                self.updater, self.schedule, self.progress, rng, vocab, self.engine, self.cfg
+            )
+            self.writer.save([self.run_dir / name for name in names], state)
+
+    # -- training ----------------------------------------------------------------------------
+
+    def fit(self) -> None:
+        """Train until early stopping, `max_epochs`, `max_steps`, `max_minutes` or a signal."""
+        try:
+            self._fit()
+        finally:
+            try:
+                self.writer.close()  # every checkpoint asked for is on disk
+            finally:
+                if self.monitor is not None:
+                    self.monitor.close()
+                self.lock.release()
+
+    def _fit(self) -> None:
+        self._clock = time.monotonic() - self.progress.seconds  # a resumed run goes on counting
+        if self.progress.stopped_early:
+            log.info("this run has already stopped early (best BLEU %.2f)", self.progress.best_bleu)
+            return
+        with stop_signals(self.engine.distributed) as request:
+            stop = 0
+            while not stop and not self._done():
+                stop = self._train_epoch(request)
+            if stop:
+                self._save(LAST)
+                self.writer.wait()
+                if self.engine.is_main:
+                    log.warning(
+                        "stopped by signal %d at step %d; %s saved: rerun with "
+                        "train.resume=true to continue",
+                        stop,
+                        self.progress.step,
+                        LAST,
+                    )
+                self.engine.barrier()  # no rank leaves before rank 0 has written last.pt
+                raise SystemExit(128 + stop)
+        self._save(LAST)
+        log.info(
+            "finished after %d updates; best validation BLEU %.2f",
+            self.progress.step,
+            self.progress.best_bleu,
+        )
+
+    def _at_end(self) -> bool:
+        """Out of updates (train.max_steps) or of time (train.max_minutes), alike on every rank."""
+        tcfg, p = self.cfg.train, self.progress
+        p.seconds = time.monotonic() - self._clock
+        if tcfg.max_steps is not None and p.step >= tcfg.max_steps:
+            return True
+        if tcfg.max_minutes is None:
+            return False
+        return bool(self.engine.max_over_ranks(int(p.seconds >= 60 * tcfg.max_minutes)))
+
+    def _done(self) -> bool:
+        p = self.progress
+        return p.stopped_early or p.epoch >= self.cfg.train.max_epochs or self._at_end()
+
+    def _train_epoch(self, request: StopRequest) -> int:
+        """Updates until the epoch ends (then validation, unless by steps), training stops, or a
+        signal arrives; returns the agreed signal number (0: none)."""
+        tcfg, engine, p = self.cfg.train, self.engine, self.progress
+        plan = self.epochs.plan(p.epoch, engine.rank)
+        todo = plan[p.batch_in_epoch :]
+        self.updater.model.train()
+        bar = tqdm(
+            total=len(plan),
+            initial=p.batch_in_epoch,
+            desc=f"epoch {p.epoch + 1}",
+            disable=not (self.cfg.log.progress and engine.is_main and sys.stderr.isatty()),
+            dynamic_ncols=True,
+            leave=False,
+        )
+        window = Window()
+        with bar:
+            prepare = functools.partial(self.epochs.device_batches, epoch=p.epoch)
+            batches_ahead = engine.prefetch(todo, prepare)
+            for update, batches in zip(todo, batches_ahead, strict=True):
+                self.schedule.before_update(p.step + 1)
+                tokens = self.epochs.tokens(update, batches)
+                result = self.updater.step(batches, tokens)
+                p.step += 1
+                p.batch_in_epoch += 1
+                bar.update()
+                window.add(result, tokens)
+                self.non_finite.check(result, p.step)
+                if p.step % tcfg.log_every == 0:
+                    lr = self.updater.optimizer.param_groups[0]["lr"]
+                    self.report.training(p, window, result, lr, bar, len(plan))
+                    window = Window()
+                every, end = tcfg.validate_every, self._at_end()
+                if end or (every and p.step % every == 0):
+                    self._validate_and_checkpoint()
+                    self.updater.model.train()
+                stop = agreed_stop(engine, request)
+                if stop or end or p.stopped_early:
+                    return stop
+        p.epoch += 1
+        p.batch_in_epoch = 0
+        if not tcfg.validate_every:
+            self._validate_and_checkpoint()
+        return agreed_stop(engine, request)
+
+    # -- validation --------------------------------------------------------------------------
+
+    def _validate_and_checkpoint(self) -> None:
+        """Rank 0 validates; every rank takes the same decisions from its BLEU."""
+        start = time.perf_counter()
+        result = None
+        if self.engine.is_main:
+            tcfg = self.cfg.train
+            result = validate(
+                self.updater.module,
+                self.data,
+                self.engine,
+                tcfg.batch_tokens,
+                DecodeConfig(beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size),
+                self.cfg.log.attention_samples,
+                self.cfg.data.max_len,
+                bleu_tokenizer(self.cfg.data.tgt_lang, self.cfg.data.bleu_tokenize),
+            )
+        bleu = self.engine.broadcast(result.metrics["bleu"] if result else None)
+        p = self.progress
+        improved = bleu > p.best_bleu
+        if improved:
+            p.best_bleu, p.bad_validations = bleu, 0
+        else:
+            p.bad_validations += 1
+        self.schedule.after_validation(bleu)
+        if p.bad_validations >= self.cfg.train.patience:
+            log.info("early stopping: no better BLEU in %d validations", p.bad_validations)
+            p.stopped_early = True
+        if result is not None:
+            self.report.validation(p, result, improved, start)
+        self._save(*([BEST] if improved else []), LAST)
+        if self.cfg.train.keep_checkpoints and self.engine.is_main:
+            weights = {"model": self.updater.module.state_dict(), "vocab": self._vocab()}
+            keep(self.writer, self.run_dir, p.step, bleu, weights, self.cfg.train.keep_checkpoints)
