@@ -7,22 +7,17 @@ choose group options and override values (``experiment=smoke``).
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional
+from typing import Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf, open_dict
+from omegaconf import MISSING, OmegaConf
 
-from seq2seq.errors import Seq2SeqError
-from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.model.config import (
     ATTENTION_CONFIGS,
     ModelConfig,
 )
-
-log = logging.getLogger(__name__)
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 
@@ -50,6 +45,7 @@ class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"  # autocast; CUDA, or CPUs with native bf16
     fp16 = "fp16"  # autocast with loss scaling; CUDA only
+    int8 = "int8"  # inference on the CPU: dynamic quantization (evaluate, translate, serve)
 
 
 @dataclass
@@ -248,92 +244,6 @@ class TranslateConfig(InferenceConfig):
     show_alignment: bool = False  # draw which source subwords each target subword attended to
 
 
-_POSITIVE = (
-    "model.emb_size", "model.hidden_size", "model.encoder_size", "model.encoder_layers",
-    "model.attention.size", "model.attention.heads", "data.max_len", "data.train_limit",
-    "data.valid_limit", "data.tokenizer.vocab_size", "data.tokenizer.character_coverage",
-    "train.max_epochs", "train.max_steps", "train.max_minutes", "train.batch_tokens",
-    "train.accumulate", "train.lr", "train.clip_grad_norm", "train.patience",
-    "train.val_beam_size", "train.val_batch_size", "train.log_every", "train.validate_every",
-    "beam_size", "nbest", "batch_size", "port", "max_body_bytes", "max_sentences", "max_chars",
-    "max_beam", "batch_sentences",
-)  # fmt: skip
-_FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
-_NOT_NEGATIVE = (
-    "train.threads", "train.scheduler.warmup", "alpha", "max_len_a", "max_len_b", "data.workers",
-    "data.valid_size", "data.test_size",
-)  # fmt: skip
-
-
-def upgrade_config(cfg: Any) -> None:
-    """Old spellings keep working, with one warning line: ``train.precision`` is ``precision``
-    (a run folder's config.yaml written before the change is read the same way)."""
-    old = OmegaConf.select(cfg, "train.precision", default=None)
-    if old is None:
-        return
-    value = Precision(old).value
-    new = Precision(OmegaConf.select(cfg, "precision", default=None) or Precision.fp32).value
-    if new not in ("fp32", value):  # both given, and they disagree
-        raise Seq2SeqError(
-            f"precision={new} and train.precision={value} disagree; give precision= only"
-        )
-    log.warning("train.precision is deprecated: use precision=%s", value)
-    with open_dict(cfg):
-        cfg.precision = value
-        cfg.train.precision = None
-
-
-def upgrade_saved_config(cfg: Any) -> Any:
-    """A run's saved config (config.yaml, a checkpoint's) in today's keys: written before
-    ``data.kind`` (``data.name`` said it), before ``precision`` (``train.precision``), or before
-    ``input_feed`` moved from the model to the attentions whose data flow has it."""
-    with open_dict(cfg):
-        if OmegaConf.select(cfg, "data.kind") is None:
-            cfg.data.kind = OmegaConf.select(cfg, "data.name", default="custom")
-        if OmegaConf.select(cfg, "precision") is None:
-            cfg.precision = OmegaConf.select(cfg, "train.precision", default=None) or "fp32"
-        if "input_feed" in cfg.model:
-            feed = cfg.model.pop("input_feed")
-            schema = ATTENTION_CONFIGS.get(cfg.model.attention.name)
-            if schema is not None and "input_feed" in {f.name for f in fields(schema)}:
-                cfg.model.attention.input_feed = feed
-    return cfg
-
-
-def check_config(cfg: Any) -> None:
-    """Refuse, in one line, values that their types allow but that cannot work (a negative size,
-    a dropout of 1, the same source and target language), before any work starts."""
-    problems = []
-    for key in _POSITIVE:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and value <= 0:
-            problems.append(f"{key}={value} must be positive")
-    for key in _FRACTIONS:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and not 0 <= value < 1:
-            problems.append(f"{key}={value} must be at least 0 and below 1")
-    for key in _NOT_NEGATIVE:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and value < 0:
-            problems.append(f"{key}={value} must not be negative")
-    coverage = OmegaConf.select(cfg, "data.tokenizer.character_coverage", default=None)
-    if coverage is not None and coverage > 1:
-        problems.append(f"data.tokenizer.character_coverage={coverage} must be at most 1")
-    schedule = OmegaConf.select(cfg, "train.scheduler", default=None)
-    if schedule is not None and schedule.name == ScheduleName.inverse_sqrt and schedule.warmup < 1:
-        problems.append("train.scheduler.name=inverse_sqrt needs train.scheduler.warmup=N (N > 0)")
-    src, tgt = OmegaConf.select(cfg, "data.src_lang"), OmegaConf.select(cfg, "data.tgt_lang")
-    if src is not None and src == tgt:
-        problems.append(f"data.src_lang and data.tgt_lang are both {src!r}")
-    if tgt is not None:
-        try:
-            check_bleu_tokenizer(bleu_tokenizer(tgt, OmegaConf.select(cfg, "data.bleu_tokenize")))
-        except Seq2SeqError as e:
-            problems.append(str(e))
-    if problems:
-        raise Seq2SeqError("; ".join(problems))
-
-
 class Selection(str, Enum):
     last = "last"
     best = "best"
@@ -364,6 +274,8 @@ class ServeConfig(InferenceConfig):
     max_beam: int = 10  # largest beam_size a request may ask for
     batch_sentences: int = 64  # sentences of concurrent requests decoded together
     batch_wait_ms: float = 5.0  # how long a request may wait for others to share its batch
+    max_queue_sentences: int = 256  # sentences waiting to be decoded; past it, 503 + Retry-After
+    request_timeout_s: float = 30.0  # a request not decoded by then is answered 503, undecoded
 
 
 @dataclass

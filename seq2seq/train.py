@@ -14,7 +14,8 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 
-from seq2seq.config import Config, check_config, upgrade_config
+from seq2seq.config import Config
+from seq2seq.config_rules import check_config, upgrade_config
 from seq2seq.data.sources import open_source
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
 from seq2seq.runtime.distributed import follower_argv, process_rank

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from test_train_e2e import TRAIN_TIMEOUT, finish, scalars
 from torch.utils.tensorboard import SummaryWriter
 
-from seq2seq.config import upgrade_config, upgrade_saved_config
+from seq2seq.config_rules import upgrade_config, upgrade_saved_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint
 from seq2seq.storage.rundir import KEPT_DIR, kept_checkpoint

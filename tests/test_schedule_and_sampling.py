@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 from test_recipes import composed, run
 from test_train_e2e import scalars
 
-from seq2seq.config import ScheduleName, SchedulerConfig, check_config
+from seq2seq.config import ScheduleName, SchedulerConfig
+from seq2seq.config_rules import check_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.training.schedule import LearningRate
 

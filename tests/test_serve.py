@@ -327,11 +327,17 @@ def test_serve_bench_reports(served: str, tmp_path: Path, multi30k_dir: Path) ->
     sources, _ = read_parallel(multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz", 50)
     (tmp_path / "s.de").write_text("\n".join(sources) + "\n")
     proc = subprocess.run(
-        [sys.executable, "scripts/serve_bench.py", served, "--clients", "4", "--seconds", "3",
-         "--input", str(tmp_path / "s.de"), "--beam-size", "1"],
+        [sys.executable, "scripts/serve_bench.py", served, "--clients", "1,4", "--seconds", "3",
+         "--overload-seconds", "3", "--input", str(tmp_path / "s.de")],
         capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
-    assert report["errors"] == 0 and report["sentences"] > 0
-    assert report["p50_ms"] <= report["p95_ms"] <= report["p99_ms"]
+    ramp, overload = report["phases"][:2], report["phases"][2]
+    assert [phase["clients"] for phase in ramp] == [1, 4]
+    for phase in report["phases"]:
+        assert phase["lost"] == 0 and phase["other_status"] == 0 and phase["answered_200"] > 0
+        assert phase["p50_ms"] <= phase["p95_ms"] <= phase["p99_ms"]
+        assert phase["health_probes"] > 0 and phase["rss_mb_max"] > 0
+    assert overload["offered_per_s"] == pytest.approx(2 * report["capacity"], rel=0.01)
+    assert "| overload |" in proc.stdout

@@ -20,6 +20,7 @@ from seq2seq.config import Precision, Products
 from seq2seq.data.batching import Batch
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.linear import choose_products, current_products, use_products
+from seq2seq.model.quantize import int8_available, quantize_int8
 from seq2seq.runtime.distributed import ProcessGroup, Topology, join
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,9 @@ def resolve_device(name: str, topology: Topology) -> torch.device:
 def check_precision(precision: Precision, device: torch.device) -> None:
     """Refuse what cannot run; warn where bf16 runs but slowly."""
     precision = Precision(precision)
+    if precision == Precision.int8 and (device.type != "cpu" or not int8_available()):
+        where = "this torch has no quantized CPU engine" if device.type == "cpu" else device.type
+        raise Seq2SeqError(f"precision int8 runs on the CPU only ({where}): use bf16 or fp32")
     if precision == Precision.fp16 and device.type != "cuda":
         raise Seq2SeqError(
             f"precision fp16 needs CUDA (loss scaling); on {device.type} use bf16 or fp32"
@@ -171,8 +175,11 @@ class Engine(ProcessGroup):
 
     def for_inference(self, model: nn.Module) -> nn.Module:
         """``model`` on this device; under bf16/fp16 its weights in that precision too, since
-        autocast would cast them again at every step (nothing is trained, so no fp32 masters)."""
+        autocast would cast them again at every step (nothing is trained, so no fp32 masters);
+        under int8 its linear layers and encoder GRU quantized once, here."""
         model.to(self.device)
+        if self.precision == Precision.int8:
+            return quantize_int8(model)
         dtype = _DTYPES.get(self.precision)
         return model.to(dtype) if dtype is not None else model
 

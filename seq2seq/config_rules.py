@@ -1,0 +1,119 @@
+"""What the config's types cannot say: ranges and cross-key rules, refused in one line before
+any work starts, and old spellings of keys read as today's (with one warning line)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import fields
+from typing import Any
+
+from omegaconf import OmegaConf, open_dict
+
+from seq2seq.config import Precision, ScheduleName
+from seq2seq.errors import Seq2SeqError
+from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
+from seq2seq.model.config import ATTENTION_CONFIGS
+
+log = logging.getLogger("seq2seq.config")
+
+_POSITIVE = (
+    "model.emb_size", "model.hidden_size", "model.encoder_size", "model.encoder_layers",
+    "model.attention.size", "model.attention.heads", "data.max_len", "data.train_limit",
+    "data.valid_limit", "data.tokenizer.vocab_size", "data.tokenizer.character_coverage",
+    "train.max_epochs", "train.max_steps", "train.max_minutes", "train.batch_tokens",
+    "train.accumulate", "train.lr", "train.clip_grad_norm", "train.patience",
+    "train.val_beam_size", "train.val_batch_size", "train.log_every", "train.validate_every",
+    "beam_size", "nbest", "batch_size", "port", "max_body_bytes", "max_sentences", "max_chars",
+    "max_beam", "batch_sentences", "max_queue_sentences", "request_timeout_s",
+)  # fmt: skip
+_FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
+_NOT_NEGATIVE = (
+    "train.threads", "train.scheduler.warmup", "alpha", "max_len_a", "max_len_b", "data.workers",
+    "data.valid_size", "data.test_size",
+)  # fmt: skip
+
+
+def upgrade_config(cfg: Any) -> None:
+    """Old spellings keep working, with one warning line: ``train.precision`` is ``precision``
+    (a run folder's config.yaml written before the change is read the same way)."""
+    old = OmegaConf.select(cfg, "train.precision", default=None)
+    if old is None:
+        return
+    value = Precision(old).value
+    new = Precision(OmegaConf.select(cfg, "precision", default=None) or Precision.fp32).value
+    if new not in ("fp32", value):  # both given, and they disagree
+        raise Seq2SeqError(
+            f"precision={new} and train.precision={value} disagree; give precision= only"
+        )
+    log.warning("train.precision is deprecated: use precision=%s", value)
+    with open_dict(cfg):
+        cfg.precision = value
+        cfg.train.precision = None
+
+
+def upgrade_saved_config(cfg: Any) -> Any:
+    """A run's saved config (config.yaml, a checkpoint's) in today's keys: written before
+    ``data.kind`` (``data.name`` said it), before ``precision`` (``train.precision``), or before
+    ``input_feed`` moved from the model to the attentions whose data flow has it."""
+    with open_dict(cfg):
+        if OmegaConf.select(cfg, "data.kind") is None:
+            cfg.data.kind = OmegaConf.select(cfg, "data.name", default="custom")
+        if OmegaConf.select(cfg, "precision") is None:
+            cfg.precision = OmegaConf.select(cfg, "train.precision", default=None) or "fp32"
+        if "input_feed" in cfg.model:
+            feed = cfg.model.pop("input_feed")
+            schema = ATTENTION_CONFIGS.get(cfg.model.attention.name)
+            if schema is not None and "input_feed" in {f.name for f in fields(schema)}:
+                cfg.model.attention.input_feed = feed
+    return cfg
+
+
+def check_config(cfg: Any) -> None:
+    """Refuse, in one line, values that their types allow but that cannot work (a negative size,
+    a dropout of 1, the same source and target language), before any work starts."""
+    problems = []
+    for key in _POSITIVE:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and value <= 0:
+            problems.append(f"{key}={value} must be positive")
+    for key in _FRACTIONS:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not 0 <= value < 1:
+            problems.append(f"{key}={value} must be at least 0 and below 1")
+    for key in _NOT_NEGATIVE:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and value < 0:
+            problems.append(f"{key}={value} must not be negative")
+    coverage = OmegaConf.select(cfg, "data.tokenizer.character_coverage", default=None)
+    if coverage is not None and coverage > 1:
+        problems.append(f"data.tokenizer.character_coverage={coverage} must be at most 1")
+    schedule = OmegaConf.select(cfg, "train.scheduler", default=None)
+    if schedule is not None and schedule.name == ScheduleName.inverse_sqrt and schedule.warmup < 1:
+        problems.append("train.scheduler.name=inverse_sqrt needs train.scheduler.warmup=N (N > 0)")
+    src, tgt = OmegaConf.select(cfg, "data.src_lang"), OmegaConf.select(cfg, "data.tgt_lang")
+    if src is not None and src == tgt:
+        problems.append(f"data.src_lang and data.tgt_lang are both {src!r}")
+    if tgt is not None:
+        try:
+            check_bleu_tokenizer(bleu_tokenizer(tgt, OmegaConf.select(cfg, "data.bleu_tokenize")))
+        except Seq2SeqError as e:
+            problems.append(str(e))
+    problems += _cross_key_problems(cfg)
+    if problems:
+        raise Seq2SeqError("; ".join(problems))
+
+
+def _cross_key_problems(cfg: Any) -> list[str]:
+    """Values each fine alone that cannot work together."""
+    problems = []
+    precision = OmegaConf.select(cfg, "precision", default=None)
+    training = OmegaConf.select(cfg, "train", default=None) is not None
+    if training and precision is not None and Precision(precision) is Precision.int8:
+        problems.append("precision=int8 is for inference (seq2seq-evaluate, -translate, "
+                        "-serve): train in fp32 or bf16")  # fmt: skip
+    queue = OmegaConf.select(cfg, "max_queue_sentences", default=None)
+    largest = OmegaConf.select(cfg, "max_sentences", default=None)
+    if queue is not None and largest is not None and queue < largest:
+        problems.append(f"max_queue_sentences={queue} is below max_sentences={largest}: a "
+                        "request of the largest size could never be admitted")  # fmt: skip
+    return problems

@@ -1,0 +1,108 @@
+"""What a request may hold and what it is answered: parsing with its limits, one translated
+sentence as JSON, errors as ``{"error": ...}``, the API key, the model card."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from seq2seq.config import ServeConfig
+from seq2seq.decoding.alignment import alignment_record
+from seq2seq.decoding.inference import TrainedRun, Translation, Translator, release_facts
+from seq2seq.decoding.nbest import json_candidates
+
+
+class BadRequest(Exception):
+    """User input the API refuses: the HTTP status and one line."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def parse(body: bytes, cfg: ServeConfig) -> tuple[list[str], int, int, bool]:
+    """(sentences, beam_size, nbest, alignment) of a request body, or BadRequest."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(400, f"the body is not JSON: {e}") from None
+    options: dict[str, Any] = {}
+    if isinstance(data, dict):
+        unknown = set(data) - {"sentences", "beam_size", "nbest", "alignment"}
+        if unknown:
+            raise BadRequest(422, f"unknown fields: {', '.join(sorted(unknown))}")
+        options, data = data, data.get("sentences")
+    if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
+        raise BadRequest(422, 'send a JSON list of sentences (strings), or {"sentences": [...]}')
+    if not data:
+        raise BadRequest(422, "no sentences")
+    if len(data) > cfg.max_sentences:
+        raise BadRequest(413, f"{len(data)} sentences; at most {cfg.max_sentences} per request")
+    for i, sentence in enumerate(data):
+        if len(sentence) > cfg.max_chars:
+            raise BadRequest(
+                413, f"sentence {i} has {len(sentence)} characters; at most {cfg.max_chars}"
+            )
+        if "\n" in sentence or "\r" in sentence:
+            raise BadRequest(422, f"sentence {i} has a line break: send one sentence per item")
+    beam, nbest, alignment = (options.get(k, d) for k, d in (
+        ("beam_size", cfg.beam_size), ("nbest", 1), ("alignment", False)))  # fmt: skip
+    for name, value, top in (("beam_size", beam, cfg.max_beam), ("nbest", nbest, beam)):
+        if type(value) is not int or not 1 <= value <= top:
+            raise BadRequest(422, f"{name} must be a whole number from 1 to {top}")
+    if type(alignment) is not bool:
+        raise BadRequest(422, "alignment must be true or false")
+    return data, beam, nbest, alignment
+
+
+def answer(translator: Translator, translation: Translation, nbest: int, alignment: bool) -> dict:
+    """The JSON object of one translated sentence."""
+    best = translation.hypotheses[0] if translation.hypotheses else None
+    item: dict[str, Any] = {"translation": translator.text(best) if best else ""}
+    if nbest > 1:
+        item["nbest"] = json_candidates(translator, translation)
+    if alignment:  # as documented: source, target, weights (the mean over heads)
+        item["alignment"] = alignment_record(translator, translation, head_weights=False)
+    return item
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The JSON answer to a refused request: ``{"error": message}`` with its status."""
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def authorised(request: Request, api_key: str | None) -> bool:
+    """Whether the request carries the server's API key (any request, when it has none)."""
+    if api_key is None:
+        return True
+    given = request.headers.get("x-api-key", "")
+    return hmac.compare_digest(given.encode(), api_key.encode())
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request's body, or BadRequest when its declared or actual size is over ``limit``
+    bytes (read in chunks, so an oversized body is refused before it is all in memory)."""
+    declared = request.headers.get("content-length") or "0"
+    if not declared.isdigit():
+        raise BadRequest(400, f"Content-Length {declared!r} is not a number")
+    length = int(declared)
+    if length > limit:
+        raise BadRequest(413, f"the body has {length} bytes; at most {limit}")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise BadRequest(413, f"the body is over {limit} bytes")
+    return body
+
+
+def model_card(run: TrainedRun, precision: str) -> dict[str, Any]:
+    """What ``GET /model`` answers: the languages, the attention, the step, the precision it is
+    served in, the release's facts."""
+    return {"src_lang": run.cfg.data.src_lang, "tgt_lang": run.cfg.data.tgt_lang,
+            "attention": run.cfg.model.attention.name, "step": run.step,
+            "precision": precision, **release_facts(run.run_dir)}  # fmt: skip

@@ -1,0 +1,189 @@
+"""The Starlette application: routes, the access log and request metrics, and the lifespan that
+starts and stops the batcher.
+
+- ``POST /translate``: sentences in, translations out (see `seq2seq.serving.api`); 503 with
+  ``Retry-After`` when the queue is full or the request's deadline passes before decoding.
+- ``GET /health`` (liveness), ``GET /ready`` (the queue has room), ``GET /metrics``
+  (Prometheus), ``GET /model`` (the model card's facts), ``GET /`` (the page).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from seq2seq.config import ServeConfig
+from seq2seq.decoding.inference import TrainedRun
+from seq2seq.runtime.engine import Engine
+from seq2seq.serving.api import (
+    BadRequest,
+    answer,
+    authorised,
+    error,
+    model_card,
+    parse,
+    read_body,
+)
+from seq2seq.serving.batcher import Batcher, Job, Overloaded
+from seq2seq.serving.metrics import MISSING, Metrics
+
+access_log = logging.getLogger("seq2seq.serve.access")
+CLOSED = 499  # the client hung up before its answer (as nginx counts it)
+
+
+class AccessLog:
+    """ASGI middleware: one log line and the request metrics for every HTTP request."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            seconds = time.perf_counter() - start
+            self.metrics.request(scope["path"], status, seconds)
+            sentences = scope.get("state", {}).get("sentences", 0)
+            access_log.info("%s %s %d %d sentences %.1f ms", scope["method"], scope["path"],
+                            status, sentences, seconds * 1000)  # fmt: skip
+
+
+async def _hung_up(request: Request) -> None:
+    """Return when the client disconnects (the body is read, so the next message says so)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _outcome(batcher: Batcher, job: Job, request: Request) -> Any:
+    """The job's translations; raises TimeoutError when its deadline passed before decoding and
+    ConnectionAbortedError when its client left first (either way it is dropped, undecoded)."""
+    watch = asyncio.ensure_future(_hung_up(request))
+    try:
+        timeout = max(0.0, job.deadline - asyncio.get_running_loop().time())
+        done, _ = await asyncio.wait(
+            {job.answer, watch}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if job.answer in done:
+            return job.answer.result()
+        if watch in done:
+            batcher.drop(job, "disconnected")
+            raise ConnectionAbortedError
+        if batcher.drop(job, "deadline"):
+            raise TimeoutError
+        return await job.answer  # being decoded: its answer is a batch away
+    finally:
+        watch.cancel()
+
+
+class Service:
+    """The routes' handlers, around one batcher and its metrics."""
+
+    def __init__(self, run: TrainedRun, engine: Engine, cfg: ServeConfig) -> None:
+        self.cfg, self.metrics = cfg, Metrics()
+        self.batcher = Batcher(run, engine, cfg, self.metrics)
+        self.page = resources.files("seq2seq").joinpath("static/index.html").read_text("utf-8")
+        self.card = model_card(run, engine.precision.value)
+        self.metrics.describe_model({**self.card, "device": str(engine.device)})
+        if not self.metrics.available:
+            logging.getLogger("seq2seq.serve").warning("%s", MISSING)
+
+    async def translate(self, request: Request) -> Response:
+        if not authorised(request, self.cfg.api_key):
+            return error(401, "missing or wrong X-API-Key header")
+        try:
+            body = await read_body(request, self.cfg.max_body_bytes)
+            sentences, beam_size, nbest, alignment = parse(body, self.cfg)
+            request.state.sentences = len(sentences)
+            job = self.batcher.submit(sentences, beam_size, nbest)
+            translator, translations = await _outcome(self.batcher, job, request)
+        except BadRequest as e:
+            return error(e.status, str(e))
+        except Overloaded as e:
+            return error(503, str(e), {"Retry-After": str(e.retry_after)})
+        except TimeoutError:
+            limit = f"request_timeout_s={self.cfg.request_timeout_s:g}"
+            return error(503, f"not decoded within {limit}; retry later", {"Retry-After": "1"})
+        except ConnectionAbortedError:
+            return error(CLOSED, "the client closed the connection")
+        items = [answer(translator, t, nbest, alignment) for t in translations]
+        return JSONResponse({"translations": items})
+
+    async def health(self, request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def ready(self, request: Request) -> JSONResponse:
+        queued = self.batcher.queued
+        if self.batcher.full():
+            return JSONResponse({"status": "busy", "queued": queued}, status_code=503)
+        return JSONResponse({"status": "ready", "queued": queued})
+
+    async def metrics_text(self, request: Request) -> Response:
+        if not self.metrics.available:
+            return error(501, MISSING)
+        return Response(self.metrics.text(), media_type=self.metrics.content_type)
+
+    async def model(self, request: Request) -> JSONResponse:
+        if not authorised(request, self.cfg.api_key):
+            return error(401, "missing or wrong X-API-Key header")
+        return JSONResponse(self.card)
+
+    async def index(self, request: Request) -> HTMLResponse:
+        return HTMLResponse(self.page)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        """The batcher runs while the application does; at shutdown its thread ends."""
+        task = asyncio.create_task(self.batcher.run_forever())
+        yield
+        task.cancel()
+        self.batcher.close()
+
+
+def create_app(run: TrainedRun, engine: Engine, cfg: ServeConfig) -> Starlette:
+    """The ASGI application serving ``run``."""
+    service = Service(run, engine, cfg)
+    routes = [
+        Route("/", service.index),
+        Route("/health", service.health),
+        Route("/ready", service.ready),
+        Route("/metrics", service.metrics_text),
+        Route("/model", service.model),
+        Route("/translate", service.translate, methods=["POST"]),
+    ]
+    handlers = {404: _not_found, 405: _not_allowed}
+    app = Starlette(routes=routes, lifespan=service.lifespan, exception_handlers=handlers)
+    app.add_middleware(AccessLog, metrics=service.metrics)
+    return app
+
+
+async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    """404 as JSON, naming the routes there are."""
+    return error(404, f"no {request.url.path} here: POST /translate, GET /health, GET /ready, "
+                 "GET /metrics, GET /model")  # fmt: skip
+
+
+async def _not_allowed(request: Request, exc: Exception) -> JSONResponse:
+    """405 as JSON (e.g. GET /translate)."""
+    return error(405, f"{request.method} is not allowed on {request.url.path}")

@@ -1,0 +1,184 @@
+"""Admission, batching and decoding: requests wait in one bounded queue, are decoded together in
+batches on one thread that owns the model, and leave the queue unanswered by the model when their
+deadline passes or their client hangs up.
+
+The event loop only admits, collects and answers; the model runs on the decoding thread, never
+twice at once, so ``/health`` and ``/ready`` are answered in milliseconds whatever the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+
+from seq2seq.config import DecodeConfig, ServeConfig
+from seq2seq.decoding.inference import TrainedRun, Translation, Translator
+from seq2seq.runtime.engine import Engine
+from seq2seq.serving.metrics import Metrics
+
+log = logging.getLogger("seq2seq.serve")
+
+
+class Overloaded(Exception):
+    """The queue has no room for a request: try again after ``retry_after`` seconds."""
+
+    def __init__(self, queued: int, retry_after: int) -> None:
+        super().__init__(f"the server is busy ({queued} sentences waiting); retry later")
+        self.retry_after = retry_after
+
+
+@dataclass(eq=False)
+class Job:
+    """One request's sentences and search options, its deadline (event-loop time) and where
+    its answer goes."""
+
+    sentences: list[str]
+    beam_size: int
+    nbest: int
+    deadline: float
+    answer: asyncio.Future = field(repr=False)
+    admitted: float = 0.0
+    started: bool = False
+
+
+class Batcher:
+    """The queue of waiting jobs and the one thread that decodes them."""
+
+    def __init__(self, run: TrainedRun, engine: Engine, cfg: ServeConfig, metrics: Metrics):
+        self.run, self.engine, self.cfg, self.metrics = run, engine, cfg, metrics
+        self.max_len = int(run.cfg.data.max_len)
+        self.waiting: collections.deque[Job] = collections.deque()
+        self.queued = 0  # sentences in ``waiting``
+        self.rate = 0.0  # sentences/s of the last batch: how soon the queue will drain
+        self._arrived = asyncio.Event()
+        # torch's intra-op thread count is a per-thread setting: give the decoding thread the
+        # engine's, as the main thread has it
+        self.executor = ThreadPoolExecutor(
+            1, "decode", initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),)
+        )
+
+    def full(self) -> bool:
+        """Whether the queue is at its bound (``/ready`` answers 503 then)."""
+        return self.queued >= self.cfg.max_queue_sentences
+
+    def submit(self, sentences: list[str], beam_size: int, nbest: int) -> Job:
+        """Admit a request or raise Overloaded: the waiting sentences stay within the bound."""
+        if self.queued + len(sentences) > self.cfg.max_queue_sentences:
+            drain = self.queued / self.rate if self.rate else 1.0
+            raise Overloaded(self.queued, min(60, max(1, math.ceil(drain))))
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        job = Job(sentences, beam_size, nbest, now + self.cfg.request_timeout_s,
+                  loop.create_future(), admitted=now)  # fmt: skip
+        self.waiting.append(job)
+        self.queued += len(sentences)
+        self.metrics.queue_sentences.set(self.queued)
+        self._arrived.set()
+        return job
+
+    def drop(self, job: Job, reason: str) -> bool:
+        """Take a job that has not started out of the queue (its deadline passed, its client
+        left); False when it is being decoded or done."""
+        if job.started or job.answer.done():
+            return False
+        self.waiting.remove(job)
+        self._left(job)
+        job.answer.cancel()
+        self.metrics.dropped.labels(reason).inc(len(job.sentences))
+        return True
+
+    def _left(self, job: Job) -> None:
+        self.queued -= len(job.sentences)
+        self.metrics.queue_sentences.set(self.queued)
+
+    async def run_forever(self) -> None:
+        """Collect a batch, decode it (one group per search setting), and again."""
+        while True:
+            jobs = await self._collect()
+            groups: dict[tuple[int, int], list[Job]] = {}
+            for job in jobs:
+                groups.setdefault((job.beam_size, job.nbest), []).append(job)
+            for (beam_size, nbest), group in groups.items():
+                await self._decode(group, beam_size, nbest)
+
+    async def _collect(self) -> list[Job]:
+        """The next batch: the first waiting job, and what else arrives within
+        ``batch_wait_ms``, up to ``batch_sentences`` sentences."""
+        while not self.waiting:
+            self._arrived.clear()
+            await self._arrived.wait()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self.cfg.batch_wait_ms / 1000
+        while self.queued < self.cfg.batch_sentences and loop.time() < until:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), until - loop.time())
+            except asyncio.TimeoutError:
+                break
+        jobs, size = [], 0
+        while self.waiting and (not jobs or size + len(self.waiting[0].sentences)
+                                <= self.cfg.batch_sentences):  # fmt: skip
+            job = self.waiting.popleft()
+            self._left(job)
+            job.started = True  # in a batch now: decoded, even if its group waits a moment
+            jobs.append(job)
+            size += len(job.sentences)
+        return jobs
+
+    async def _decode(self, jobs: list[Job], beam_size: int, nbest: int) -> None:
+        """Decode the jobs together on the decoding thread and hand each its translations."""
+        loop = asyncio.get_running_loop()
+        for job in jobs:
+            self.metrics.queue_seconds.observe(loop.time() - job.admitted)
+        lines = [s for job in jobs for s in job.sentences]
+        start = time.perf_counter()
+        try:
+            translator, translations = await loop.run_in_executor(
+                self.executor, self._translate, lines, beam_size, nbest
+            )
+        except Exception as e:  # a fault of the server, not of the input: 500 for these jobs
+            log.exception("decoding failed")
+            for job in jobs:
+                if not job.answer.done():
+                    job.answer.set_exception(e)
+            return
+        self.rate = len(lines) / max(time.perf_counter() - start, 1e-6)
+        self.metrics.decoded(len(lines))
+        start = 0
+        for job in jobs:
+            mine = translations[start : start + len(job.sentences)]
+            start += len(job.sentences)
+            if not job.answer.done():
+                job.answer.set_result((translator, mine))
+
+    def _translate(
+        self, lines: list[str], beam_size: int, nbest: int
+    ) -> tuple[Translator, list[Translation]]:
+        """On the decoding thread: the translations of ``lines``."""
+        translator = self.translator(beam_size, nbest)
+        return translator, translator.translate(lines)
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (one batcher per server, kept to the end)
+    def translator(self, beam_size: int, nbest: int) -> Translator:
+        """The translator of one search setting (built once, on the decoding thread)."""
+        search = DecodeConfig(
+            beam_size=beam_size,
+            nbest=nbest,
+            alpha=self.cfg.alpha,
+            max_len_a=self.cfg.max_len_a,
+            max_len_b=self.cfg.max_len_b,
+            batch_size=self.cfg.batch_size,
+        )
+        return Translator.from_run(self.run, search, self.max_len, self.engine)
+
+    def close(self) -> None:
+        """Let the decoding thread finish its batch and end."""
+        self.executor.shutdown(wait=True, cancel_futures=True)
