@@ -39,6 +39,7 @@ class Result:
     outcome: str
     latency_s: float
     error: str | None = None
+    retry_after_s: float = 0.0  # a 503's Retry-After
 
 
 def translate(url: str, sentences: list[str], beam: int, timeout: float) -> Result:
@@ -51,9 +52,11 @@ def translate(url: str, sentences: list[str], beam: int, timeout: float) -> Resu
             json.loads(response.read())
             return Result("200", time.perf_counter() - began)
     except urllib.error.HTTPError as e:  # before URLError: HTTPError is a subclass
+        retry = e.headers.get("Retry-After", "0") if e.headers else "0"
         e.close()
         outcome = "503" if e.code == 503 else "other"
-        return Result(outcome, time.perf_counter() - began, f"HTTP {e.code}")
+        wait_s = float(retry) if retry.isdigit() else 0.0
+        return Result(outcome, time.perf_counter() - began, f"HTTP {e.code}", wait_s)
     except (urllib.error.URLError, OSError, ValueError) as e:  # refused, reset, timed out
         return Result("lost", time.perf_counter() - began, repr(e))
 
@@ -151,14 +154,17 @@ def choose_beam(rng: random.Random, args: argparse.Namespace) -> int:
 def closed_client(
     index: int, args: argparse.Namespace, sentences: list[str], until: float, out: list[Result]
 ) -> None:
-    """One request at a time, back to back, until ``until``; the beam choice is seeded by
+    """One request at a time, back to back, until ``until``; after a 503 it waits as the
+    answer's Retry-After says, as a well-behaved client does. The beam choice is seeded by
     ``index`` so that runs repeat."""
     rng = random.Random(index)
     i = index * 97
     while time.monotonic() < until:
         batch = request_sentences(sentences, i, args.per_request)
-        out.append(translate(args.url, batch, choose_beam(rng, args), args.timeout))
+        result = translate(args.url, batch, choose_beam(rng, args), args.timeout)
+        out.append(result)
         i += 1
+        time.sleep(min(result.retry_after_s, max(0.0, until - time.monotonic())))
 
 
 def run_ramp(clients: int, args: argparse.Namespace, sentences: list[str]) -> list[Result]:

@@ -9,7 +9,9 @@ stops accepting connections and finishes the requests already in (uvicorn's grac
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
 
 import hydra
 import uvicorn
@@ -18,6 +20,7 @@ from seq2seq.config import ServeConfig
 from seq2seq.decoding.inference import open_model
 from seq2seq.errors import Seq2SeqError
 from seq2seq.serving.app import create_app
+from seq2seq.serving.owner import MainThreadExecutor
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -28,9 +31,32 @@ def serve(cfg: ServeConfig) -> None:
     log.info("serving %s (step %d) on %s at http://%s:%d/ (queue: %d sentences, deadline %g s)",
              run.run_dir, run.step, engine.describe(), cfg.host, cfg.port,
              cfg.max_queue_sentences, cfg.request_timeout_s)  # fmt: skip
-    app = create_app(run, engine, cfg)
-    uvicorn.run(app, host=cfg.host, port=cfg.port, log_level="warning",
-                timeout_graceful_shutdown=30)  # fmt: skip
+    owner = MainThreadExecutor()
+    app = create_app(run, engine, cfg, owner)
+    config = uvicorn.Config(
+        app, host=cfg.host, port=cfg.port, log_level="warning", timeout_graceful_shutdown=30
+    )
+    server = uvicorn.Server(config)
+    http = threading.Thread(target=server.run, name="http")
+    _stop_on_signals(server)
+    http.start()
+    owner.run_until(http)  # this thread decodes until the server has shut down
+    http.join()
+    if not server.started:
+        raise Seq2SeqError(f"could not serve on {cfg.host}:{cfg.port} (see the line above)")
+
+
+def _stop_on_signals(server: uvicorn.Server) -> None:
+    """SIGTERM or Ctrl-C: stop accepting connections and finish the requests already in (a
+    second Ctrl-C: at once), as uvicorn does when it runs on the main thread."""
+
+    def stop(signum: int, frame: object) -> None:
+        if server.should_exit and signum == signal.SIGINT:
+            server.force_exit = True
+        server.should_exit = True
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
 
 
 @hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="serve")

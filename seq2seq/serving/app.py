@@ -14,6 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import Executor
 from importlib import resources
 from typing import Any
 
@@ -100,9 +101,11 @@ async def _outcome(batcher: Batcher, job: Job, request: Request) -> Any:
 class Service:
     """The routes' handlers, around one batcher and its metrics."""
 
-    def __init__(self, run: TrainedRun, engine: Engine, cfg: ServeConfig) -> None:
+    def __init__(
+        self, run: TrainedRun, engine: Engine, cfg: ServeConfig, executor: Executor
+    ) -> None:
         self.cfg, self.metrics = cfg, Metrics()
-        self.batcher = Batcher(run, engine, cfg, self.metrics)
+        self.batcher = Batcher(run, engine, cfg, self.metrics, executor)
         self.page = resources.files("seq2seq").joinpath("static/index.html").read_text("utf-8")
         self.card = model_card(run, engine.precision.value)
         self.metrics.describe_model({**self.card, "device": str(engine.device)})
@@ -161,9 +164,9 @@ class Service:
         self.batcher.close()
 
 
-def create_app(run: TrainedRun, engine: Engine, cfg: ServeConfig) -> Starlette:
-    """The ASGI application serving ``run``."""
-    service = Service(run, engine, cfg)
+def create_app(run: TrainedRun, engine: Engine, cfg: ServeConfig, executor: Executor) -> Starlette:
+    """The ASGI application serving ``run``, decoding through ``executor`` (one thread)."""
+    service = Service(run, engine, cfg, executor)
     routes = [
         Route("/", service.index),
         Route("/health", service.health),

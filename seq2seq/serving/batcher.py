@@ -1,9 +1,9 @@
 """Admission, batching and decoding: requests wait in one bounded queue, are decoded together in
-batches on one thread that owns the model, and leave the queue unanswered by the model when their
-deadline passes or their client hangs up.
+batches by the executor that owns the model (`seq2seq.serving.owner`), and leave the queue
+unanswered by the model when their deadline passes or their client hangs up.
 
-The event loop only admits, collects and answers; the model runs on the decoding thread, never
-twice at once, so ``/health`` and ``/ready`` are answered in milliseconds whatever the load.
+The event loop only admits, collects and answers; the model runs on its own thread, never twice
+at once, so ``/health`` and ``/ready`` are answered in milliseconds whatever the load.
 """
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ import functools
 import logging
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
-
-import torch
 
 from seq2seq.config import DecodeConfig, ServeConfig
 from seq2seq.decoding.inference import TrainedRun, Translation, Translator
@@ -52,18 +50,21 @@ class Job:
 class Batcher:
     """The queue of waiting jobs and the one thread that decodes them."""
 
-    def __init__(self, run: TrainedRun, engine: Engine, cfg: ServeConfig, metrics: Metrics):
+    def __init__(
+        self,
+        run: TrainedRun,
+        engine: Engine,
+        cfg: ServeConfig,
+        metrics: Metrics,
+        executor: Executor,
+    ) -> None:
         self.run, self.engine, self.cfg, self.metrics = run, engine, cfg, metrics
+        self.executor = executor  # where the model runs: one thread, one batch at a time
         self.max_len = int(run.cfg.data.max_len)
         self.waiting: collections.deque[Job] = collections.deque()
         self.queued = 0  # sentences in ``waiting``
         self.rate = 0.0  # sentences/s of the last batch: how soon the queue will drain
         self._arrived = asyncio.Event()
-        # torch's intra-op thread count is a per-thread setting: give the decoding thread the
-        # engine's, as the main thread has it
-        self.executor = ThreadPoolExecutor(
-            1, "decode", initializer=torch.set_num_threads, initargs=(torch.get_num_threads(),)
-        )
 
     def full(self) -> bool:
         """Whether the queue is at its bound (``/ready`` answers 503 then)."""
@@ -181,4 +182,4 @@ class Batcher:
 
     def close(self) -> None:
         """Let the decoding thread finish its batch and end."""
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        self.executor.shutdown()
