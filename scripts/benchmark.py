@@ -64,7 +64,6 @@ for _name, _kind in REGISTRY.items():
 # embeddings of 256, MLP (additive: Luong concat here) attention with input feeding, a bridge.
 PEER = "peer"
 MODELS = ("reference", PEER)
-PRECISIONS = tuple(p.value for p in Precision)
 MEASURES = ("training", "decoding")
 BATCHES = ("peer", "recipe")  # ~1000 target tokens like the peers' 64 sentences; TrainConfig's
 PEER_TOKENS = 1000  # the peers' batches of 64 sentences hold about 967 target tokens
@@ -72,6 +71,9 @@ SEARCHES = {"greedy": 1, "beam": DecodeConfig.beam_size}
 # fp32 products on the CPU: oneDNN (what the model uses, seq2seq/model/linear.py) or PyTorch's BLAS
 PRODUCTS = {"onednn": contextlib.nullcontext, "pytorch": pytorch_products}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# what the benchmark trains and decodes in; int8 is a conversion for inference only, measured
+# with seq2seq-evaluate precision=int8 (docs/serving.md)
+PRECISIONS = tuple(DTYPES)
 
 
 @dataclass(frozen=True)
