@@ -8,6 +8,8 @@ import concurrent.futures
 import json
 import re
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -125,9 +127,6 @@ def test_metrics_count_requests_batches_and_describe_the_model(smoke_run: Path) 
 
 @pytest.mark.slow
 def test_limits_that_cannot_work_are_refused_at_start(smoke_run: Path) -> None:
-    import subprocess
-    import sys
-
     proc = subprocess.run(
         [sys.executable, "-m", "seq2seq.serve", f"run_dir={smoke_run}",
          "max_queue_sentences=8", "max_sentences=64"],

@@ -39,6 +39,7 @@ from seq2seq.serving.api import (
 from seq2seq.serving.batcher import Batcher, Job, Overloaded
 from seq2seq.serving.metrics import MISSING, Metrics
 
+log = logging.getLogger("seq2seq.serve")
 access_log = logging.getLogger("seq2seq.serve.access")
 CLOSED = 499  # the client hung up before its answer (as nginx counts it)
 
@@ -110,7 +111,7 @@ class Service:
         self.card = model_card(run, engine.precision.value)
         self.metrics.describe_model({**self.card, "device": str(engine.device)})
         if not self.metrics.available:
-            logging.getLogger("seq2seq.serve").warning("%s", MISSING)
+            log.warning("%s", MISSING)
 
     async def translate(self, request: Request) -> Response:
         if not authorised(request, self.cfg.api_key):

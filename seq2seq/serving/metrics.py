@@ -47,8 +47,6 @@ class _Unmeasured:
 class Metrics:
     """One registry per application, so that two servers in one process do not share counts."""
 
-    content_type = "text/plain; version=0.0.4; charset=utf-8"
-
     def __init__(self) -> None:
         self.available = CollectorRegistry is not None
         if not self.available:
