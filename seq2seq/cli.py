@@ -38,3 +38,9 @@ def serve() -> None:
     from seq2seq.serve import main
 
     main()
+
+
+def align() -> None:
+    from seq2seq.align import main
+
+    main()

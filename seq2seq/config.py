@@ -195,6 +195,10 @@ class DecodeConfig:
 class LogConfig:
     attention_samples: int = 4  # fixed validation sentences whose heatmaps are logged
     progress: bool = True  # tqdm progress bar
+    # word alignment at every validation: "source ||| target" pairs and their gold links
+    # ("i-j" sure, "ipj" possible, 1-based) -> valid/aer, valid/alignment_precision and _recall
+    alignment_gold: Optional[str] = None
+    alignment_links: Optional[str] = None
 
 
 @dataclass
@@ -278,6 +282,50 @@ class ServeConfig(InferenceConfig):
     request_timeout_s: float = 30.0  # a request not decoded by then is answered 503, undecoded
 
 
+class AlignMethod(str, Enum):
+    """How a target word's attention over the source words becomes links."""
+
+    argmax = "argmax"  # the source word with the most weight (none where that is the EOS)
+    threshold = "threshold"  # every source word with at least `threshold` of the weight
+
+
+class Symmetrize(str, Enum):
+    """How the links of two directions are combined (Koehn et al. 2003)."""
+
+    intersection = "intersection"
+    union = "union"
+    grow_diag_final = "grow_diag_final"
+    grow_diag_final_and = "grow_diag_final_and"
+
+
+@dataclass
+class AlignConfig:
+    """`seq2seq-align`: word links of given sentence pairs, from the attention of a run reading
+    them (forced decoding), optionally with a run of the reverse direction, scored against gold."""
+
+    run_dir: str = MISSING  # a run (or release) translating the input's source into its target
+    checkpoint: str = "best"
+    input: Optional[str] = None  # "source ||| target" lines, words separated by spaces
+    source: Optional[str] = None  # or two parallel files, one sentence per line
+    target: Optional[str] = None
+    swap: bool = False  # the input's sides are the other way round: run_dir reads its target
+    output: Optional[str] = None  # Pharaoh links "i-j" (0-based), a line per pair; None: stdout
+    weights: Optional[str] = None  # the word attention of each pair as JSON lines
+    method: AlignMethod = AlignMethod.argmax
+    threshold: float = 0.3  # method=threshold: the least weight of a link
+    shift: int = 0  # target word t takes the attention of step t + shift
+    reverse_run_dir: Optional[str] = None  # a run of the other direction: both are symmetrised
+    reverse_checkpoint: str = "best"
+    reverse_shift: int = 0
+    symmetrize: Symmetrize = Symmetrize.grow_diag_final
+    gold: Optional[str] = None  # human links, "i-j" sure and "ipj" possible: prints AER
+    gold_one_based: bool = True  # positions in gold count from 1 (the talp files do)
+    batch_size: int = 64  # pairs read together
+    device: str = "auto"
+    precision: Precision = Precision.fp32
+    products: Products = Products.auto
+
+
 @dataclass
 class ExportConfig:
     """`seq2seq-export`: a release folder (safetensors weights, tokenizers, config, model card)."""
@@ -296,6 +344,7 @@ def register_configs() -> None:
     cs.store(name="average_config", node=AverageConfig)
     cs.store(name="export_config", node=ExportConfig)
     cs.store(name="serve_config", node=ServeConfig)
+    cs.store(name="align_config", node=AlignConfig)
     cs.store(group="data", name="multi30k", node=Multi30kConfig)
     cs.store(group="data", name="custom", node=CustomDataConfig)
     cs.store(group="data", name="tsv", node=TsvDataConfig)

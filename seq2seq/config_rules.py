@@ -116,4 +116,8 @@ def _cross_key_problems(cfg: Any) -> list[str]:
     if queue is not None and largest is not None and queue < largest:
         problems.append(f"max_queue_sentences={queue} is below max_sentences={largest}: a "
                         "request of the largest size could never be admitted")  # fmt: skip
+    gold = [OmegaConf.select(cfg, f"log.alignment_{k}", default=None) for k in ("gold", "links")]
+    if (gold[0] is None) != (gold[1] is None):
+        problems.append("log.alignment_gold=<pairs> and log.alignment_links=<gold links> go "
+                        "together")  # fmt: skip
     return problems

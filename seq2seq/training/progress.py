@@ -99,11 +99,14 @@ class Report:
         if result.samples:
             monitor.attention(p.step, result.samples)
             monitor.samples_table(p.step, result.samples)
-        monitor.hparams(p.step, run_hparams(self.cfg), {"hparams/best_valid_bleu": p.best_bleu})
+        final = {"hparams/best_valid_bleu": p.best_bleu}
+        if "aer" in result.metrics:  # the latest validation's: the last one's when training ends
+            final["hparams/aer"] = result.metrics["aer"]
+        monitor.hparams(p.step, run_hparams(self.cfg), final)
         monitor.flush()  # a running TensorBoard shows this validation now
         now = time.perf_counter()
         log.info(
-            "step %d (epoch %d): valid loss %.3f, ppl %.2f, BLEU %.2f%s, chrF %.2f "
+            "step %d (epoch %d): valid loss %.3f, ppl %.2f, BLEU %.2f%s, chrF %.2f%s "
             "(%.1f s, TensorBoard %.2f s)",
             p.step,
             p.epoch + (p.batch_in_epoch > 0),
@@ -112,6 +115,7 @@ class Report:
             result.metrics["bleu"],
             " (best)" if improved else "",
             result.metrics["chrf"],
+            f", AER {result.metrics['aer']:.3f}" if "aer" in result.metrics else "",
             now - start,
             now - logging_start,
         )

@@ -37,6 +37,7 @@ from seq2seq.storage.rundir import (
     TGT_TOKENIZER,
     RunLock,
 )
+from seq2seq.training.alignment import AlignmentProbe
 from seq2seq.training.monitor import Monitor
 from seq2seq.training.progress import Report, Window
 from seq2seq.training.schedule import LearningRate
@@ -136,6 +137,7 @@ class Trainer:
         purge = self.progress.step + 1 if state is not None else None
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
         self.report = Report(cfg, engine, self.monitor)
+        self.probe = AlignmentProbe.from_config(cfg.log) if engine.is_main else None
         self.writer = CheckpointWriter()
         self.non_finite = NonFiniteGuard(engine, tcfg, run_dir)
         updates = self.epochs.plan(0, rank=0)
@@ -284,6 +286,7 @@ class Trainer:
                 self.cfg.log.attention_samples,
                 self.cfg.data.max_len,
                 bleu_tokenizer(self.cfg.data.tgt_lang, self.cfg.data.bleu_tokenize),
+                self.probe,
             )
         bleu = self.engine.broadcast(result.metrics["bleu"] if result else None)
         p = self.progress

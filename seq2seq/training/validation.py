@@ -20,13 +20,14 @@ from seq2seq.decoding.alignment import (
 from seq2seq.decoding.inference import Translator, score
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import Engine
+from seq2seq.training.alignment import AlignmentProbe
 
 
 @dataclass
 class Validation:
     """What one validation measured, ready to log."""
 
-    metrics: dict[str, float]  # loss, ppl, bleu, chrf, attention_entropy, attention_max_weight
+    metrics: dict[str, float]  # loss, ppl, bleu, chrf, attention statistics (, aer, ...)
     samples: list[AttentionSample]  # the first sentences, for heatmaps and the samples table
 
 
@@ -40,10 +41,12 @@ def validate(
     samples: int,
     max_len: int,
     bleu_tokenize: str = "13a",
+    probe: AlignmentProbe | None = None,
 ) -> Validation:
     """Loss and perplexity over ``data.valid``; BLEU (sacreBLEU's ``bleu_tokenize``), chrF and
     attention statistics of ``data.valid_src`` translated with ``search`` (lines cut at
-    ``max_len`` subwords, as seq2seq-evaluate does), whose first ``samples`` become samples."""
+    ``max_len`` subwords, as seq2seq-evaluate does), whose first ``samples`` become samples;
+    with a ``probe``, the AER of the model's attention on its gold-aligned pairs."""
     model.eval()
     loss_sum = nll_sum = 0.0
     ntokens = 0
@@ -69,6 +72,8 @@ def validate(
         "chrf": scores.chrf,
         **attention_statistics(weights),
     }
+    if probe is not None:
+        metrics.update(probe.measure(model, data.src_tok, data.tgt_tok, engine))
     heatmaps = attention_samples(
         data.valid_src, data.valid_refs, translations, data.src_tok, data.tgt_tok, samples
     )

@@ -1,0 +1,88 @@
+"""The statistical aligner beside attention: eflomal (Östling & Tiedemann 2016) aligns gold pairs
+after training on a parallel corpus plus those pairs, as aligners are run, and the same AER code
+as ``seq2seq-align`` scores it. Needs ``pip install 'seq2seq[align]'``. From the checkout root::
+
+    python scripts/statistical_align.py --pairs ../shared/data/alignment/en-fr.hansards.txt \\
+        --gold ../shared/data/alignment/en-fr.hansards.talp \\
+        --train ../shared/data/multi30k/train.en.gz ../shared/data/multi30k/train.fr.gz \\
+        --out runs/eflomal_en_fr
+
+writes forward, reverse and symmetrised links of the gold pairs (Pharaoh, 0-based) into ``--out``
+and prints one JSON line of AER, precision and recall per direction and symmetrisation. The
+training corpus is lowercased and split into words by a regular expression (the gold pairs are
+lowercased and tokenized already); ``--train`` may be left out to align the pairs alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from seq2seq.config import Symmetrize
+from seq2seq.decoding.aer import alignment_scores, read_gold
+from seq2seq.decoding.wordalign import Links, pharaoh_line, read_pairs, symmetrize
+
+# words, a word with its elided apostrophe (French "l'", "qu'"), or one other character
+WORD = re.compile(r"\w+'|\w+|[^\w\s]")
+
+
+def tokenize(line: str) -> str:
+    return " ".join(WORD.findall(line.lower()))
+
+
+def _lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [tokenize(line) for line in f]
+
+
+def _links(path: Path, count: int) -> list[Links]:
+    """The last ``count`` lines of an eflomal links file (the gold pairs come last)."""
+    lines = path.read_text(encoding="utf-8").splitlines()[-count:]
+    return [{tuple(map(int, item.split("-"))) for item in line.split()} for line in lines]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=Path, required=True, help="'source ||| target' lines")
+    parser.add_argument("--gold", type=Path, required=True, help="i-j sure, ipj possible, 1-based")
+    parser.add_argument("--train", type=Path, nargs=2, metavar=("SOURCE", "TARGET"))
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    try:
+        from eflomal import Aligner
+    except ImportError:
+        sys.exit("eflomal is not installed: pip install 'seq2seq[align]'")
+    pairs = read_pairs(args.pairs)
+    gold = read_gold(args.gold, pairs)
+    src, tgt = (_lines(args.train[0]), _lines(args.train[1])) if args.train else ([], [])
+    src += [" ".join(s) for s, _ in pairs]
+    tgt += [" ".join(t) for _, t in pairs]
+    args.out.mkdir(parents=True, exist_ok=True)
+    forward, reverse = args.out / "forward.align", args.out / "reverse.align"
+    start = time.perf_counter()
+    Aligner().align(src, tgt, links_filename_fwd=str(forward), links_filename_rev=str(reverse))
+    seconds = time.perf_counter() - start
+    found = {"forward": _links(forward, len(pairs)), "reverse": _links(reverse, len(pairs))}
+    for how in Symmetrize:
+        both = zip(found["forward"], found["reverse"], strict=True)
+        found[how.value] = [symmetrize(f, b, how) for f, b in both]
+    result = {}
+    for name, links in found.items():
+        path = args.out / f"{name}.gold.align"
+        path.write_text("".join(pharaoh_line(x) + "\n" for x in links), encoding="utf-8")
+        scores = alignment_scores(links, gold)
+        result[name] = {key: round(scores[key], 4) for key in ("aer", "precision", "recall")}
+        print(f"{name:20} AER {scores['aer']:.3f}  P {scores['precision']:.3f}  "
+              f"R {scores['recall']:.3f}", file=sys.stderr)  # fmt: skip
+    result.update(aligner="eflomal", sentences=len(src), seconds=round(seconds, 1))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

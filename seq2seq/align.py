@@ -1,0 +1,165 @@
+"""`seq2seq-align`: word alignments of given sentence pairs from a trained run's attention.
+
+The run reads each pair with the target given (forced decoding: teacher forcing, no search); each
+target word's attention, merged from subwords into words, becomes links (`AlignMethod`). With
+``reverse_run_dir`` a run of the other direction reads the pairs the other way and the two link
+sets are symmetrised. Links go out in Pharaoh form (``i-j``, 0-based, source-target), a line per
+pair; with ``gold=`` precision, recall and AER come as the last stdout line (JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+from omegaconf import OmegaConf
+
+from seq2seq.config import AlignConfig
+from seq2seq.config_rules import check_config
+from seq2seq.decoding.aer import alignment_scores, read_gold
+from seq2seq.decoding.forced import ForcedAligner
+from seq2seq.decoding.inference import TrainedRun, load_run
+from seq2seq.decoding.wordalign import (
+    Links,
+    Pair,
+    extract,
+    flipped,
+    pharaoh_line,
+    read_pairs,
+    read_parallel_pairs,
+    symmetrize,
+)
+from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.engine import Engine
+
+log = logging.getLogger("seq2seq.align")
+
+
+def _pairs(cfg: AlignConfig) -> list[Pair]:
+    """The input's pairs in the input's own orientation."""
+    files = (cfg.source is not None, cfg.target is not None)
+    if (cfg.input is not None) == any(files) or (any(files) and not all(files)):
+        raise Seq2SeqError(
+            "give the pairs as input=<file of 'source ||| target' lines>, or as "
+            "source=<file> target=<file>"
+        )
+    paths = [cfg.input] if cfg.input is not None else [cfg.source, cfg.target]
+    for path in paths:
+        if not Path(path).is_file():
+            raise Seq2SeqError(f"no such file: {path}")
+    if cfg.input is not None:
+        return read_pairs(cfg.input)
+    return read_parallel_pairs(cfg.source, cfg.target)
+
+
+def _direction(
+    run: TrainedRun, engine: Engine, cfg: AlignConfig, pairs: Sequence[Pair], reverse: bool
+) -> tuple[list[Links], list[np.ndarray]]:
+    """Links (in the input's orientation) and word attention of one run reading the pairs."""
+    flip = reverse != cfg.swap  # this run reads the input's target side
+    read = [(tgt, src) for src, tgt in pairs] if flip else list(pairs)
+    aligner = ForcedAligner(run.model, run.src_tok, run.tgt_tok, engine, cfg.batch_size)
+    weights = aligner.word_attention(read, cfg.reverse_shift if reverse else cfg.shift)
+    links = [extract(w, cfg.method, cfg.threshold) for w in weights]
+    return ([flipped(x) for x in links] if flip else links), weights
+
+
+def _write(path: str | None, lines: Sequence[str]) -> None:
+    text = "".join(line + "\n" for line in lines)
+    if path is None:
+        sys.stdout.write(text)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise Seq2SeqError(f"cannot write {path}: {e}") from e
+
+
+def _weights_lines(pairs: Sequence[Pair], weights: Sequence[np.ndarray], swap: bool) -> list[str]:
+    """JSON lines: the words the run read and its word attention [target][source + EOS]."""
+    return [
+        json.dumps(
+            {
+                "source": tgt if swap else src,
+                "target": src if swap else tgt,
+                "weights": np.round(w, 4).tolist(),
+            },
+            ensure_ascii=False,
+        )
+        for (src, tgt), w in zip(pairs, weights, strict=True)
+    ]
+
+
+def _check(cfg: AlignConfig) -> None:
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise Seq2SeqError("say which model aligns: run_dir=<a run or release folder>")
+    if not 0.0 < cfg.threshold <= 1.0:
+        raise Seq2SeqError(f"threshold must be in (0, 1], not {cfg.threshold}")
+    check_config(cfg)
+
+
+def align(cfg: AlignConfig) -> dict[str, Any]:
+    """Align, write the links (and weights); return the result object."""
+    _check(cfg)
+    pairs = _pairs(cfg)
+    gold = read_gold(cfg.gold, pairs, cfg.gold_one_based) if cfg.gold is not None else None
+    engine = Engine.create(cfg.device, cfg.precision, products=cfg.products)
+    runs = [load_run(cfg.run_dir, cfg.checkpoint, engine)]
+    if cfg.reverse_run_dir is not None:
+        runs.append(load_run(cfg.reverse_run_dir, cfg.reverse_checkpoint, engine))
+    engine.choose_products(runs[0].model)
+    log.info("aligning %d pairs with %s (step %d) on %s", len(pairs), runs[0].checkpoint,
+             runs[0].step, engine.describe())  # fmt: skip
+    start = time.perf_counter()
+    found = [_direction(run, engine, cfg, pairs, reverse=k == 1) for k, run in enumerate(runs)]
+    links = found[0][0]
+    if len(found) == 2:
+        both = zip(found[0][0], found[1][0], strict=True)
+        links = [symmetrize(forward, backward, cfg.symmetrize) for forward, backward in both]
+    seconds = time.perf_counter() - start
+    _write(cfg.output, [pharaoh_line(x) for x in links])
+    if cfg.weights is not None:
+        _write(cfg.weights, _weights_lines(pairs, found[0][1], cfg.swap))
+    result: dict[str, Any] = {}
+    if gold is not None:
+        result = alignment_scores(links, gold)
+        if len(found) == 2:
+            for name, (direction, _) in zip(("forward", "reverse"), found, strict=True):
+                result[name] = alignment_scores(direction, gold)
+    return {
+        **result,
+        "pairs": len(pairs),
+        "method": cfg.method.value,
+        **({"threshold": cfg.threshold} if cfg.method.value == "threshold" else {}),
+        "shift": cfg.shift,
+        "symmetrize": cfg.symmetrize.value if len(runs) == 2 else None,
+        "runs": [str(run.run_dir.resolve()) for run in runs],
+        "checkpoints": [str(run.checkpoint.resolve()) for run in runs],
+        "steps": [run.step for run in runs],
+        "output": str(Path(cfg.output).resolve()) if cfg.output else None,
+        "device": str(engine.device),
+        "dtype": engine.precision.value,  # "precision" is the links'
+        "seconds": round(seconds, 3),
+    }
+
+
+@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="align")
+def main(cfg: AlignConfig) -> None:
+    """Align; the last stdout line is the result JSON, user errors exit 1 with one message."""
+    try:
+        result = align(cfg)
+    except Seq2SeqError as e:
+        log.error("%s", e)
+        sys.exit(1)
+    print(json.dumps(result, ensure_ascii=False), flush=True)
+
+
+if __name__ == "__main__":
+    main()
