@@ -11,6 +11,10 @@ writes forward, reverse and symmetrised links of the gold pairs (Pharaoh, 0-base
 and prints one JSON line of AER, precision and recall per direction and symmetrisation. The
 training corpus is lowercased and split into words by a regular expression (the gold pairs are
 lowercased and tokenized already); ``--train`` may be left out to align the pairs alone.
+
+``--train-links FILE`` also writes the links of the training lines, symmetrised
+(``--train-symmetrize``), in the training text's own words (split at whitespace), one line per
+training line: guided alignment's input (``seq2seq-train train.guided_alignment=FILE``).
 """
 
 from __future__ import annotations
@@ -31,20 +35,39 @@ from seq2seq.decoding.wordalign import Links, pharaoh_line, read_pairs, symmetri
 WORD = re.compile(r"\w+'|\w+|[^\w\s]")
 
 
-def tokenize(line: str) -> str:
-    return " ".join(WORD.findall(line.lower()))
+def tokenize(line: str) -> tuple[str, list[int]]:
+    """The line lowercased and split into tokens, and the whitespace word of each token."""
+    tokens, word_of = [], []
+    for index, word in enumerate(line.split()):
+        for token in WORD.findall(word.lower()):
+            tokens.append(token)
+            word_of.append(index)
+    return " ".join(tokens), word_of
 
 
-def _lines(path: Path) -> list[str]:
+def _lines(path: Path) -> tuple[list[str], list[list[int]]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
-        return [tokenize(line) for line in f]
+        tokenized = [tokenize(line) for line in f]
+    return [text for text, _ in tokenized], [word_of for _, word_of in tokenized]
 
 
-def _links(path: Path, count: int) -> list[Links]:
-    """The last ``count`` lines of an eflomal links file (the gold pairs come last)."""
-    lines = path.read_text(encoding="utf-8").splitlines()[-count:]
+def _links(path: Path) -> list[Links]:
+    lines = path.read_text(encoding="utf-8").splitlines()
     return [{tuple(map(int, item.split("-"))) for item in line.split()} for line in lines]
+
+
+def _write_train_links(
+    path: Path, found: dict[str, list[Links]], words: tuple[list, list], how: Symmetrize
+) -> None:
+    """Training lines' links in their whitespace words (tokens mapped back to their word)."""
+    count = len(words[0])  # the training lines come first, the gold pairs after them
+    both = zip(found["forward"][:count], found["reverse"][:count], *words, strict=True)
+    lines = []
+    for forward, reverse, src_words, tgt_words in both:
+        tokens = symmetrize(forward, reverse, how)
+        lines.append(pharaoh_line({(src_words[i], tgt_words[j]) for i, j in tokens}))
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def main() -> None:
@@ -53,6 +76,8 @@ def main() -> None:
     parser.add_argument("--gold", type=Path, required=True, help="i-j sure, ipj possible, 1-based")
     parser.add_argument("--train", type=Path, nargs=2, metavar=("SOURCE", "TARGET"))
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--train-links", type=Path, help="write the training lines' links here")
+    parser.add_argument("--train-symmetrize", type=Symmetrize, default="grow_diag_final_and")
     args = parser.parse_args()
     try:
         from eflomal import Aligner
@@ -60,7 +85,9 @@ def main() -> None:
         sys.exit("eflomal is not installed: pip install 'seq2seq[align]'")
     pairs = read_pairs(args.pairs)
     gold = read_gold(args.gold, pairs)
-    src, tgt = (_lines(args.train[0]), _lines(args.train[1])) if args.train else ([], [])
+    (src, src_words), (tgt, tgt_words) = (
+        (_lines(p) for p in args.train) if args.train else (([], []), ([], []))
+    )
     src += [" ".join(s) for s, _ in pairs]
     tgt += [" ".join(t) for _, t in pairs]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +95,10 @@ def main() -> None:
     start = time.perf_counter()
     Aligner().align(src, tgt, links_filename_fwd=str(forward), links_filename_rev=str(reverse))
     seconds = time.perf_counter() - start
-    found = {"forward": _links(forward, len(pairs)), "reverse": _links(reverse, len(pairs))}
+    every = {"forward": _links(forward), "reverse": _links(reverse)}
+    if args.train_links is not None:
+        _write_train_links(args.train_links, every, (src_words, tgt_words), args.train_symmetrize)
+    found = {name: links[-len(pairs) :] for name, links in every.items()}  # the pairs come last
     for how in Symmetrize:
         both = zip(found["forward"], found["reverse"], strict=True)
         found[how.value] = [symmetrize(f, b, how) for f, b in both]
@@ -81,7 +111,7 @@ def main() -> None:
         print(f"{name:20} AER {scores['aer']:.3f}  P {scores['precision']:.3f}  "
               f"R {scores['recall']:.3f}", file=sys.stderr)  # fmt: skip
     result.update(aligner="eflomal", sentences=len(src), seconds=round(seconds, 1))
-    print(json.dumps(result))
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -177,6 +177,11 @@ class TrainConfig:
     compile: bool = False  # torch.compile the decoder's per-step work (time-step loops)
     threads: int = 0  # torch threads; 0 = $OMP_NUM_THREADS, else this process's share of cores
     log_every: int = 50  # updates between training-loss scalars
+    # guided alignment: a statistical aligner's word links of the training lines (Pharaoh, one
+    # line per training line; scripts/statistical_align.py --train-links) pull the attention
+    # toward them, with this weight on the attention's cross-entropy (per guided target piece)
+    guided_alignment: Optional[str] = None
+    guided_weight: float = 0.5
 
 
 @dataclass

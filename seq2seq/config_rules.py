@@ -29,7 +29,7 @@ _POSITIVE = (
 _FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
 _NOT_NEGATIVE = (
     "train.threads", "train.scheduler.warmup", "alpha", "max_len_a", "max_len_b", "data.workers",
-    "data.valid_size", "data.test_size",
+    "data.valid_size", "data.test_size", "train.guided_weight",
 )  # fmt: skip
 
 
@@ -116,6 +116,10 @@ def _cross_key_problems(cfg: Any) -> list[str]:
     if queue is not None and largest is not None and queue < largest:
         problems.append(f"max_queue_sentences={queue} is below max_sentences={largest}: a "
                         "request of the largest size could never be admitted")  # fmt: skip
+    alpha = OmegaConf.select(cfg, "data.sampling_alpha", default=0.0)
+    if OmegaConf.select(cfg, "train.guided_alignment", default=None) is not None and alpha:
+        problems.append("train.guided_alignment needs data.sampling_alpha=0: its links fit "
+                        "the cached segmentation, not sampled subwords")  # fmt: skip
     gold = [OmegaConf.select(cfg, f"log.alignment_{k}", default=None) for k in ("gold", "links")]
     if (gold[0] is None) != (gold[1] is None):
         problems.append("log.alignment_gold=<pairs> and log.alignment_links=<gold links> go "

@@ -26,6 +26,7 @@ class Batch:
     tgt_out: torch.Tensor  # [B, T] pieces + EOS
     ids: torch.Tensor  # [B] positions in the TokenizedCorpus
     ntokens: int  # non-pad target tokens
+    align: torch.Tensor | None = None  # [B, T, S] guided alignment's attention targets
 
     def to(self, device: torch.device, pin: bool = False) -> Batch:
         """The token tensors on ``device``, copied from pinned memory without blocking with
@@ -35,7 +36,11 @@ class Batch:
             return (t.pin_memory() if pin else t).to(device, non_blocking=pin)
 
         return replace(
-            self, src=move(self.src), tgt_in=move(self.tgt_in), tgt_out=move(self.tgt_out)
+            self,
+            src=move(self.src),
+            tgt_in=move(self.tgt_in),
+            tgt_out=move(self.tgt_out),
+            align=None if self.align is None else move(self.align),
         )
 
 

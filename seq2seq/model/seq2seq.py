@@ -79,15 +79,24 @@ class Seq2Seq(nn.Module):
         tgt_in: Tensor,
         tgt_out: Tensor,
         label_smoothing: float = 0.0,
+        align: Tensor | None = None,
+        align_weight: float = 0.0,
     ) -> tuple[Tensor, Tensor]:
         """(label-smoothed loss sum, plain NLL sum) over the non-pad target positions.
 
-        Only those positions are projected to the vocabulary.
+        Only those positions are projected to the vocabulary. With ``align`` [B, T, S] (guided
+        alignment: each guided row a distribution over the source), the loss adds
+        ``align_weight`` times the cross-entropy of the attention (mean over heads) against it.
         """
-        features, _ = self.features(src, src_lengths, tgt_in)  # [B, T, F]
+        features, weights = self.features(src, src_lengths, tgt_in)  # [B, T, F]
         real = tgt_out != PAD  # [B, T]
         logits = self.decoder.output_layer(features[real])  # [N, V]
-        return SmoothedCrossEntropy.apply(logits, tgt_out[real], label_smoothing)
+        loss, nll = SmoothedCrossEntropy.apply(logits, tgt_out[real], label_smoothing)
+        if align is not None:
+            attention = weights.float().mean(1)  # [B, T, S]
+            guided = -(align * torch.log(attention.clamp_min(1e-9))).sum()
+            loss = loss + align_weight * guided
+        return loss, nll
 
 
 def build_model(cfg: ModelConfig | DictConfig, src_vocab: int, tgt_vocab: int) -> Seq2Seq:

@@ -11,6 +11,7 @@ import functools
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tqdm import tqdm
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import Batch, TokenBatchSampler, Update, collate, plan_updates
+from seq2seq.data.guidance import AlignmentTargets
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, write_splits
 from seq2seq.data.sampling import SubwordSampler
 from seq2seq.data.tokenizer import Tokenizer
@@ -85,6 +87,11 @@ class Epochs:
             seed=tcfg.seed,
         )
         self.subwords = SubwordSampler.for_training(data, cfg.data, tcfg.seed)
+        self.guide = None
+        if tcfg.guided_alignment is not None:
+            self.guide = AlignmentTargets.load(
+                tcfg.guided_alignment, data.train, data.src_tok, data.tgt_tok
+            )
 
     def plan(self, epoch: int, rank: int) -> list[Update]:
         """The updates of ``epoch`` for ``rank``."""
@@ -102,7 +109,13 @@ class Epochs:
             batches = [collate(self.data.train, ids) for ids in update.batches]
         else:
             batches = [self.subwords.collate(ids, epoch) for ids in update.batches]
+        if self.guide is not None:
+            batches = [self._guided(batch) for batch in batches]
         return [self.engine.to_device(batch) for batch in batches]
+
+    def _guided(self, batch: Batch) -> Batch:
+        target = self.guide.batch(batch.ids.numpy(), batch.tgt_in.size(1), batch.src.size(1))
+        return replace(batch, align=target)  # [B, T, S]
 
     def tokens(self, update: Update, batches: list[Batch]) -> int:
         """Target tokens of the update on all ranks: planned from the cached segmentation, or

@@ -93,6 +93,8 @@ class Updater:
                         batch.tgt_in,
                         batch.tgt_out,
                         self.tcfg.label_smoothing,
+                        batch.align,
+                        self.tcfg.guided_weight,
                     )
                 self.scaler.scale(loss * scale).backward()
             loss_sum += loss.detach()
