@@ -12,6 +12,11 @@ and prints one JSON line of AER, precision and recall per direction and symmetri
 training corpus is lowercased and split into words by a regular expression (the gold pairs are
 lowercased and tokenized already); ``--train`` may be left out to align the pairs alone.
 
+Pairs without gold links (``--raw-pairs SOURCE TARGET``: two plain or .gz files, split into
+words by the same expression, case kept) are written as ``<out>/pairs.txt`` for seq2seq-align,
+and each direction's and symmetrisation's links as ``<out>/<name>.talp`` (1-based, all sure):
+gold for measuring how far attention agrees with the aligner where no human links exist.
+
 ``--train-links FILE`` also writes the links of the training lines, symmetrised
 (``--train-symmetrize``), in the training text's own words (split at whitespace), one line per
 training line: guided alignment's input (``seq2seq-train train.guided_alignment=FILE``).
@@ -35,20 +40,20 @@ from seq2seq.decoding.wordalign import Links, pharaoh_line, read_pairs, symmetri
 WORD = re.compile(r"\w+'|\w+|[^\w\s]")
 
 
-def tokenize(line: str) -> tuple[str, list[int]]:
-    """The line lowercased and split into tokens, and the whitespace word of each token."""
+def tokenize(line: str, lower: bool = True) -> tuple[str, list[int]]:
+    """The line (lowercased) split into tokens, and the whitespace word of each token."""
     tokens, word_of = [], []
     for index, word in enumerate(line.split()):
-        for token in WORD.findall(word.lower()):
+        for token in WORD.findall(word.lower() if lower else word):
             tokens.append(token)
             word_of.append(index)
     return " ".join(tokens), word_of
 
 
-def _lines(path: Path) -> tuple[list[str], list[list[int]]]:
+def _lines(path: Path, lower: bool = True) -> tuple[list[str], list[list[int]]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
-        tokenized = [tokenize(line) for line in f]
+        tokenized = [tokenize(line, lower) for line in f]
     return [text for text, _ in tokenized], [word_of for _, word_of in tokenized]
 
 
@@ -70,10 +75,22 @@ def _write_train_links(
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
+def _raw_pairs(source: Path, target: Path, out: Path) -> list:
+    """Pairs of two plain files, split into words (case kept), written to ``out/pairs.txt``."""
+    sides = [_lines(source, lower=False)[0], _lines(target, lower=False)[0]]
+    if len(sides[0]) != len(sides[1]):
+        sys.exit(f"{source} and {target} differ in length: parallel files needed")
+    lines = [f"{s} ||| {t}" for s, t in zip(*sides, strict=True)]
+    (out / "pairs.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    return read_pairs(out / "pairs.txt")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=Path, required=True, help="'source ||| target' lines")
-    parser.add_argument("--gold", type=Path, required=True, help="i-j sure, ipj possible, 1-based")
+    pairs_arg = parser.add_mutually_exclusive_group(required=True)
+    pairs_arg.add_argument("--pairs", type=Path, help="'source ||| target' lines, tokenized")
+    pairs_arg.add_argument("--raw-pairs", type=Path, nargs=2, metavar=("SOURCE", "TARGET"))
+    parser.add_argument("--gold", type=Path, help="i-j sure, ipj possible, 1-based")
     parser.add_argument("--train", type=Path, nargs=2, metavar=("SOURCE", "TARGET"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--train-links", type=Path, help="write the training lines' links here")
@@ -83,14 +100,14 @@ def main() -> None:
         from eflomal import Aligner
     except ImportError:
         sys.exit("eflomal is not installed: pip install 'seq2seq[align]'")
-    pairs = read_pairs(args.pairs)
-    gold = read_gold(args.gold, pairs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    pairs = read_pairs(args.pairs) if args.pairs else _raw_pairs(*args.raw_pairs, args.out)
+    gold = read_gold(args.gold, pairs) if args.gold else None
     (src, src_words), (tgt, tgt_words) = (
         (_lines(p) for p in args.train) if args.train else (([], []), ([], []))
     )
-    src += [" ".join(s) for s, _ in pairs]
-    tgt += [" ".join(t) for _, t in pairs]
-    args.out.mkdir(parents=True, exist_ok=True)
+    src += [" ".join(s).lower() for s, _ in pairs]
+    tgt += [" ".join(t).lower() for _, t in pairs]
     forward, reverse = args.out / "forward.align", args.out / "reverse.align"
     start = time.perf_counter()
     Aligner().align(src, tgt, links_filename_fwd=str(forward), links_filename_rev=str(reverse))
@@ -106,6 +123,10 @@ def main() -> None:
     for name, links in found.items():
         path = args.out / f"{name}.gold.align"
         path.write_text("".join(pharaoh_line(x) + "\n" for x in links), encoding="utf-8")
+        if gold is None:
+            talp = [" ".join(f"{i + 1}-{j + 1}" for i, j in sorted(x)) for x in links]
+            (args.out / f"{name}.talp").write_text("".join(x + "\n" for x in talp))
+            continue
         scores = alignment_scores(links, gold)
         result[name] = {key: round(scores[key], 4) for key in ("aer", "precision", "recall")}
         print(f"{name:20} AER {scores['aer']:.3f}  P {scores['precision']:.3f}  "

@@ -187,3 +187,45 @@ def test_statistical_aligner_script_scores_with_the_same_aer(tmp_path) -> None:
     assert result["intersection"]["aer"] < 0.2
     links = (tmp_path / "out" / "forward.gold.align").read_text().splitlines()
     assert len(links) == 100
+
+
+def test_statistical_aligner_links_training_lines_in_their_own_words(tmp_path) -> None:
+    pytest.importorskip("eflomal", reason="eflomal is an optional extra: seq2seq[align]")
+    rng = np.random.default_rng(1)
+    words = [f"w{k}" for k in range(12)]
+    lines = [list(rng.choice(words, size=4, replace=False)) for _ in range(60)]
+    src, tgt = tmp_path / "train.src", tmp_path / "train.tgt"
+    src.write_text("".join(f"{a}, {b} {c} {d}.\n" for a, b, c, d in lines))  # 4 words, 6 tokens
+    tgt.write_text("".join(" ".join(x).upper() + "\n" for x in lines))
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "scripts" / "statistical_align.py"), "--raw-pairs",
+           str(src), str(tgt), "--train", str(src), str(tgt), "--out", str(out),
+           "--train-links", str(tmp_path / "train.align")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    links = (tmp_path / "train.align").read_text().splitlines()
+    assert len(links) == 60
+    pairs = [(int(x.split("-")[0]), int(x.split("-")[1])) for line in links for x in line.split()]
+    assert max(i for i, _ in pairs) <= 3 and max(j for _, j in pairs) <= 3  # whitespace words
+    assert sum(i == j for i, j in pairs) / len(pairs) > 0.8
+    assert (out / "pairs.txt").read_text().splitlines()[0].count(" ||| ") == 1
+    assert len((out / "intersection.talp").read_text().splitlines()) == 60
+
+
+@pytest.mark.slow
+def test_alignment_table_script(smoke_run: Path, multi30k_dir: Path, tmp_path: Path) -> None:
+    pairs, lines = pairs_of(multi30k_dir, tmp_path, count=20)
+    gold = tmp_path / "gold.talp"
+    gold.write_text("1-1\n" * 20)
+    cmd = [sys.executable, str(ROOT / "scripts" / "alignment_table.py"), "--pairs", str(pairs),
+           "--gold", str(gold), "--run", f"smoke={smoke_run}", "--reverse",
+           f"smoke={smoke_run}"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    methods = result["runs"]["smoke"]["methods"]
+    assert {"argmax, shift +0", "threshold 0.3, shift -1", "both, intersection"} <= set(methods)
+    # the diagonal links every target word once, the first to the first source word (gold):
+    # AER = 1 - 2 * 20 / (target words + 20)
+    targets = sum(len(line.split(" ||| ")[1].split()) for line in lines)
+    assert result["diagonal"] == pytest.approx(1 - 40 / (targets + 20))
