@@ -26,7 +26,15 @@ from seq2seq.config import AlignMethod, Symmetrize
 from seq2seq.decoding.aer import Gold, alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner
 from seq2seq.decoding.inference import load_run
-from seq2seq.decoding.wordalign import Links, Pair, extract, flipped, read_pairs, symmetrize
+from seq2seq.decoding.wordalign import (
+    Links,
+    Pair,
+    extract,
+    flipped,
+    read_pairs,
+    read_pharaoh,
+    symmetrize,
+)
 from seq2seq.runtime.checkpoint import kept_steps
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.rundir import kept_checkpoint
@@ -41,11 +49,6 @@ def diagonal(pairs: list[Pair]) -> list[Links]:
         {(min(int((j + 0.5) * len(s) / len(t)), len(s) - 1), j) for j in range(len(t))}
         for s, t in pairs
     ]
-
-
-def _links_file(path: Path) -> list[Links]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [{tuple(map(int, x.split("-"))) for x in line.split()} for line in lines]
 
 
 def read_weights(run_dir: str, checkpoint: str, pairs: list[Pair], engine: Engine, flip: bool):
@@ -139,7 +142,7 @@ def main() -> None:
     engine = Engine.create("cpu", "fp32", products="pytorch")
     result = {"diagonal": alignment_scores(diagonal(pairs), gold)["aer"]}
     for name, path in _named(args.aligner).items():
-        result[name] = alignment_scores(_links_file(Path(path)), gold)["aer"]
+        result[name] = alignment_scores(read_pharaoh(path), gold)["aer"]
     print("| baseline | AER |\n|---|---|")
     print("\n".join(f"| {k} | {v:.3f} |" for k, v in result.items()))
     result["runs"] = {name: score_run(name, args, pairs, gold, engine) for name in args.runs}

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from seq2seq.config import Symmetrize
 from seq2seq.decoding.aer import alignment_scores, read_gold
-from seq2seq.decoding.wordalign import Links, pharaoh_line, read_pairs, symmetrize
+from seq2seq.decoding.wordalign import Links, pharaoh_line, read_pairs, read_pharaoh, symmetrize
 
 # words, a word with its elided apostrophe (French "l'", "qu'"), or one other character
 WORD = re.compile(r"\w+'|\w+|[^\w\s]")
@@ -55,11 +55,6 @@ def _lines(path: Path, lower: bool = True) -> tuple[list[str], list[list[int]]]:
     with opener(path, "rt", encoding="utf-8") as f:
         tokenized = [tokenize(line, lower) for line in f]
     return [text for text, _ in tokenized], [word_of for _, word_of in tokenized]
-
-
-def _links(path: Path) -> list[Links]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [{tuple(map(int, item.split("-"))) for item in line.split()} for line in lines]
 
 
 def _write_train_links(
@@ -112,7 +107,7 @@ def main() -> None:
     start = time.perf_counter()
     Aligner().align(src, tgt, links_filename_fwd=str(forward), links_filename_rev=str(reverse))
     seconds = time.perf_counter() - start
-    every = {"forward": _links(forward), "reverse": _links(reverse)}
+    every = {"forward": read_pharaoh(forward), "reverse": read_pharaoh(reverse)}
     if args.train_links is not None:
         _write_train_links(args.train_links, every, (src_words, tgt_words), args.train_symmetrize)
     found = {name: links[-len(pairs) :] for name, links in every.items()}  # the pairs come last

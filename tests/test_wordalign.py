@@ -14,6 +14,7 @@ from seq2seq.decoding.wordalign import (
     pharaoh_line,
     read_pairs,
     read_parallel_pairs,
+    read_pharaoh,
     symmetrize,
     word_weights,
 )
@@ -171,3 +172,12 @@ def test_pharaoh_lines_are_sorted_and_reverse_links_flip() -> None:
     assert pharaoh_line({(2, 0), (0, 1), (0, 0)}) == "0-0 0-1 2-0"
     assert pharaoh_line(set()) == ""
     assert flipped({(0, 2), (1, 0)}) == {(2, 0), (0, 1)}
+
+
+def test_pharaoh_files_read_back(tmp_path) -> None:
+    path = tmp_path / "links.align"
+    path.write_text("0-0 2-1\n\n1-3\n", encoding="utf-8")
+    assert read_pharaoh(path) == [{(0, 0), (2, 1)}, set(), {(1, 3)}]
+    path.write_text("0-0 2p1\n", encoding="utf-8")
+    with pytest.raises(DataError, match="not Pharaoh links"):
+        read_pharaoh(path)

@@ -131,6 +131,15 @@ def flipped(links: Links) -> Links:
     return {(j, i) for i, j in links}
 
 
+def read_pharaoh(path: str | Path) -> list[Links]:
+    """A file of ``i-j`` links (0-based), one line per pair."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    try:
+        return [{tuple(map(int, x.split("-"))) for x in line.split()} for line in lines]
+    except ValueError:
+        raise DataError(f"{path}: not Pharaoh links (i-j ...)") from None
+
+
 def pharaoh_line(links: Links) -> str:
     """``i-j`` links, sorted by source then target word."""
     return " ".join(f"{i}-{j}" for i, j in sorted(links))
