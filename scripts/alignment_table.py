@@ -143,6 +143,7 @@ def main() -> None:
     result = {"diagonal": alignment_scores(diagonal(pairs), gold)["aer"]}
     for name, path in _named(args.aligner).items():
         result[name] = alignment_scores(read_pharaoh(path), gold)["aer"]
+    baselines = list(result)
     print("| baseline | AER |\n|---|---|")
     print("\n".join(f"| {k} | {v:.3f} |" for k, v in result.items()))
     result["runs"] = {name: score_run(name, args, pairs, gold, engine) for name in args.runs}
@@ -154,7 +155,7 @@ def main() -> None:
     if args.checkpoints:
         result["updates"] = {n: over_updates(d, pairs, gold, engine) for n, d in args.runs.items()}
         if args.plot is not None:
-            plot(result["updates"], {k: v for k, v in result.items() if k != "runs"}, args.plot)
+            plot(result["updates"], {k: result[k] for k in baselines}, args.plot)
     print(json.dumps(result, default=lambda x: float(np.asarray(x))))
 
 
