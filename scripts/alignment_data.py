@@ -16,13 +16,8 @@ import gzip
 import shutil
 from pathlib import Path
 
+from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.wordalign import read_pairs
-
-
-def _lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def main() -> None:
@@ -36,8 +31,9 @@ def main() -> None:
     args = parser.parse_args()
     pairs = read_pairs(args.pairs)
     args.out.mkdir(parents=True, exist_ok=True)
+    train = read_parallel(*(args.multi30k / f"train.{lang}.gz" for lang in (args.src, args.tgt)))
     for side, lang in enumerate((args.src, args.tgt)):
-        lines = _lines(args.multi30k / f"train.{lang}.gz")
+        lines = train[side]
         extra = [" ".join(pair[side]) for pair in pairs] * args.repeat
         with gzip.open(args.out / f"train.{lang}.gz", "wt", encoding="utf-8") as f:
             f.writelines(line + "\n" for line in lines + extra)

@@ -25,7 +25,6 @@ training line: guided alignment's input (``seq2seq-train train.guided_alignment=
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import re
 import sys
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 from seq2seq.config import Symmetrize
+from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.aer import alignment_scores, read_gold
 from seq2seq.decoding.wordalign import Links, pharaoh_line, read_pairs, read_pharaoh, symmetrize
 
@@ -50,11 +50,15 @@ def tokenize(line: str, lower: bool = True) -> tuple[str, list[int]]:
     return " ".join(tokens), word_of
 
 
-def _lines(path: Path, lower: bool = True) -> tuple[list[str], list[list[int]]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        tokenized = [tokenize(line, lower) for line in f]
-    return [text for text, _ in tokenized], [word_of for _, word_of in tokenized]
+def _tokenized(
+    source: Path, target: Path, lower: bool = True
+) -> list[tuple[list[str], list[list[int]]]]:
+    """Both sides of two parallel files, tokenized: (lines, word of each token) per side."""
+    sides = []
+    for lines in read_parallel(source, target):
+        tokenized = [tokenize(line, lower) for line in lines]
+        sides.append(([text for text, _ in tokenized], [word_of for _, word_of in tokenized]))
+    return sides
 
 
 def _write_train_links(
@@ -72,10 +76,8 @@ def _write_train_links(
 
 def _raw_pairs(source: Path, target: Path, out: Path) -> list:
     """Pairs of two plain files, split into words (case kept), written to ``out/pairs.txt``."""
-    sides = [_lines(source, lower=False)[0], _lines(target, lower=False)[0]]
-    if len(sides[0]) != len(sides[1]):
-        sys.exit(f"{source} and {target} differ in length: parallel files needed")
-    lines = [f"{s} ||| {t}" for s, t in zip(*sides, strict=True)]
+    (sources, _), (targets, _) = _tokenized(source, target, lower=False)
+    lines = [f"{s} ||| {t}" for s, t in zip(sources, targets, strict=True)]
     (out / "pairs.txt").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     return read_pairs(out / "pairs.txt")
 
@@ -99,7 +101,7 @@ def main() -> None:
     pairs = read_pairs(args.pairs) if args.pairs else _raw_pairs(*args.raw_pairs, args.out)
     gold = read_gold(args.gold, pairs) if args.gold else None
     (src, src_words), (tgt, tgt_words) = (
-        (_lines(p) for p in args.train) if args.train else (([], []), ([], []))
+        _tokenized(*args.train) if args.train else (([], []), ([], []))
     )
     src += [" ".join(s).lower() for s, _ in pairs]
     tgt += [" ".join(t).lower() for _, t in pairs]

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from seq2seq.config import AlignMethod, Symmetrize
+from seq2seq.data.corpus import read_parallel
 from seq2seq.errors import DataError
 
 Pair = tuple[list[str], list[str]]  # (source words, target words)
@@ -32,14 +33,10 @@ def read_pairs(path: str | Path) -> list[Pair]:
 
 
 def read_parallel_pairs(source: str | Path, target: str | Path) -> list[Pair]:
-    """Two files of as many lines, the words of line n in one aligned to those of line n."""
-    sides = [Path(p).read_text(encoding="utf-8").splitlines() for p in (source, target)]
-    if len(sides[0]) != len(sides[1]):
-        raise DataError(
-            f"{source} has {len(sides[0])} lines but {target} has {len(sides[1])}: "
-            "parallel files need one line per pair"
-        )
-    return [(s.split(), t.split()) for s, t in zip(*sides, strict=True)]
+    """Two files (plain or .gz) of as many lines, the words of line n in one aligned to those of
+    line n."""
+    sources, targets = read_parallel(Path(source), Path(target))
+    return [(s.split(), t.split()) for s, t in zip(sources, targets, strict=True)]
 
 
 def word_weights(
