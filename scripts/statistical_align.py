@@ -10,7 +10,9 @@ as ``seq2seq-align`` scores it. Needs ``pip install 'seq2seq[align]'``. From the
 writes forward, reverse and symmetrised links of the gold pairs (Pharaoh, 0-based) into ``--out``
 and prints one JSON line of AER, precision and recall per direction and symmetrisation. The
 training corpus is lowercased and split into words by a regular expression (the gold pairs are
-lowercased and tokenized already); ``--train`` may be left out to align the pairs alone.
+lowercased and tokenized already); ``--train`` may be left out to align the pairs alone. Each
+distinct pair is aligned once: lines repeated in the corpus, or gold pairs also in it, get the
+links of their one copy.
 
 Pairs without gold links (``--raw-pairs SOURCE TARGET``: two plain or .gz files, split into
 words by the same expression, case kept) are written as ``<out>/pairs.txt`` for seq2seq-align,
@@ -74,6 +76,14 @@ def _write_train_links(
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
+def _distinct(src: list[str], tgt: list[str]) -> tuple[list[tuple[str, str]], list[int]]:
+    """Each distinct pair once (a corpus with repeated lines, like the gold pairs mixed into the
+    training data ten times, would skew the aligner's counts), and each line's index in them."""
+    first: dict[tuple[str, str], int] = {}
+    index = [first.setdefault(pair, len(first)) for pair in zip(src, tgt, strict=True)]
+    return list(first), index
+
+
 def _raw_pairs(source: Path, target: Path, out: Path) -> list:
     """Pairs of two plain files, split into words (case kept), written to ``out/pairs.txt``."""
     (sources, _), (targets, _) = _tokenized(source, target, lower=False)
@@ -105,11 +115,20 @@ def main() -> None:
     )
     src += [" ".join(s).lower() for s, _ in pairs]
     tgt += [" ".join(t).lower() for _, t in pairs]
+    distinct, index = _distinct(src, tgt)
     forward, reverse = args.out / "forward.align", args.out / "reverse.align"
     start = time.perf_counter()
-    Aligner().align(src, tgt, links_filename_fwd=str(forward), links_filename_rev=str(reverse))
+    Aligner().align(
+        [s for s, _ in distinct],
+        [t for _, t in distinct],
+        links_filename_fwd=str(forward),
+        links_filename_rev=str(reverse),
+    )
     seconds = time.perf_counter() - start
-    every = {"forward": read_pharaoh(forward), "reverse": read_pharaoh(reverse)}
+    every = {
+        name: [links[i] for i in index]
+        for name, links in (("forward", read_pharaoh(forward)), ("reverse", read_pharaoh(reverse)))
+    }
     if args.train_links is not None:
         _write_train_links(args.train_links, every, (src_words, tgt_words), args.train_symmetrize)
     found = {name: links[-len(pairs) :] for name, links in every.items()}  # the pairs come last
@@ -128,7 +147,7 @@ def main() -> None:
         result[name] = {key: round(scores[key], 4) for key in ("aer", "precision", "recall")}
         print(f"{name:20} AER {scores['aer']:.3f}  P {scores['precision']:.3f}  "
               f"R {scores['recall']:.3f}", file=sys.stderr)  # fmt: skip
-    result.update(aligner="eflomal", sentences=len(src), seconds=round(seconds, 1))
+    result.update(aligner="eflomal", sentences=len(distinct), seconds=round(seconds, 1))
     print(json.dumps(result), flush=True)
 
 

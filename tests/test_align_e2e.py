@@ -209,6 +209,8 @@ def test_statistical_aligner_links_training_lines_in_their_own_words(tmp_path) -
     assert max(i for i, _ in pairs) <= 3 and max(j for _, j in pairs) <= 3  # whitespace words
     assert sum(i == j for i, j in pairs) / len(pairs) > 0.8
     assert (out / "pairs.txt").read_text().splitlines()[0].count(" ||| ") == 1
+    # the pairs are the training lines again: each distinct pair is aligned once
+    assert json.loads(proc.stdout.splitlines()[-1])["sentences"] == len(set(map(tuple, lines)))
     assert len((out / "intersection.talp").read_text().splitlines()) == 60
 
 
