@@ -51,6 +51,7 @@ from seq2seq.model.linear import linear, pytorch_products
 from seq2seq.model.registry import ATTENTIONS as REGISTRY
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.runtime.engine import DEVICES, Engine, check_precision
+from seq2seq.runtime.profiling import describe, profile_ops
 from seq2seq.training.updater import Updater
 
 # The reference model (ModelConfig's defaults) with each attention of the registry, and Luong
@@ -270,10 +271,11 @@ def measure_training(
     vocab: tuple[int, int],
     sizes: Sizes,
     peak_gflops: float,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Target tokens/s of forward + backward + clipping + Adam, median over timed windows of
     epoch-0 batches after a warm-up; FLOPs per target token, batch make-up, peak RSS and (on
-    CUDA) peak device memory."""
+    CUDA) peak device memory; with ``profile``, the operators of one more window."""
     gc.collect()
     reset_peak_rss()
     engine.reset_peak_memory()
@@ -298,6 +300,7 @@ def measure_training(
     with flop_counter() as counter:  # the first window again, counted, not timed
         counted = run_updates(engine, updater, train, windows[0])
     flops_per_token = counter.get_total_flops() / counted
+    ops = profile_ops(lambda: run_updates(engine, updater, train, windows[0])) if profile else None
     tokens_per_s = statistics.median(rates)
     lengths = train.tgt_lengths
     slots = sum(len(ids) * int(lengths[ids].max()) for ids in epoch)  # padded target positions
@@ -315,6 +318,7 @@ def measure_training(
         "peak_share": flops_per_token * tokens_per_s / (peak_gflops * 1e9),
         "peak_rss_mib": peak_rss_mib(),
         **({"max_memory_allocated_mib": max_memory / 2**20} if max_memory is not None else {}),
+        **({"profile": ops.to_dict()} if ops is not None else {}),
     }
 
 
@@ -327,10 +331,11 @@ def measure_decoding(
     beam_size: int,
     sizes: Sizes,
     peak_gflops: float,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Sentences/s of ``decode_corpus`` under the engine's autocast (median over passes after a
     counted warm-up pass), FLOPs per sentence, output length in pieces and words, BLEU, peak
-    RSS."""
+    RSS; with ``profile``, the operators of one more pass (per output piece)."""
     cfg = DecodeConfig(beam_size=beam_size, nbest=1)
     gc.collect()
     reset_peak_rss()
@@ -345,6 +350,10 @@ def measure_decoding(
         rates.append(len(test) / (time.perf_counter() - start))
     max_memory = engine.max_memory_allocated()
     outputs = [nbest[0].tokens for nbest in hyps]
+    ops = None
+    if profile:
+        with engine.autocast():
+            ops = profile_ops(lambda: (decode_corpus(model, test, cfg), sum(map(len, outputs)))[1])
     limits = max_lengths(torch.from_numpy(test.src_lengths), cfg.max_len_a, cfg.max_len_b)
     text = [tgt_tok.decode(tokens) for tokens in outputs]
     flops_per_sentence = counter.get_total_flops() / len(test)
@@ -365,6 +374,7 @@ def measure_decoding(
         "peak_share": flops_per_sentence * sentences_per_s / (peak_gflops * 1e9),
         "peak_rss_mib": peak_rss_mib(),
         **({"max_memory_allocated_mib": max_memory / 2**20} if max_memory is not None else {}),
+        **({"profile": ops.to_dict()} if ops is not None else {}),
     }
 
 
@@ -472,7 +482,9 @@ def training_rows(
         progress(f"{name} ...")
         at = Engine(engine.device, Precision(precision), engine.topology)
         with PRODUCTS[products]():
-            row = measure_training(at, model, tcfg, train, vocab, sizes, peaks[precision])
+            row = measure_training(
+                at, model, tcfg, train, vocab, sizes, peaks[precision], args.profile
+            )
         rows.append({"attention": attention, "precision": precision, "batch": batch,
                      "products": products, "shape": shape_of(model), **row})  # fmt: skip
         progress(f"{name}: {row['tokens_per_s']:,.0f} target tokens/s")
@@ -527,7 +539,7 @@ def decoding_rows(
         decoder = at.for_inference(copy.deepcopy(model))  # as evaluate loads it in this precision
         with PRODUCTS[products]():
             row = measure_decoding(at, decoder, test, refs, tokenizer, beam, sizes,
-                                   peaks[precision])  # fmt: skip
+                                   peaks[precision], args.profile)  # fmt: skip
         rows.append({"attention": attention, "precision": precision, "search": search,
                      "products": products, **settings, **row})  # fmt: skip
         progress(f"{name}: {row['sentences_per_s']:,.1f} sentences/s")
@@ -617,6 +629,19 @@ def print_table(report: dict[str, Any]) -> None:
             f"{DecodeConfig.max_len_b}), median of {timing['passes']} passes: {what}"
         )
         print_rows(DECODING_COLUMNS, rows)
+    print_profiles(report)
+
+
+def print_profiles(report: dict[str, Any]) -> None:
+    """Each profiled row's operators (``--profile``)."""
+    for kind, unit, keys in (
+        ("training", "target tokens", ("attention", "precision", "batch", "products")),
+        ("decoding", "output pieces", ("attention", "search", "precision", "products")),
+    ):
+        for row in report.get(kind, []):
+            if "profile" in row:
+                what = " ".join([kind, *(str(row[key]) for key in keys)])
+                print("\n" + "\n".join(describe(row["profile"], what, unit)))
 
 
 def comma_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
@@ -685,6 +710,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--repeats", type=at_least(1), help="timed windows and passes (default 5 and 3)"
     )
     parser.add_argument("--quick", action="store_true", help="tiny model and data, for CI")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile each row's operators (torch.profiler): top by self time, the share "
+        "in matrix products, operator calls per token",
+    )
     return parser.parse_args(argv)
 
 

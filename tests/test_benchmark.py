@@ -73,6 +73,14 @@ def assert_positive(row: dict, keys: tuple[str, ...]) -> None:
         assert isinstance(value, int | float) and math.isfinite(value) and value > 0, (key, row)
 
 
+def assert_profiled(profile: dict) -> None:
+    """A profile of real work: operators with time and calls, some of it in matrix products."""
+    assert 0 < profile["matrix_share"] < 1 and profile["self_ms"] > 0
+    assert profile["calls"] >= profile["outer_calls"] > 0 and profile["units"] > 0
+    assert profile["top"] and all(row["calls"] >= 0 for row in profile["top"])
+    assert sum(row["share"] for row in profile["top"]) <= 1 + 1e-9
+
+
 @pytest.fixture(scope="module")
 def data_args(tmp_path_factory, multi30k_url: str) -> list[str]:
     base = tmp_path_factory.mktemp("benchmark-data")
@@ -135,7 +143,7 @@ def test_decoding_a_trained_run_as_a_module(tmp_path: Path, data_args: list[str]
     data.tokenizer.vocab_size = 500  # as --quick: the tokenizers come from the cache
     make_run(tmp_path, data)
     args = ["--quick", "--measure", "decoding", "--search", "greedy", "--precision", "fp32"]
-    proc = benchmark(*args, "--run-dir", str(tmp_path), *data_args, module=True)
+    proc = benchmark(*args, "--run-dir", str(tmp_path), "--profile", *data_args, module=True)
     report = report_of(proc)
     assert "training" not in report
     assert list(report["matmul_peak_gflops"]) == ["fp32"]
@@ -145,7 +153,9 @@ def test_decoding_a_trained_run_as_a_module(tmp_path: Path, data_args: list[str]
         assert row["model"] == "trained" and row["run_dir"] == str(tmp_path)
         assert row["settings"]["attention"]["input_feed"] is False
         assert_positive(row, DECODING_FIGURES)
+        assert_profiled(row["profile"])
     assert f"the trained run {tmp_path}" in proc.stdout
+    assert "profile of decoding luong greedy fp32" in proc.stdout
 
 
 @pytest.mark.slow
@@ -161,8 +171,10 @@ def test_bad_input_fails_fast_with_a_clear_message(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_peer_shape_and_impossible_precision(data_args: list[str]) -> None:
     args = ["--quick", "--model", "peer", "--measure", "training", "--batch", "peer"]
-    report = report_of(benchmark(*args, "--precision", "fp32", *data_args))
-    [row] = report["training"]
+    proc = benchmark(*args, "--precision", "fp32", "--profile", *data_args)
+    [row] = report_of(proc)["training"]
+    assert_profiled(row["profile"])
+    assert "profile of training peer fp32 peer" in proc.stdout
     assert row["attention"] == "peer" and row["shape"].startswith(
         "emb 32, encoder 2x32, decoder 64"
     )

@@ -1,0 +1,118 @@
+"""Where a step's time goes: torch.profiler's operators by self time, the share of that time in
+matrix products, and operator calls per token (``scripts/benchmark.py --profile``).
+
+A step that uses a small share of the matrix peak is bound by something else: casts, the
+per-operator cost of the decoder's time steps, element-wise work, the loss, the optimizer. The
+profile names it, so a speed lever is chosen from a measurement.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity
+
+# the kernels that multiply matrices (fp32 and bf16, PyTorch's BLAS and oneDNN, GRU layers)
+MATRIX_OPS = frozenset(
+    {
+        "aten::mm",
+        "aten::addmm",
+        "aten::bmm",
+        "aten::baddbmm",
+        "aten::addmv",
+        "aten::mv",
+        "aten::_addmm_activation",
+        "aten::mkldnn_rnn_layer",
+        "aten::mkldnn_rnn_layer_backward",
+        "mkldnn::_linear_pointwise",
+    }
+)
+# ranges the profiler records around operators (autograd's node wrappers, the optimizer's
+# step): their self time is the engine's own overhead, but they are not operator calls
+WRAPPERS = ("autograd::", "Optimizer.", "ProfilerStep", "cudaDeviceSynchronize")
+
+
+@dataclass
+class OpProfile:
+    """One profiled piece of work: its operators' self time (ms), the share in matrix
+    products, operator calls (every dispatched one, and those called from Python directly),
+    per ``units`` (target tokens, or output pieces for decoding), and the top operators."""
+
+    units: int
+    self_ms: float
+    matrix_share: float
+    calls: int
+    outer_calls: int
+    top: list[dict[str, Any]]
+
+    @property
+    def calls_per_unit(self) -> float:
+        return self.calls / max(1, self.units)
+
+    @property
+    def outer_calls_per_unit(self) -> float:
+        return self.outer_calls / max(1, self.units)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "calls_per_unit": self.calls_per_unit,
+            "outer_calls_per_unit": self.outer_calls_per_unit,
+        }
+
+
+def is_operator(name: str) -> bool:
+    """A dispatched operator (``aten::add``, ``mkldnn::...``), not a range around some."""
+    return "::" in name and not name.startswith(WRAPPERS)
+
+
+def profile_ops(work: Callable[[], int], top: int = 12) -> OpProfile:
+    """Run ``work`` (which returns how many units it processed) under torch.profiler on the
+    CPU, and summarise its operators."""
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+        units = work()
+    self_us: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    outer = 0
+    for event in prof.events():
+        name = event.name
+        self_us[name] += event.self_cpu_time_total
+        if is_operator(name):
+            calls[name] += 1
+            parent = event.cpu_parent
+            outer += parent is None or not is_operator(parent.name)
+    total = sum(self_us.values()) or 1.0
+    matrix = sum(us for name, us in self_us.items() if name in MATRIX_OPS)
+    rows = [
+        {
+            "name": name,
+            "self_ms": us / 1e3,
+            "share": us / total,
+            "calls": calls[name],
+            "calls_per_unit": calls[name] / max(1, units),
+        }
+        for name, us in self_us.most_common(top)
+    ]
+    return OpProfile(units, total / 1e3, matrix / total, sum(calls.values()), outer, rows)
+
+
+def describe(profile: dict[str, Any], what: str, unit: str) -> list[str]:
+    """Lines for a reader of an ``OpProfile.to_dict()``: the summary, then the top operators."""
+    one = unit.split()[-1].rstrip("s")
+    lines = [
+        f"profile of {what}: {profile['self_ms']:,.0f} ms of operator self time for "
+        f"{profile['units']:,} {unit}; matrix products {profile['matrix_share']:.0%}; "
+        f"{profile['calls_per_unit']:.1f} operator calls per {one} "
+        f"({profile['outer_calls_per_unit']:.1f} not inside another operator)",
+        f"  {'operator':<44}{'self ms':>10}{'share':>7}{'calls':>9}{'per ' + one:>12}",
+    ]
+    for row in profile["top"]:
+        lines.append(
+            f"  {row['name'][:43]:<44}{row['self_ms']:>10,.1f}{row['share']:>7.1%}"
+            f"{row['calls']:>9,}{row['calls_per_unit']:>12.2f}"
+        )
+    return lines
