@@ -42,6 +42,7 @@ class Products(str, Enum):
 
 
 class Precision(str, Enum):
+    auto = "auto"  # training: bf16 where this CPU trains the model faster in it, else fp32
     fp32 = "fp32"
     bf16 = "bf16"  # autocast; CUDA, or CPUs with native bf16
     fp16 = "fp16"  # autocast with loss scaling; CUDA only
@@ -209,7 +210,8 @@ class LogConfig:
 @dataclass
 class Config:
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
-    precision: Precision = Precision.fp32  # the same key as the other commands'
+    # the same key as the other commands'; auto is timed at start-up, a resumed run keeps it
+    precision: Precision = Precision.auto
     products: Products = Products.auto  # fp32 products on the CPU; a resumed run keeps its own
     data: DataConfig = MISSING
     model: ModelConfig = MISSING

@@ -41,7 +41,7 @@ def upgrade_config(cfg: Any) -> None:
         return
     value = Precision(old).value
     new = Precision(OmegaConf.select(cfg, "precision", default=None) or Precision.fp32).value
-    if new not in ("fp32", value):  # both given, and they disagree
+    if new not in ("fp32", "auto", value):  # both given (not a default), and they disagree
         raise Seq2SeqError(
             f"precision={new} and train.precision={value} disagree; give precision= only"
         )
@@ -111,6 +111,9 @@ def _cross_key_problems(cfg: Any) -> list[str]:
     if training and precision is not None and Precision(precision) is Precision.int8:
         problems.append("precision=int8 is for inference (seq2seq-evaluate, -translate, "
                         "-serve): train in fp32 or bf16")  # fmt: skip
+    if not training and precision is not None and Precision(precision) is Precision.auto:
+        problems.append("precision=auto is chosen when training: give fp32, bf16, fp16 or "
+                        "int8")  # fmt: skip
     queue = OmegaConf.select(cfg, "max_queue_sentences", default=None)
     largest = OmegaConf.select(cfg, "max_sentences", default=None)
     if queue is not None and largest is not None and queue < largest:

@@ -131,3 +131,43 @@ def test_fp32_products_are_set_kept_or_timed(monkeypatch) -> None:
         assert auto.choose_products(model) == "pytorch"
     before = products.current_products()
     assert Engine.create("cpu", "bf16").choose_products(model) == before  # not fp32: untouched
+
+
+def test_precision_auto_is_set_kept_or_timed(monkeypatch) -> None:
+    from seq2seq.model.config import BahdanauConfig, ModelConfig
+    from seq2seq.model.seq2seq import build_model
+    from seq2seq.runtime import precision as auto
+
+    model = build_model(ModelConfig(8, 12, attention=BahdanauConfig(size=10)), 30, 40)
+    vocab = (30, 40)
+    assert Engine.create("cpu", "bf16").choose_precision(model, vocab, 64) == Precision.bf16
+    kept = Engine.create("cpu", "auto").choose_precision(model, vocab, 64, kept="bf16")
+    assert kept == Precision.bf16  # a resumed run's choice
+    monkeypatch.setattr(auto, "native_bf16", lambda: False)
+    assert auto.choose_precision(model, vocab, 64) == (Precision.fp32, {})  # not timed
+    monkeypatch.setattr(auto, "native_bf16", lambda: True)
+    rng, mode = torch.get_rng_state(), model.eval()
+    chosen, seconds = auto.choose_precision(model, vocab, 64)  # really timed, on this CPU
+    assert chosen in (Precision.fp32, Precision.bf16) and set(seconds) == {"fp32", "bf16"}
+    assert all(s > 0 for s in seconds.values()) and not mode.training
+    assert torch.equal(torch.get_rng_state(), rng) and all(
+        p.grad is None for p in model.parameters()
+    )
+    steps = {None: 1.0, torch.bfloat16: 0.6}
+    monkeypatch.setattr(auto, "time_training_step", lambda m, v, t, dtype, r: steps[dtype])
+    engine = Engine.create("cpu", "auto")
+    assert engine.choose_precision(model, vocab, 64) == Precision.bf16 == engine.precision
+    steps[torch.bfloat16] = 0.97  # a tie keeps fp32
+    assert Engine.create("cpu", "auto").choose_precision(model, vocab, 64) == Precision.fp32
+
+
+def test_precision_auto_is_for_training_only() -> None:
+    from hydra import compose, initialize_config_module
+
+    from seq2seq.config_rules import check_config
+
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        check_config(compose("config", ["experiment=smoke", "precision=auto"]))  # training: fine
+        evaluate = compose("evaluate", ["run_dir=x", "precision=auto"])
+    with pytest.raises(Seq2SeqError, match="precision=auto is chosen when training"):
+        check_config(evaluate)

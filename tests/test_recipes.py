@@ -50,7 +50,7 @@ def test_recipes_compose() -> None:
     en_de = composed("experiment=multi30k_en_de")
     assert (en_de.data.src_lang, en_de.data.tgt_lang) == ("en", "de")
     cpu = composed("experiment=multi30k_de_en_cpu")
-    assert cpu.train.max_minutes == 30 and cpu.precision.value == "bf16"
+    assert cpu.train.max_minutes == 30 and cpu.precision.value == "auto"
     rows = {
         "bahdanau": ("bahdanau", None),  # no input feeding in its data flow: no such key
         "luong": ("luong", True),

@@ -282,6 +282,21 @@ def test_interrupted_run_resumes_where_it_stopped(
     assert scalars(run, "valid/loss")[-1] == scalars(full, "valid/loss")[-1]
 
 
+@pytest.mark.slow
+def test_precision_auto_is_chosen_logged_and_kept_on_resume(
+    tmp_path: Path, data_dirs: list[str]
+) -> None:
+    run = tmp_path / "run"
+    out = train(run, *data_dirs, "precision=auto", "train.max_steps=2")
+    line = next(x for x in out.splitlines() if "precision=auto: " in x)
+    chosen = torch.load(run / "last.pt", weights_only=True)
+    assert chosen["precision"] in ("fp32", "bf16") and f"auto: {chosen['precision']}" in line
+    assert chosen["config"]["precision"] == chosen["precision"]  # what ran, not "auto"
+    out = train(run, *data_dirs, "precision=auto", "train.max_steps=4", "train.resume=true")
+    assert f"auto: {chosen['precision']} (the run's choice before it was resumed)" in out
+    assert torch.load(run / "last.pt", weights_only=True)["precision"] == chosen["precision"]
+
+
 def test_existing_run_is_not_overwritten(tmp_path: Path, data_dirs: list[str]) -> None:
     run = tmp_path / "run"
     run.mkdir()

@@ -22,6 +22,7 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.model.linear import choose_products, current_products, use_products
 from seq2seq.model.quantize import int8_available, quantize_int8
 from seq2seq.runtime.distributed import ProcessGroup, Topology, join
+from seq2seq.runtime.precision import choose_precision
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +150,31 @@ class Engine(ProcessGroup):
 
     # -- computation -----------------------------------------------------------------------------
 
+    def choose_precision(
+        self, model: nn.Module, vocab: tuple[int, int], tokens: int, kept: str | None = None
+    ) -> Precision:
+        """``precision=auto`` made concrete: a resumed run's choice (``kept``), fp32 off the
+        CPU, else the faster of fp32 and bf16 timed on a training step of ``model`` over
+        ``tokens`` target pieces by rank 0 (every rank follows); logged with why."""
+        if self.precision != Precision.auto:
+            return self.precision
+        if kept is not None:
+            name, why = kept, "the run's choice before it was resumed"
+        elif self.device.type != "cpu":
+            name, why = "fp32", f"on {self.device.type}, auto trains in fp32"
+        else:
+            chosen, seconds = self.from_main(lambda: choose_precision(model, vocab, tokens))
+            name = chosen.value
+            timed = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in seconds.items())
+            why = f"a training step timed: {timed}" if timed else "this CPU has no native bf16"
+        self.precision = Precision(name)
+        log.info("precision=auto: %s (%s)", name, why)
+        return self.precision
+
     def choose_products(self, model: nn.Module, kept: str | None = None) -> str:
         """The fp32 CPU products for ``model``: the setting's, a resumed run's (``kept``), or the
         faster of the two timed on its shapes by rank 0 (every rank follows); logged with why."""
-        if self.device.type != "cpu" or self.precision != Precision.fp32:
+        if self.device.type != "cpu" or self.precision not in (Precision.fp32, Precision.auto):
             return current_products()  # other devices and dtypes multiply in PyTorch anyway
         if self.products != Products.auto:
             name, why = self.products.value, f"products={self.products.value}"

@@ -54,8 +54,17 @@ def training_state(
         "world_size": engine.world_size,
         "accumulate": cfg.train.accumulate,
         "products": current_products(),  # fp32 products on the CPU; a resumed run keeps them
+        "precision": engine.precision.value,  # precision=auto's choice; kept as well
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
     }
+
+
+def kept_precision(state: dict[str, Any]) -> str | None:
+    """The precision a resumed run trained in (its config's in checkpoints older than the
+    key), None for a new run."""
+    if "precision" in state:
+        return state["precision"]
+    return state.get("config", {}).get("precision")
 
 
 def restore_training(

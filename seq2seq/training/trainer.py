@@ -43,7 +43,7 @@ from seq2seq.training.alignment import AlignmentProbe
 from seq2seq.training.monitor import Monitor
 from seq2seq.training.progress import Report, Window
 from seq2seq.training.schedule import LearningRate
-from seq2seq.training.state import Progress, restore_training, training_state
+from seq2seq.training.state import Progress, kept_precision, restore_training, training_state
 from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
 from seq2seq.training.updater import NonFiniteGuard, Updater
 from seq2seq.training.validation import validate
@@ -138,7 +138,10 @@ class Trainer:
         self.data = prepare_data(cfg, run_dir, engine, resuming=state is not None)
         self.epochs = Epochs(self.data, cfg, engine)
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
-        engine.choose_products(model, kept=state.get("products") if state else None)
+        kept = state or {}
+        engine.choose_products(model, kept=kept.get("products"))
+        engine.choose_precision(model, self._vocab(), tcfg.batch_tokens, kept_precision(kept))
+        cfg.precision = engine.precision.value  # the checkpoints' config says what ran
         self.updater = Updater(engine, model, tcfg)
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
         self.progress = Progress()

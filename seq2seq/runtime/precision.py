@@ -1,0 +1,75 @@
+"""``precision=auto``: train in bf16 where this CPU runs the model's training step faster in it,
+in fp32 elsewhere.
+
+Whether bf16 pays depends on the CPU and the model: on AVX-512 CPUs with native bf16 (AMD Zen 4
+and 5) it trained the reference model 1.4-1.5x faster than fp32; on an Intel Xeon with AMX it was
+no faster (issue 25); without native bf16 it is several times slower. So the choice is timed,
+once, at start-up: forward and backward passes of the model over a batch of the run's size (at
+most ``TOKENS`` target pieces) in each precision. Other devices train in fp32 unless told
+(nothing measured there yet).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from seq2seq.config import Precision
+
+# bf16 must take at most this share of fp32's time: a tie keeps fp32's exact arithmetic
+MARGIN = 0.95
+LENGTH = 16  # pieces per synthetic sentence (Multi30k's captions: ~14 on average)
+TOKENS = 1024  # at most this many target pieces per timed step: a few seconds in all
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX)."""
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def _batch(vocab: tuple[int, int], tokens: int) -> tuple[torch.Tensor, ...]:
+    """Random sentences of ``LENGTH`` pieces, as many as fill ``tokens``: src, lengths, in, out."""
+    rows = max(1, tokens // LENGTH)
+    src = torch.randint(4, vocab[0], (rows, LENGTH))  # [B, S]
+    tgt = torch.randint(4, vocab[1], (rows, LENGTH + 1))  # [B, T + 1]
+    return src, torch.full((rows,), LENGTH), tgt[:, :-1], tgt[:, 1:]
+
+
+def time_training_step(
+    model: nn.Module, vocab: tuple[int, int], tokens: int, dtype: torch.dtype | None, repeats: int
+) -> float:
+    """Median seconds of forward + backward over a batch of ``tokens`` target pieces, under
+    autocast to ``dtype`` (None: fp32), after one warm-up pass; gradients are cleared after."""
+    batch = _batch(vocab, min(tokens, TOKENS))
+    laps = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss, _ = model(*batch)
+        loss.backward()
+        laps.append(time.perf_counter() - start)
+    model.zero_grad(set_to_none=True)
+    return statistics.median(laps[1:])
+
+
+def choose_precision(
+    model: nn.Module, vocab: tuple[int, int], tokens: int, repeats: int = 2
+) -> tuple[Precision, dict[str, float]]:
+    """The faster training precision for ``model`` on this CPU, and the seconds per step it was
+    chosen by (empty where bf16 is not native: fp32 without timing). The random state and the
+    model's mode are left as they were."""
+    if not native_bf16():
+        return Precision.fp32, {}
+    was_training = model.training
+    model.train()
+    with torch.random.fork_rng(devices=[]):
+        seconds = {
+            "fp32": time_training_step(model, vocab, tokens, None, repeats),
+            "bf16": time_training_step(model, vocab, tokens, torch.bfloat16, repeats),
+        }
+    model.train(was_training)
+    faster = seconds["bf16"] <= MARGIN * seconds["fp32"]
+    return (Precision.bf16 if faster else Precision.fp32), seconds
