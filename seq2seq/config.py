@@ -41,6 +41,16 @@ class Products(str, Enum):
     pytorch = "pytorch"
 
 
+class Int8Engine(str, Enum):
+    """PyTorch's quantized engine for ``precision=int8`` on the CPU, or ``auto``: the fastest
+    on the model's shapes, timed at load (which one is fastest depends on the CPU)."""
+
+    auto = "auto"
+    x86 = "x86"
+    fbgemm = "fbgemm"
+    onednn = "onednn"
+
+
 class Precision(str, Enum):
     auto = "auto"  # training: bf16 where this CPU trains the model faster in it, else fp32
     fp32 = "fp32"
@@ -233,6 +243,7 @@ class InferenceConfig(DecodeConfig):
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
     precision: Precision = Precision.fp32  # autocast while decoding, as in training
     products: Products = Products.auto  # fp32 products on the CPU
+    int8_engine: Int8Engine = Int8Engine.auto  # quantized engine under precision=int8
     compile: bool = False  # torch.compile the decoder's search step
 
 

@@ -126,6 +126,28 @@ def test_files_nbest_and_attention_heatmaps(
     ]
 
 
+@pytest.mark.parametrize("engine", ["auto", "fbgemm"])
+def test_int8_decodes_with_the_chosen_engine_and_says_which(
+    smoke_run: Path, multi30k_dir: Path, tmp_path: Path, engine: str
+) -> None:
+    for lang in ("de", "en"):
+        with gzip.open(multi30k_dir / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines = "".join(next(f) for _ in range(8))
+        (tmp_path / f"sample.{lang}").write_text(lines, encoding="utf-8")
+    proc = run_evaluate(
+        f"run_dir={smoke_run}", f"input={tmp_path / 'sample.de'}",
+        f"reference={tmp_path / 'sample.en'}", "precision=int8", f"int8_engine={engine}",
+        "beam_size=2", cwd=tmp_path,
+    )  # fmt: skip
+    result = result_of(proc)
+    assert result["sentences"] == 8
+    assert len(Path(result["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 8
+    said = [line for line in proc.stderr.splitlines() if "int8 engine:" in line]
+    assert len(said) == 1
+    why = "timed on the model's shapes" if engine == "auto" else "int8_engine=fbgemm"
+    assert why in said[0] and ("fbgemm" in said[0] or engine == "auto")
+
+
 def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     proc = run_evaluate(f"run_dir={tmp_path / 'missing'}", cwd=tmp_path)
     assert proc.returncode == 1

@@ -18,7 +18,14 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.model import build_model
 from seq2seq.model.config import BahdanauConfig, ModelConfig
 from seq2seq.model.linear import Linear
-from seq2seq.model.quantize import int8_available, quantize_int8
+from seq2seq.model.quantize import (
+    choose_int8_engine,
+    int8_available,
+    int8_engines,
+    quantize_int8,
+    time_int8_engines,
+    use_int8_engine,
+)
 from seq2seq.runtime.engine import Engine, check_precision
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="this torch has no quantized engine")
@@ -57,10 +64,7 @@ def test_int8_converts_linears_and_the_encoder_gru_and_stays_close(name: str) ->
 
 def test_the_engine_converts_a_model_for_int8_inference() -> None:
     engine = Engine.create("cpu", "int8")
-    model = build_model(
-        OmegaConf.structured(ModelConfig(8, 8, attention=BahdanauConfig(size=8))), 20, 20
-    )
-    model = engine.for_inference(model.eval())
+    model = engine.for_inference(small_model())
     assert any(isinstance(m, nnqd.Linear) for m in model.modules())
 
 
@@ -71,3 +75,62 @@ def test_int8_is_refused_where_it_cannot_run() -> None:
         cfg = compose("config", ["experiment=smoke", "precision=int8"])
     with pytest.raises(Seq2SeqError, match="int8 is for inference"):
         check_config(cfg)
+
+
+def small_model() -> torch.nn.Module:
+    cfg = OmegaConf.structured(ModelConfig(8, 8, attention=BahdanauConfig(size=8)))
+    return build_model(cfg, 20, 20).eval()
+
+
+def test_the_int8_engine_is_timed_on_the_models_shapes_and_switched_to() -> None:
+    saved = torch.backends.quantized.engine
+    try:
+        seconds = time_int8_engines(peaky_model("bahdanau"), repeats=1)
+        assert set(seconds) == set(int8_engines()) and all(s > 0 for s in seconds.values())
+        name, timed = choose_int8_engine(peaky_model("bahdanau"))
+        assert name in int8_engines() and torch.backends.quantized.engine == name
+        if len(int8_engines()) > 1:
+            assert set(timed) == set(int8_engines())
+    finally:
+        torch.backends.quantized.engine = saved
+
+
+@pytest.mark.parametrize("name", int8_engines())
+def test_every_int8_engine_quantizes_close_to_fp32(name: str) -> None:
+    saved = torch.backends.quantized.engine
+    try:
+        model = peaky_model("bahdanau")
+        before = log_probs(model)
+        engine = Engine.create("cpu", "int8", int8_engine=name)
+        engine.for_inference(model)
+        assert engine.choose_int8_engine(model) == name == torch.backends.quantized.engine
+        after = log_probs(model)
+        moved = (before.exp() - after.exp()).abs().sum(-1) / 2
+        assert 0 < moved.mean() < 0.1
+    finally:
+        torch.backends.quantized.engine = saved
+
+
+def test_auto_chooses_once_for_an_ensemble_and_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    saved = torch.backends.quantized.engine
+    try:
+        engine = Engine.create("cpu", "int8")
+        with caplog.at_level("INFO", logger="seq2seq.runtime.engine"):
+            engine.for_inference(small_model())
+            engine.for_inference(small_model())
+        lines = [r.getMessage() for r in caplog.records if "int8 engine" in r.getMessage()]
+        assert len(lines) == 1
+        assert len(int8_engines()) == 1 or "timed on the model's shapes" in lines[0]
+    finally:
+        torch.backends.quantized.engine = saved
+
+
+def test_an_int8_engine_this_torch_lacks_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("seq2seq.runtime.engine.int8_engines", lambda: ["fbgemm"])
+    engine = Engine.create("cpu", "int8", int8_engine="onednn")
+    with pytest.raises(Seq2SeqError, match="int8_engine=onednn: this torch has fbgemm"):
+        engine.for_inference(small_model())
+    with pytest.raises(ValueError, match="not in this torch"):
+        use_int8_engine("qnnpack")

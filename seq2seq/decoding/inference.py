@@ -140,7 +140,9 @@ def open_model(cfg: InferenceConfig, purpose: str) -> tuple[Engine, TrainedRun]:
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise Seq2SeqError(f"say which model to {purpose}: run_dir=<a run or release folder>")
     check_config(cfg)
-    engine = Engine.create(cfg.device, cfg.precision, products=cfg.products)
+    engine = Engine.create(
+        cfg.device, cfg.precision, products=cfg.products, int8_engine=cfg.int8_engine
+    )
     run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
     engine.choose_products(run.model)
     if cfg.compile:

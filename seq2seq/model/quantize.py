@@ -4,10 +4,16 @@ quantized per product as they come.
 
 The decoder's GRU stays fp32: its recurrence calls the ``nn.GRU`` parameters directly
 (`seq2seq.model.decoder.gru_cell`), which a quantized GRU module does not have.
+
+PyTorch has several quantized engines for x86 (fbgemm; oneDNN, which reaches Intel's AMX int8
+units; ``x86``, which picks between the two per product). Which is fastest depends on the CPU, so
+``choose_int8_engine`` times each on the model's own shapes before the weights are packed.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 import warnings
 
 import torch
@@ -16,10 +22,27 @@ from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
 
 from seq2seq.model.linear import Linear
 
+# qnnpack, the fourth engine of x86 builds, is ARM's: ~10x slower than these on x86 (measured)
+INT8_ENGINES = ("x86", "fbgemm", "onednn")
+
+
+def int8_engines() -> list[str]:
+    """The quantized engines of INT8_ENGINES that this torch build has."""
+    supported = set(torch.backends.quantized.supported_engines)
+    return [engine for engine in INT8_ENGINES if engine in supported]
+
 
 def int8_available() -> bool:
-    """Whether this torch build has a quantized engine for the CPU (fbgemm, x86 or onednn)."""
-    return any(engine != "none" for engine in torch.backends.quantized.supported_engines)
+    """Whether this torch build has a quantized engine for the CPU (x86, fbgemm or onednn)."""
+    return bool(int8_engines())
+
+
+def use_int8_engine(name: str) -> None:
+    """Quantize and multiply int8 through engine ``name`` from now on (before ``quantize_int8``:
+    the weights are packed for the engine in use)."""
+    if name not in int8_engines():
+        raise ValueError(f"int8 engine {name!r} is not in this torch: {', '.join(int8_engines())}")
+    torch.backends.quantized.engine = name
 
 
 def quantize_int8(model: nn.Module) -> nn.Module:
@@ -33,6 +56,44 @@ def quantize_int8(model: nn.Module) -> nn.Module:
             if name.split(".")[-1] == "encoder":  # the model's, or each ensemble member's
                 quantize_dynamic(module, {nn.GRU: default_dynamic_qconfig}, inplace=True)
     return model
+
+
+def time_int8_engines(
+    model: nn.Module, rows: tuple[int, ...] = (64, 320), repeats: int = 5
+) -> dict[str, float]:
+    """Seconds (median of ``repeats``) of one int8 product through each of the model's distinct
+    linear shapes at each row count of ``rows`` (a greedy batch of 64 sentences, and a beam of 5
+    over them), on each engine of this build."""
+    shapes = sorted(
+        {(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)}
+    )
+    inputs = [(k, torch.randn(n, shapes[k][0])) for n in rows for k in range(len(shapes))]
+    saved, seconds = torch.backends.quantized.engine, {}
+    try:
+        for engine in int8_engines():
+            use_int8_engine(engine)
+            layers = quantize_int8(nn.ModuleList(nn.Linear(i, o) for i, o in shapes))
+            laps = []
+            with torch.no_grad():
+                for _ in range(repeats + 1):  # the first pass warms caches up
+                    start = time.perf_counter()
+                    for k, x in inputs:
+                        layers[k](x)
+                    laps.append(time.perf_counter() - start)
+            seconds[engine] = statistics.median(laps[1:])
+    finally:
+        torch.backends.quantized.engine = saved
+    return seconds
+
+
+def choose_int8_engine(model: nn.Module) -> tuple[str, dict[str, float]]:
+    """The fastest quantized engine for ``model``'s products on this CPU, and the timings it was
+    chosen by (none where the build has one engine); switches to it."""
+    engines = int8_engines()
+    seconds = time_int8_engines(model) if len(engines) > 1 else {}
+    name = min(seconds, key=seconds.__getitem__) if seconds else engines[0]
+    use_int8_engine(name)
+    return name, seconds
 
 
 def _plain_linears(model: nn.Module) -> None:

@@ -16,11 +16,17 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import Precision, Products
+from seq2seq.config import Int8Engine, Precision, Products
 from seq2seq.data.batching import Batch
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.linear import choose_products, current_products, use_products
-from seq2seq.model.quantize import int8_available, quantize_int8
+from seq2seq.model.quantize import (
+    choose_int8_engine,
+    int8_available,
+    int8_engines,
+    quantize_int8,
+    use_int8_engine,
+)
 from seq2seq.runtime.distributed import ProcessGroup, Topology, join
 from seq2seq.runtime.precision import choose_precision
 
@@ -110,10 +116,13 @@ class Engine(ProcessGroup):
         topology: Topology,
         host_group: Any = None,
         products: Products | str = Products.auto,
+        int8_engine: Int8Engine | str = Int8Engine.auto,
     ) -> None:
         super().__init__(topology, host_group)
         self.device, self.precision = device, Precision(precision)
         self.products = Products(products)
+        self.int8_engine = Int8Engine(int8_engine)
+        self._int8_name: str | None = None  # the engine in use, once chosen
 
     @classmethod
     def create(
@@ -124,6 +133,7 @@ class Engine(ProcessGroup):
         seed: int | None = None,
         distributed: bool = False,
         products: Products | str = Products.auto,
+        int8_engine: Int8Engine | str = Int8Engine.auto,
     ) -> Engine:
         """Threads, device and precision checked; with ``distributed``, join torchrun's group."""
         topology = Topology.from_env() if distributed else Topology()
@@ -135,7 +145,7 @@ class Engine(ProcessGroup):
         host_group = join(topology, dev)
         if seed is not None:
             torch.manual_seed(seed)
-        return cls(dev, Precision(precision), topology, host_group, products)
+        return cls(dev, Precision(precision), topology, host_group, products, int8_engine)
 
     def describe(self) -> str:
         """One line for the log: device, precision, processes and threads."""
@@ -188,6 +198,24 @@ class Engine(ProcessGroup):
         log.info("fp32 products on the CPU: %s (%s)", name, why)
         return current_products()
 
+    def choose_int8_engine(self, model: nn.Module) -> str:
+        """The quantized engine for ``model``: the setting's, or the fastest timed on its linear
+        shapes; chosen and logged once (an ensemble's members share it)."""
+        if self._int8_name is None:
+            if self.int8_engine != Int8Engine.auto:
+                name, why = self.int8_engine.value, f"int8_engine={self.int8_engine.value}"
+                if name not in int8_engines():
+                    have = ", ".join(int8_engines())
+                    raise Seq2SeqError(f"int8_engine={name}: this torch has {have} (or auto)")
+            else:
+                name, seconds = choose_int8_engine(model)
+                timed = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in seconds.items())
+                why = f"timed on the model's shapes: {timed}" if timed else "the only one here"
+            log.info("int8 engine: %s (%s)", name, why)
+            self._int8_name = name
+        use_int8_engine(self._int8_name)
+        return self._int8_name
+
     def autocast(self) -> contextlib.AbstractContextManager:
         """bf16/fp16 autocast on this device (fp32 master weights), or nothing for fp32."""
         dtype = _DTYPES.get(self.precision)
@@ -201,6 +229,7 @@ class Engine(ProcessGroup):
         under int8 its linear layers and encoder GRU quantized once, here."""
         model.to(self.device)
         if self.precision == Precision.int8:
+            self.choose_int8_engine(model)
             return quantize_int8(model)
         dtype = _DTYPES.get(self.precision)
         return model.to(dtype) if dtype is not None else model
