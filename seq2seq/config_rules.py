@@ -101,6 +101,25 @@ def check_config(cfg: Any) -> None:
     problems += _cross_key_problems(cfg)
     if problems:
         raise Seq2SeqError("; ".join(problems))
+    _warn_dot_as_general(cfg)
+
+
+def _warn_dot_as_general(cfg: Any) -> None:
+    """Luong's dot score compares query and memory directly only where both are as wide; else
+    the memory is projected first, which is the general score: one warning line says so."""
+    model = OmegaConf.select(cfg, "model", default=None)
+    score = OmegaConf.select(cfg, "model.attention.score", default=None)
+    score = getattr(score, "value", score)  # an enum member in a typed config
+    if model is None or score not in ("dot", "scaled_dot"):
+        return
+    memory = 2 * (model.get("encoder_size") or model.hidden_size)
+    if memory != model.hidden_size:
+        log.warning(
+            "model.attention.score=%s with a memory of %d (2 x encoder_size) and a decoder of %d: "
+            "the memory is projected to %d first, which makes it the general score; "
+            "model.encoder_size=%d gives a plain %s score",
+            score, memory, model.hidden_size, model.hidden_size, model.hidden_size // 2, score,
+        )  # fmt: skip
 
 
 def _cross_key_problems(cfg: Any) -> list[str]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from seq2seq.config import DecodeConfig
+from seq2seq.config_rules import check_config
 from seq2seq.decoding.search import greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import build_model
@@ -121,3 +123,25 @@ def test_keys_projected_once_per_batch(name: str) -> None:
     greedy_search(model, src, torch.tensor([6, 6]), DecodeConfig(max_len_a=0.0, max_len_b=7))
     assert calls["steps"] >= 2  # several decoder steps ran ...
     assert calls["keys"] == 1  # ... on keys projected once
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warned"),
+    [
+        (["model.attention.score=dot"], True),
+        (["model.attention.score=scaled_dot"], True),
+        (["model.attention.score=dot", "model.encoder_size=32"], False),
+        (["model.attention.score=general"], False),
+    ],
+)
+def test_a_dot_score_that_becomes_general_says_so(
+    overrides: list[str], warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        cfg = compose("config", ["experiment=smoke", "model/attention=luong", *overrides])
+    with caplog.at_level("WARNING", logger="seq2seq.config"):
+        check_config(cfg)
+    said = [r.getMessage() for r in caplog.records if "general score" in r.getMessage()]
+    assert bool(said) == warned
+    if warned:  # smoke: hidden 64, so a plain dot needs two directions of 32
+        assert "model.encoder_size=32" in said[0]
