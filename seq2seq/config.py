@@ -43,7 +43,7 @@ class Products(str, Enum):
 
 class Int8Engine(str, Enum):
     """PyTorch's quantized engine for ``precision=int8`` on the CPU, or ``auto``: the fastest
-    on the model's shapes, timed at load (which one is fastest depends on the CPU)."""
+    on a decoding probe of the model, timed at load (which one is fastest depends on the CPU)."""
 
     auto = "auto"
     x86 = "x86"

@@ -144,7 +144,7 @@ def test_int8_decodes_with_the_chosen_engine_and_says_which(
     assert len(Path(result["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 8
     said = [line for line in proc.stderr.splitlines() if "int8 engine:" in line]
     assert len(said) == 1
-    why = "timed on the model's shapes" if engine == "auto" else "int8_engine=fbgemm"
+    why = "timed on a decoding probe" if engine == "auto" else "int8_engine=fbgemm"
     assert why in said[0] and ("fbgemm" in said[0] or engine == "auto")
 
 

@@ -7,11 +7,13 @@ The decoder's GRU stays fp32: its recurrence calls the ``nn.GRU`` parameters dir
 
 PyTorch has several quantized engines for x86 (fbgemm; oneDNN, which reaches Intel's AMX int8
 units; ``x86``, which picks between the two per product). Which is fastest depends on the CPU, so
-``choose_int8_engine`` times each on the model's own shapes before the weights are packed.
+``choose_int8_engine`` times each on a decoding probe of the model before its weights are
+packed.
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 import warnings
@@ -24,6 +26,7 @@ from seq2seq.model.linear import Linear
 
 # qnnpack, the fourth engine of x86 builds, is ARM's: ~10x slower than these on x86 (measured)
 INT8_ENGINES = ("x86", "fbgemm", "onednn")
+LENGTH = 16  # pieces per sentence, and steps, of the timing probe (Multi30k's captions: ~14)
 
 
 def int8_engines() -> list[str]:
@@ -59,31 +62,46 @@ def quantize_int8(model: nn.Module) -> nn.Module:
 
 
 def time_int8_engines(
-    model: nn.Module, rows: tuple[int, ...] = (64, 320), repeats: int = 5
+    model: nn.Module, rows: tuple[int, ...] = (64, 320), repeats: int = 2
 ) -> dict[str, float]:
-    """Seconds (median of ``repeats``) of one int8 product through each of the model's distinct
-    linear shapes at each row count of ``rows`` (a greedy batch of 64 sentences, and a beam of 5
-    over them), on each engine of this build."""
-    shapes = sorted(
-        {(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)}
-    )
-    inputs = [(k, torch.randn(n, shapes[k][0])) for n in rows for k in range(len(shapes))]
+    """Seconds (mean of ``repeats``) of a greedy decoding probe (``_probe``) of a copy of
+    ``model`` quantized by each engine of this build, ``rows`` sentences at a time (a greedy
+    batch of 64, and a beam of 5 over it). The whole model is timed, batches shrinking as in a
+    search: oneDNN's engine was the fastest on fixed-size products and on a teacher-forced pass,
+    and the slowest at decoding, on a Zen 5 (issue 25)."""
+    vocab = (model.encoder.embedding.num_embeddings, model.decoder.embedding.num_embeddings)
+    gen = torch.Generator().manual_seed(0)
+    sources = [torch.randint(4, vocab[0], (n, LENGTH), generator=gen) for n in rows]
     saved, seconds = torch.backends.quantized.engine, {}
     try:
         for engine in int8_engines():
             use_int8_engine(engine)
-            layers = quantize_int8(nn.ModuleList(nn.Linear(i, o) for i, o in shapes))
+            quantized = quantize_int8(copy.deepcopy(model).eval())
             laps = []
             with torch.no_grad():
                 for _ in range(repeats + 1):  # the first pass warms caches up
                     start = time.perf_counter()
-                    for k, x in inputs:
-                        layers[k](x)
+                    for src in sources:
+                        _probe(quantized, src)
                     laps.append(time.perf_counter() - start)
-            seconds[engine] = statistics.median(laps[1:])
+            seconds[engine] = statistics.mean(laps[1:])
     finally:
         torch.backends.quantized.engine = saved
     return seconds
+
+
+def _probe(model: nn.Module, src: torch.Tensor) -> None:
+    """``LENGTH`` greedy steps over src [B, S], a sixteenth of the batch finishing at each step
+    (a search's batch shrinks, and each new row count is a new shape for some engines)."""
+    enc = model.encode(src, torch.full((src.size(0),), src.size(1)))
+    state = model.decoder.init_state(enc)
+    prev = src[:, 0]  # [B]
+    drop = max(1, src.size(0) // LENGTH)
+    for _ in range(LENGTH):
+        log_probs, state, _ = model.decoder.step(prev, state, enc)  # [B, V]
+        keep = torch.arange(max(1, log_probs.size(0) - drop))
+        prev = log_probs.argmax(-1)[keep]
+        enc, state = enc.index_select(keep), state.index_select(keep)
 
 
 def choose_int8_engine(model: nn.Module) -> tuple[str, dict[str, float]]:

@@ -199,8 +199,8 @@ class Engine(ProcessGroup):
         return current_products()
 
     def choose_int8_engine(self, model: nn.Module) -> str:
-        """The quantized engine for ``model``: the setting's, or the fastest timed on its linear
-        shapes; chosen and logged once (an ensemble's members share it)."""
+        """The quantized engine for ``model``: the setting's, or the fastest timed on a pass of
+        it; chosen and logged once (an ensemble's members share it)."""
         if self._int8_name is None:
             if self.int8_engine != Int8Engine.auto:
                 name, why = self.int8_engine.value, f"int8_engine={self.int8_engine.value}"
@@ -210,7 +210,7 @@ class Engine(ProcessGroup):
             else:
                 name, seconds = choose_int8_engine(model)
                 timed = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in seconds.items())
-                why = f"timed on the model's shapes: {timed}" if timed else "the only one here"
+                why = f"timed on a decoding probe: {timed}" if timed else "the only one here"
             log.info("int8 engine: %s (%s)", name, why)
             self._int8_name = name
         use_int8_engine(self._int8_name)
