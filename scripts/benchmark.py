@@ -350,10 +350,16 @@ def measure_decoding(
         rates.append(len(test) / (time.perf_counter() - start))
     max_memory = engine.max_memory_allocated()
     outputs = [nbest[0].tokens for nbest in hyps]
+
+    def decode_pass() -> int:
+        """One more pass; its units are the output pieces (the same as the timed passes')."""
+        decode_corpus(model, test, cfg)
+        return sum(map(len, outputs))
+
     ops = None
     if profile:
         with engine.autocast():
-            ops = profile_ops(lambda: (decode_corpus(model, test, cfg), sum(map(len, outputs)))[1])
+            ops = profile_ops(decode_pass)
     limits = max_lengths(torch.from_numpy(test.src_lengths), cfg.max_len_a, cfg.max_len_b)
     text = [tgt_tok.decode(tokens) for tokens in outputs]
     flops_per_sentence = counter.get_total_flops() / len(test)

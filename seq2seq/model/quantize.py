@@ -23,6 +23,7 @@ from torch import nn
 from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
 
 from seq2seq.model.linear import Linear
+from seq2seq.vocab import BOS
 
 # qnnpack, the fourth engine of x86 builds, is ARM's: ~10x slower than these on x86 (measured)
 INT8_ENGINES = ("x86", "fbgemm", "onednn")
@@ -69,9 +70,9 @@ def time_int8_engines(
     batch of 64, and a beam of 5 over it). The whole model is timed, batches shrinking as in a
     search: oneDNN's engine was the fastest on fixed-size products and on a teacher-forced pass,
     and the slowest at decoding, on a Zen 5 (issue 25)."""
-    vocab = (model.encoder.embedding.num_embeddings, model.decoder.embedding.num_embeddings)
+    vocab = model.encoder.embedding.num_embeddings
     gen = torch.Generator().manual_seed(0)
-    sources = [torch.randint(4, vocab[0], (n, LENGTH), generator=gen) for n in rows]
+    sources = [torch.randint(4, vocab, (n, LENGTH), generator=gen) for n in rows]
     saved, seconds = torch.backends.quantized.engine, {}
     try:
         for engine in int8_engines():
@@ -95,7 +96,7 @@ def _probe(model: nn.Module, src: torch.Tensor) -> None:
     (a search's batch shrinks, and each new row count is a new shape for some engines)."""
     enc = model.encode(src, torch.full((src.size(0),), src.size(1)))
     state = model.decoder.init_state(enc)
-    prev = src[:, 0]  # [B]
+    prev = torch.full((src.size(0),), BOS)  # [B]
     drop = max(1, src.size(0) // LENGTH)
     for _ in range(LENGTH):
         log_probs, state, _ = model.decoder.step(prev, state, enc)  # [B, V]
@@ -105,8 +106,8 @@ def _probe(model: nn.Module, src: torch.Tensor) -> None:
 
 
 def choose_int8_engine(model: nn.Module) -> tuple[str, dict[str, float]]:
-    """The fastest quantized engine for ``model``'s products on this CPU, and the timings it was
-    chosen by (none where the build has one engine); switches to it."""
+    """The quantized engine that decodes ``model`` fastest on this CPU (``time_int8_engines``),
+    and the timings it was chosen by (none where the build has one engine); switches to it."""
     engines = int8_engines()
     seconds = time_int8_engines(model) if len(engines) > 1 else {}
     name = min(seconds, key=seconds.__getitem__) if seconds else engines[0]

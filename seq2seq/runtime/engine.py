@@ -199,8 +199,8 @@ class Engine(ProcessGroup):
         return current_products()
 
     def choose_int8_engine(self, model: nn.Module) -> str:
-        """The quantized engine for ``model``: the setting's, or the fastest timed on a pass of
-        it; chosen and logged once (an ensemble's members share it)."""
+        """The quantized engine for ``model``: the setting's, or the fastest on a decoding probe
+        of it; chosen and logged once (an ensemble's members share it)."""
         if self._int8_name is None:
             if self.int8_engine != Int8Engine.auto:
                 name, why = self.int8_engine.value, f"int8_engine={self.int8_engine.value}"
