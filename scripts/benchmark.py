@@ -51,6 +51,7 @@ from seq2seq.model.linear import linear, pytorch_products
 from seq2seq.model.registry import ATTENTIONS as REGISTRY
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.runtime.engine import DEVICES, Engine, check_precision
+from seq2seq.runtime.heap import keep_freed_memory
 from seq2seq.runtime.profiling import describe, profile_ops
 from seq2seq.training.updater import Updater
 
@@ -175,6 +176,7 @@ def machine_info(engine: Engine) -> dict[str, Any]:
         "native_bf16": torch.cpu._is_avx512_bf16_supported(),
         "amx": torch.cpu._is_amx_tile_supported(),
         "device": engine.describe().split(",")[0],
+        "memory": keep_freed_memory(),  # what Engine.create did with the allocator
     }
 
 
@@ -607,6 +609,7 @@ def print_table(report: dict[str, Any]) -> None:
         f"AMX: {report['amx']})"
     )
     print(f"matmul peak (best product over the model's shapes), GFLOP/s: {peaks}")
+    print(f"memory: {report['memory']}")
     print(
         f"model: emb {model['emb_size']}, BiGRU {model['hidden_size']}/direction x "
         f"{model['encoder_layers']}, attention {model['attention_size']}, dropout "

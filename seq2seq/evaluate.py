@@ -20,7 +20,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import EvaluateConfig
+from seq2seq.config import EvaluateConfig, Precision
 from seq2seq.data.corpus import read_parallel, split_files, split_name
 from seq2seq.data.sources import FileSource, open_source
 from seq2seq.data.stream import PairStream
@@ -176,11 +176,14 @@ def _translate(
 
 def _names(cfg: EvaluateConfig, run: TrainedRun, name: str, members: int) -> tuple[str, str]:
     """(name of the TensorBoard tags, stem of the output files), e.g. test_2016_flickr and
-    test_2016_flickr.best.beam5; an ensemble of n runs gets its own, ``<name>.ensemble<n>``."""
+    test_2016_flickr.best.beam5; an ensemble of n runs gets its own, ``<name>.ensemble<n>``, and
+    a precision other than fp32 its own files (``...beam5.int8``) beside fp32's."""
     checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else run.checkpoint.stem
     if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
         name = f"{name}.ensemble{members}"
-    return name, f"{name}.{checkpoint}.beam{cfg.beam_size}"
+    precision = Precision(cfg.precision)
+    suffix = "" if precision == Precision.fp32 else f".{precision.value}"
+    return name, f"{name}.{checkpoint}.beam{cfg.beam_size}{suffix}"
 
 
 def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:

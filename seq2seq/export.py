@@ -69,6 +69,8 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
         scores = json.loads(result.read_text())
         if len(scores.get("runs", [folder])) > 1:  # an ensemble's score is not this model's
             continue
+        if scores.get("precision", "fp32") != "fp32":  # the card gives the model's own score
+            continue
         keys = ("bleu", "signature", "chrf", "chrf_signature", "beam_size", "sentences")
         tests[result.stem.split(".")[0]] = {key: scores[key] for key in keys}
     data = open_source(cfg.data).describe()

@@ -154,11 +154,26 @@ def test_precision_auto_is_set_kept_or_timed(monkeypatch) -> None:
         p.grad is None for p in model.parameters()
     )
     steps = {None: 1.0, torch.bfloat16: 0.6}
-    monkeypatch.setattr(auto, "time_training_step", lambda m, v, t, dtype, r: steps[dtype])
+    monkeypatch.setattr(auto, "time_training_step", lambda m, v, t, dtype, r, *_: steps[dtype])
     engine = Engine.create("cpu", "auto")
     assert engine.choose_precision(model, vocab, 64) == Precision.bf16 == engine.precision
     steps[torch.bfloat16] = 0.97  # a tie keeps fp32
     assert Engine.create("cpu", "auto").choose_precision(model, vocab, 64) == Precision.fp32
+
+
+def test_a_slow_warm_up_pass_ends_the_timing(monkeypatch) -> None:
+    """bf16 emulated slowly is not timed for long: a warm-up pass past the limit is the answer."""
+    from seq2seq.model.config import BahdanauConfig, ModelConfig
+    from seq2seq.model.seq2seq import build_model
+    from seq2seq.runtime import precision as auto
+
+    model = build_model(ModelConfig(8, 12, attention=BahdanauConfig(size=10)), 30, 40)
+    passes = []
+    model.register_forward_hook(lambda *_: passes.append(1))
+    auto.time_training_step(model, (30, 40), 64, torch.bfloat16, repeats=2, limit=0.0)
+    assert len(passes) == 1
+    auto.time_training_step(model, (30, 40), 64, torch.bfloat16, repeats=2)
+    assert len(passes) == 1 + 3
 
 
 def test_precision_auto_is_for_training_only() -> None:

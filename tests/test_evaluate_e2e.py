@@ -142,6 +142,8 @@ def test_int8_decodes_with_the_chosen_engine_and_says_which(
     result = result_of(proc)
     assert result["sentences"] == 8
     assert len(Path(result["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 8
+    # its own files beside fp32's: an int8 evaluation does not overwrite the model's result
+    assert Path(result["hypotheses"]).name == "sample.de.best.beam2.int8.hyp"
     said = [line for line in proc.stderr.splitlines() if "int8 engine:" in line]
     assert len(said) == 1
     why = "timed on a decoding probe" if engine == "auto" else "int8_engine=fbgemm"

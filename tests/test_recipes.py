@@ -178,8 +178,9 @@ def test_results_curve_leaves_out_the_pause_of_a_resume(tmp_path: Path, monkeypa
     assert points[1][0] == pytest.approx(4.0 + 1.5)  # the first file's 240 s, then 90 s
 
 
-def test_a_model_card_leaves_out_ensemble_scores(smoke_run: Path, tmp_path: Path) -> None:
-    """An ensemble evaluated from a run writes into its folder; the card states the model's own."""
+def test_a_model_card_leaves_out_ensemble_and_int8_scores(smoke_run: Path, tmp_path: Path) -> None:
+    """An ensemble or an int8 evaluation of a run writes into its folder; the card states the
+    model's own score."""
     from types import SimpleNamespace
 
     from seq2seq.export import facts
@@ -188,12 +189,16 @@ def test_a_model_card_leaves_out_ensemble_scores(smoke_run: Path, tmp_path: Path
     shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("eval"))
     (folder / "eval").mkdir()
     base = {"signature": "s", "chrf": 1.0, "chrf_signature": "c", "beam_size": 5, "sentences": 9}
-    for stem, bleu, runs in [("best", 10.0, [folder]), ("ensemble2.best", 20.0, [folder, "x"])]:
-        result = {**base, "bleu": bleu, "runs": [str(r) for r in runs]}
-        (folder / "eval" / f"test_2016_flickr.{stem}.beam5.json").write_text(json.dumps(result))
+    for name, bleu, runs, precision in [
+        ("test_2016_flickr.best.beam5", 10.0, [folder], "fp32"),
+        ("test_2016_flickr.ensemble2.best.beam5", 20.0, [folder, "x"], "fp32"),
+        ("test_2017_flickr.best.beam5.int8", 9.0, [folder], "int8"),
+    ]:
+        result = {**base, "bleu": bleu, "runs": [str(r) for r in runs], "precision": precision}
+        (folder / "eval" / f"{name}.json").write_text(json.dumps(result))
     cfg = OmegaConf.load(folder / "config.yaml")
     run = SimpleNamespace(cfg=cfg, run_dir=folder, model=torch.nn.Linear(2, 2), step=1)
-    assert facts(run, "best")["test"]["test_2016_flickr"]["bleu"] == 10.0
+    assert facts(run, "best")["test"] == {"test_2016_flickr": {**base, "bleu": 10.0}}
 
 
 def test_one_precision_key_and_the_old_spelling_with_a_warning(caplog) -> None:

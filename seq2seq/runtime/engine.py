@@ -28,6 +28,7 @@ from seq2seq.model.quantize import (
     use_int8_engine,
 )
 from seq2seq.runtime.distributed import ProcessGroup, Topology, join
+from seq2seq.runtime.heap import keep_freed_memory
 from seq2seq.runtime.precision import choose_precision
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,8 @@ class Engine(ProcessGroup):
         torch.set_num_threads(threads or default_threads(topology.local_world_size))
         dev = resolve_device(device, topology)
         check_precision(Precision(precision), dev)
+        if dev.type == "cpu":  # the host's allocator serves the tensors
+            log.info("memory: %s", keep_freed_memory())
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         host_group = join(topology, dev)

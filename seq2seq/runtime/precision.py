@@ -11,6 +11,7 @@ most ``TOKENS`` target pieces) in each precision. Other devices train in fp32 un
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -23,6 +24,9 @@ from seq2seq.config import Precision
 MARGIN = 0.95
 LENGTH = 16  # pieces per synthetic sentence (Multi30k's captions: ~14 on average)
 TOKENS = 1024  # at most this many target pieces per timed step: a few seconds in all
+# a warm-up pass this many times fp32's step ends bf16's timing: where bf16 is emulated slowly
+# (29x fp32 on a Zen 5 limited to AVX2) the full timing took 37 s
+SLOW = 4.0
 
 
 def native_bf16() -> bool:
@@ -39,20 +43,28 @@ def _batch(vocab: tuple[int, int], tokens: int) -> tuple[torch.Tensor, ...]:
 
 
 def time_training_step(
-    model: nn.Module, vocab: tuple[int, int], tokens: int, dtype: torch.dtype | None, repeats: int
+    model: nn.Module,
+    vocab: tuple[int, int],
+    tokens: int,
+    dtype: torch.dtype | None,
+    repeats: int,
+    limit: float = math.inf,
 ) -> float:
     """Median seconds of forward + backward over a batch of ``tokens`` target pieces, under
-    autocast to ``dtype`` (None: fp32), after one warm-up pass; gradients are cleared after."""
+    autocast to ``dtype`` (None: fp32), after one warm-up pass; a warm-up pass longer than
+    ``limit`` seconds is the answer. Gradients are cleared after."""
     batch = _batch(vocab, min(tokens, TOKENS))
-    laps = []
+    laps: list[float] = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
         with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             loss, _ = model(*batch)
         loss.backward()
         laps.append(time.perf_counter() - start)
+        if laps[0] > limit:
+            break
     model.zero_grad(set_to_none=True)
-    return statistics.median(laps[1:])
+    return statistics.median(laps[1:] or laps)
 
 
 def choose_precision(
@@ -66,10 +78,9 @@ def choose_precision(
     was_training = model.training
     model.train()
     with torch.random.fork_rng(devices=[]):
-        seconds = {
-            "fp32": time_training_step(model, vocab, tokens, None, repeats),
-            "bf16": time_training_step(model, vocab, tokens, torch.bfloat16, repeats),
-        }
+        fp32 = time_training_step(model, vocab, tokens, None, repeats)
+        bf16 = time_training_step(model, vocab, tokens, torch.bfloat16, repeats, SLOW * fp32)
+        seconds = {"fp32": fp32, "bf16": bf16}
     model.train(was_training)
     faster = seconds["bf16"] <= MARGIN * seconds["fp32"]
     return (Precision.bf16 if faster else Precision.fp32), seconds
