@@ -2,7 +2,7 @@
 
 glibc's malloc serves blocks above its mmap threshold (32 MB at most) with fresh pages from the
 kernel and returns them on ``free``: every training step then faults in the pages of its largest
-tensors (the logits, their softmax, their gradient) again, a few microseconds a page. Switching
+tensors (the logits, their softmax, their gradient) again, about 2 us a page. Switching
 malloc's mmap off and its trimming up keeps those pages in the heap for reuse; the resident size
 stays near the peak of the work instead of following it. On two cores of an AMD EPYC (Zen 5) the
 quick start trained 1.17x faster; decoding, whose blocks are smaller, was unchanged
