@@ -57,10 +57,11 @@ def keep_freed_memory(environ: dict[str, str] | None = None) -> str:
     if _done is not None:
         return _done
     chosen = _environment_choice(dict(os.environ) if environ is None else environ)
-    libc = _glibc()
     if chosen is not None:
         _done = f"allocator as the environment sets it ({chosen})"
-    elif libc is None:
+        return _done
+    libc = _glibc()
+    if libc is None:
         _done = "the C library's allocator (not glibc: left as it is)"
     elif libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD):
         _done = "freed memory kept for reuse (glibc malloc: no mmap, no trimming)"
