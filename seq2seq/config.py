@@ -193,6 +193,9 @@ class TrainConfig:
     # toward them, with this weight on the attention's cross-entropy (per guided target piece)
     guided_alignment: Optional[str] = None
     guided_weight: float = 0.5
+    # an attention with coverage (model.attention.coverage=true): the weight of See et al.'s
+    # coverage loss, sum over steps and source positions of min(weight, coverage so far)
+    coverage_weight: float = 1.0
 
 
 @dataclass
@@ -204,6 +207,9 @@ class DecodeConfig:
     nbest: int = 1
     max_len_a: float = 1.5  # hypotheses stop at a * source_length + b tokens
     max_len_b: int = 5
+    # beam search: Wu et al.'s coverage penalty beta x sum_j log(min(attention on j, 1)) added
+    # to each finished hypothesis's score (0: none); greedy search has nothing to rerank
+    coverage_penalty: float = 0.0
     batch_size: int = 64  # sentences decoded together
 
 

@@ -18,8 +18,9 @@ log = logging.getLogger("seq2seq.config")
 
 _POSITIVE = (
     "model.emb_size", "model.hidden_size", "model.encoder_size", "model.encoder_layers",
-    "model.attention.size", "model.attention.heads", "data.max_len", "data.train_limit",
-    "data.valid_limit", "data.tokenizer.vocab_size", "data.tokenizer.character_coverage",
+    "model.attention.size", "model.attention.heads", "model.attention.window", "data.max_len",
+    "data.train_limit", "data.valid_limit", "data.tokenizer.vocab_size",
+    "data.tokenizer.character_coverage",
     "train.max_epochs", "train.max_steps", "train.max_minutes", "train.batch_tokens",
     "train.accumulate", "train.lr", "train.clip_grad_norm", "train.patience",
     "train.val_beam_size", "train.val_batch_size", "train.log_every", "train.validate_every",
@@ -29,13 +30,23 @@ _POSITIVE = (
 _FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
 _NOT_NEGATIVE = (
     "train.threads", "train.scheduler.warmup", "alpha", "max_len_a", "max_len_b", "data.workers",
-    "data.valid_size", "data.test_size", "train.guided_weight",
+    "data.valid_size", "data.test_size", "train.guided_weight", "train.coverage_weight",
+    "coverage_penalty",
 )  # fmt: skip
 
 
 def upgrade_config(cfg: Any) -> None:
     """Old spellings keep working, with one warning line: ``train.precision`` is ``precision``
-    (a run folder's config.yaml written before the change is read the same way)."""
+    (a run folder's config.yaml written before the change is read the same way), and Luong's
+    ``score=scaled_dot`` is ``score=dot`` with ``scale=true``."""
+    score = OmegaConf.select(cfg, "model.attention.score", default=None)
+    if getattr(score, "value", score) == "scaled_dot":
+        log.warning(
+            "model.attention.score=scaled_dot is deprecated: it is score=dot with "
+            "model.attention.scale=true (the default)"
+        )
+        with open_dict(cfg):
+            cfg.model.attention.score, cfg.model.attention.scale = "dot", True
     old = OmegaConf.select(cfg, "train.precision", default=None)
     if old is None:
         return
@@ -54,8 +65,12 @@ def upgrade_config(cfg: Any) -> None:
 def upgrade_saved_config(cfg: Any) -> Any:
     """A run's saved config (config.yaml, a checkpoint's) in today's keys: written before
     ``data.kind`` (``data.name`` said it), before ``precision`` (``train.precision``), or before
-    ``input_feed`` moved from the model to the attentions whose data flow has it."""
+    ``input_feed`` moved from the model to the attentions whose data flow has it, or before
+    Luong's dot and general scores were scaled by default (such a run keeps its unscaled score)."""
     with open_dict(cfg):
+        attention = cfg.model.attention
+        if attention.name == "luong" and "scale" not in attention:
+            attention.scale = False
         if OmegaConf.select(cfg, "data.kind") is None:
             cfg.data.kind = OmegaConf.select(cfg, "data.name", default="custom")
         if OmegaConf.select(cfg, "precision") is None:

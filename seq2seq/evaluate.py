@@ -177,12 +177,15 @@ def _translate(
 def _names(cfg: EvaluateConfig, run: TrainedRun, name: str, members: int) -> tuple[str, str]:
     """(name of the TensorBoard tags, stem of the output files), e.g. test_2016_flickr and
     test_2016_flickr.best.beam5; an ensemble of n runs gets its own, ``<name>.ensemble<n>``, and
-    a precision other than fp32 its own files (``...beam5.int8``) beside fp32's."""
+    a precision other than fp32 its own files (``...beam5.int8``) beside fp32's, and a coverage
+    penalty its own (``...beam5.cp0.2``)."""
     checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else run.checkpoint.stem
     if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
         name = f"{name}.ensemble{members}"
     precision = Precision(cfg.precision)
     suffix = "" if precision == Precision.fp32 else f".{precision.value}"
+    if cfg.coverage_penalty and cfg.beam_size > 1:  # greedy search has nothing to rerank
+        suffix += f".cp{cfg.coverage_penalty:g}"
     return name, f"{name}.{checkpoint}.beam{cfg.beam_size}{suffix}"
 
 
@@ -226,6 +229,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         "step": run.step,
         "beam_size": cfg.beam_size,
         "alpha": cfg.alpha,
+        "coverage_penalty": cfg.coverage_penalty if cfg.beam_size > 1 else 0.0,
         "device": str(engine.device),
         "precision": engine.precision.value,
         "sentences": len(sources),

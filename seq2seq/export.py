@@ -24,6 +24,7 @@ from seq2seq.config import ExportConfig, Multi30kConfig
 from seq2seq.data.sources import open_source
 from seq2seq.decoding.inference import TrainedRun, load_run
 from seq2seq.errors import Seq2SeqError
+from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.checkpoint import load_checkpoint
 from seq2seq.storage.manifest import write_manifest
 from seq2seq.storage.rundir import (
@@ -71,6 +72,8 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
             continue
         if scores.get("precision", "fp32") != "fp32":  # the card gives the model's own score
             continue
+        if scores.get("coverage_penalty"):  # ... of the plain beam search
+            continue
         keys = ("bleu", "signature", "chrf", "chrf_signature", "beam_size", "sentences")
         tests[result.stem.split(".")[0]] = {key: scores[key] for key in keys}
     data = open_source(cfg.data).describe()
@@ -79,7 +82,7 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
         "src_lang": cfg.data.src_lang,
         "tgt_lang": cfg.data.tgt_lang,
         "data": data,
-        "attention": cfg.model.attention.name,
+        "attention": describe_attention(cfg.model.attention),
         "parameters": sum(p.numel() for p in run.model.parameters()),
         "step": run.step,
         "best_valid_bleu": last.get("best_bleu"),

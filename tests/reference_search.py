@@ -107,6 +107,9 @@ def beam_search(
                 row = int(parents[i, j])
                 attention = torch.cat([history[row], weights[row].unsqueeze(0).float()])
                 score = float(top_scores[i, j]) / length_penalty(t + 1, alpha)
+                if cfg.coverage_penalty:  # Wu et al.: never-attended words count as 1e-6
+                    covered = attention.mean(1).sum(0)[: int(src_lengths[sent[i]])]
+                    score += cfg.coverage_penalty * float(covered.clamp(1e-6, 1.0).log().sum())
                 hyps.append((score, tokens[row], attention))
         done = at_limit | torch.tensor([len(finished[s]) >= k for s in sent.tolist()])
         if bool(done.all()):

@@ -8,7 +8,14 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from seq2seq.model import Seq2Seq, build_model
-from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
+from seq2seq.model.config import (
+    BahdanauConfig,
+    LocalMConfig,
+    LocalPConfig,
+    LuongConfig,
+    ModelConfig,
+    MultiHeadConfig,
+)
 from seq2seq.model.decoder import BahdanauStep, LuongStep
 
 SRC_VOCAB, TGT_VOCAB = 20, 25
@@ -20,6 +27,12 @@ SETUPS = {
     "luong-concat": dict(attention=LuongConfig(size=10, score="concat")),
     "multihead": dict(attention=MultiHeadConfig(size=8, heads=2)),
     "multihead-nofeed": dict(attention=MultiHeadConfig(size=8, heads=2, input_feed=False)),
+    "local_m": dict(attention=LocalMConfig(size=10, window=2)),
+    "local_p": dict(attention=LocalPConfig(size=10, window=2)),
+    "local_p-nofeed": dict(attention=LocalPConfig(size=10, window=2, input_feed=False)),
+    "bahdanau-coverage": dict(attention=BahdanauConfig(size=10, coverage=True)),
+    "bahdanau-sparsemax": dict(attention=BahdanauConfig(size=10, normalizer="sparsemax")),
+    "luong-entmax15": dict(attention=LuongConfig(size=10, normalizer="entmax15")),
     "bahdanau-tied": dict(attention=BahdanauConfig(size=10), tie_embeddings=True),
     "luong-tied": dict(attention=LuongConfig(size=10), tie_embeddings=True),
 }
@@ -135,3 +148,40 @@ def test_dropout_only_in_training() -> None:
     assert torch.equal(loss_of(model, batch, 0.0)[0], loss_of(model, batch, 0.0)[0])
     model.train()
     assert not torch.equal(loss_of(model, batch, 0.0)[0], loss_of(model, batch, 0.0)[0])
+
+
+def test_coverage_is_the_sum_of_the_earlier_steps_weights() -> None:
+    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), Batch()
+    with torch.no_grad():
+        enc = model.encode(batch.src, batch.src_lengths)
+        state = model.decoder.init_state(enc)
+        total = torch.zeros(3, 6)
+        for t in range(3):
+            torch.testing.assert_close(state.coverage, total)
+            _, state, weights = model.decoder.step(batch.tgt_in[:, t], state, enc)
+            total = total + weights[:, 0]
+    assert tiny_model(**SETUPS["bahdanau"]).decoder.init_state(enc).coverage is None
+
+
+def test_coverage_loss_is_sees_min_of_weight_and_coverage() -> None:
+    from seq2seq.model.seq2seq import coverage_loss
+
+    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), Batch()
+    with torch.no_grad():
+        _, weights = model.features(batch.src, batch.src_lengths, batch.tgt_in)
+    real = batch.tgt_out != 0
+    expected = 0.0
+    for b in range(3):
+        seen = torch.zeros(6)
+        for t in range(7):
+            if real[b, t]:
+                expected += float(torch.minimum(weights[b, 0, t], seen).sum())
+            seen = seen + weights[b, 0, t]
+    assert expected > 0
+    assert float(coverage_loss(weights, real)) == pytest.approx(expected, rel=1e-5)
+    args = (batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, 0.0, None, 0.0)
+    with torch.no_grad():
+        plain, nll = model(*args, 0.0)
+        weighted, same_nll = model(*args, 2.0)
+    assert float(weighted - plain) == pytest.approx(2 * expected, rel=1e-4)
+    assert float(nll) == float(same_nll)

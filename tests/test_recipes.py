@@ -51,19 +51,33 @@ def test_recipes_compose() -> None:
     assert (en_de.data.src_lang, en_de.data.tgt_lang) == ("en", "de")
     cpu = composed("experiment=multi30k_de_en_cpu")
     assert cpu.train.max_minutes == 30 and cpu.precision.value == "auto"
-    rows = {
-        "bahdanau": ("bahdanau", None),  # no input feeding in its data flow: no such key
-        "luong": ("luong", True),
-        "luong_nofeed": ("luong", False),
-        "multihead": ("multihead", True),
+    rows = {  # row: (attention, input feeding, scaled score, normalizer, coverage)
+        "bahdanau": ("bahdanau", None, None, "softmax", False),  # no input feeding in its flow
+        "luong": ("luong", True, True, "softmax", None),
+        "luong_unscaled": ("luong", True, False, "softmax", None),
+        "luong_nofeed": ("luong", False, True, "softmax", None),
+        "luong_concat": ("luong", True, True, "softmax", None),
+        "multihead": ("multihead", True, None, "softmax", None),
+        "local_m": ("local_m", True, True, "softmax", None),
+        "local_p": ("local_p", True, True, "softmax", None),
+        "sparsemax": ("bahdanau", None, None, "sparsemax", False),
+        "entmax15": ("bahdanau", None, None, "entmax15", False),
+        "coverage": ("bahdanau", None, None, "softmax", True),
     }
-    for row, (name, feed) in rows.items():
-        cfg = composed(f"+compare={row}")
-        feed_key = cfg.model.attention.get("input_feed")
-        assert (cfg.model.attention.name, feed_key) == (name, feed)
+    for row, expected in rows.items():
+        cfg = composed("experiment=attention_comparison", f"+compare={row}")
+        attention = cfg.model.attention
+        keys = ("input_feed", "scale", "normalizer", "coverage")
+        found = tuple(attention.get(key) for key in keys)
+        found = tuple(getattr(v, "value", v) for v in found)
+        assert (attention.name, *found) == expected, row
+        assert (cfg.model.hidden_size, cfg.train.max_steps) == (256, 800)  # one footing for all
     sweep = OmegaConf.load(REPO / "configs/experiment/attention_comparison.yaml")
     params = sweep.hydra.sweeper.params
-    assert params["+compare"].split(",") == list(rows) and params["train.seed"] == "1,2,3"
+    assert params["+compare"].split(",") == list(rows) and params["train.seed"] == "1,2"
+    en_fr = composed("experiment=attention_comparison_en_fr", "+compare=local_p")
+    assert (en_fr.data.src_lang, en_fr.data.tgt_lang, en_fr.model.hidden_size) == ("en", "fr", 256)
+    assert en_fr.log.alignment_gold is not None
 
 
 @pytest.mark.slow

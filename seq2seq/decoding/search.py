@@ -1,86 +1,43 @@
-"""Greedy and beam search, batched, on the model's device.
+"""Greedy and beam search, batched, on the model's device, and decoding whole lists of sources.
 
-Both stop a sentence at ``max_len = floor(a * src_len + b)`` target tokens (src_len counts the
-source EOS) by forcing EOS there, so every hypothesis ends with EOS and its attention has one row
-per output token plus the EOS row. Call ``model.eval()`` first.
-
-The step loop never waits for the device: every buffer is preallocated there, finished beams are
-written into fixed slots, and the loop looks at the device only every ``check_interval`` steps
-(to stop, and to drop finished sentences from the batch). Results come back to the host once per
-batch. On the CPU, where looking costs nothing, it looks at every step and drops sentences at once.
+Greedy search is here, beam search in ``beam.py``, what both share in ``hypothesis.py``. Call
+``model.eval()`` first. The step loop looks at the device only every ``check_interval`` steps;
+on the CPU, where looking costs nothing, it looks at every step and drops finished sentences at
+once.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.model.decoder import DecoderState, EncoderOutput
+from seq2seq.decoding.beam import beam_search
+from seq2seq.decoding.hypothesis import (
+    Hypothesis,
+    check_interval,
+    length_penalty,
+    looks_at,
+    make_hypothesis,
+    max_lengths,
+    restrict,
+)
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD
 
-
-@dataclass
-class Hypothesis:
-    """One translation: target ids without BOS/EOS, its score and where it attended."""
-
-    tokens: list[int]
-    score: float  # greedy: sum of log-probs; beam: that sum / GNMT length penalty
-    attention: Tensor  # [len(tokens) + 1, src_len] mean over heads, last row = EOS
-    head_attention: Tensor | None = None  # [heads, len(tokens) + 1, src_len] for multi-head
-
-
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    """GNMT length penalty ((5 + length) / 6) ** alpha; ``length`` counts the EOS. One length
-    gives a float, a (double) tensor of lengths a tensor of penalties."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def max_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
-    """Per-sentence limit on generated tokens before EOS is forced: [B] int64 (host lengths)."""
-    return (src_lengths.cpu().double() * a + b).floor().long().clamp(min=0)
-
-
-def _restrict(log_probs: Tensor, at_limit: Tensor, look: bool) -> Tensor:
-    """Forbid PAD and BOS everywhere, and anything but EOS in rows that reached their limit.
-
-    With ``look`` (free on the host) only rows at their limit are touched; without, a masked
-    fill over all rows avoids asking the device whether there are any.
-    """
-    log_probs[:, PAD] = float("-inf")
-    log_probs[:, BOS] = float("-inf")
-    if not look:
-        not_eos = torch.ones(log_probs.size(1), dtype=torch.bool, device=log_probs.device)
-        not_eos[EOS] = False
-        return log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
-    if at_limit.any():
-        log_probs[at_limit, :EOS] = float("-inf")
-        log_probs[at_limit, EOS + 1 :] = float("-inf")
-    return log_probs
-
-
-def _hypothesis(tokens: Tensor, score: float, attention: Tensor, src_len: int) -> Hypothesis:
-    """Build a result from host ids [L] and attention [L + 1, heads, S] cut to the real source."""
-    attention = attention[:, :, :src_len].float()  # [L + 1, heads, src_len]
-    heads = attention.transpose(0, 1).clone() if attention.size(1) > 1 else None
-    return Hypothesis(tokens.tolist(), score, attention.mean(1), heads)
-
-
-def check_interval(device: torch.device) -> int:
-    """Search steps between looks at the device: every step on the host (looking is free
-    there, and finished sentences leave the batch at once), every 8 on an accelerator."""
-    return 1 if device.type == "cpu" else 8
-
-
-def _checkpoint(t: int, steps: int, check_every: int) -> bool:
-    """Whether the loop looks at the device after step ``t``."""
-    return (t + 1) % check_every == 0 or t + 1 == steps
+__all__ = [
+    "Hypothesis",
+    "beam_search",
+    "decode",
+    "decode_corpus",
+    "decode_sources",
+    "greedy_search",
+    "length_penalty",
+    "max_lengths",
+]
 
 
 @torch.inference_mode()
@@ -113,8 +70,8 @@ def greedy_search(
     prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
     for t in range(steps):
         log_probs, state, weights = model.decoder.step(prev, state, enc)  # [b, V]
-        look = _checkpoint(t, steps, every)
-        log_probs = _restrict(log_probs, limit[active] == t, look)
+        look = looks_at(t, steps, every)
+        log_probs = restrict(log_probs, limit[active] == t, look)
         best, prev = log_probs.max(dim=-1)  # [b]
         tokens[active, t] = prev  # rows that ended earlier write past their length: unread
         attention[active, t] = weights.float()
@@ -131,208 +88,11 @@ def greedy_search(
                 state, enc = state.index_select(keep), enc.index_select(keep)
     tokens, attention, scores, lengths = (x.cpu() for x in (tokens, attention, scores, lengths))
     return [
-        _hypothesis(tokens[i, : lengths[i] - 1], float(scores[i]), attention[i, : lengths[i]], n)
+        make_hypothesis(
+            tokens[i, : lengths[i] - 1], float(scores[i]), attention[i, : lengths[i]], n
+        )
         for i, n in enumerate(src_lengths.tolist())
     ]
-
-
-@dataclass
-class _Beams:
-    """What beam search carries from step to step for the ``n`` sentences still decoded."""
-
-    sent: Tensor  # [n] batch row of each sentence
-    scores: Tensor  # [n, k] log-prob sums of the live beams (-inf: none)
-    done: Tensor  # [n] bool: k hypotheses finished, or the length limit reached
-    prev: Tensor  # [n * k] last token of each beam
-    state: DecoderState
-    enc: EncoderOutput
-
-    def select(self, keep: Tensor, k: int) -> _Beams:
-        """Sentences ``keep`` [n'] only, with their k beams each."""
-        rows = (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).view(-1)
-        return _Beams(
-            self.sent[keep],
-            self.scores[keep],
-            self.done[keep],
-            self.prev[rows],
-            self.state.index_select(rows),
-            self.enc.index_select(rows),
-        )
-
-
-class _BeamSearch:
-    """The device state of one batch's beam search (k beams per sentence): the live beams, the
-    finished hypotheses, and every step's back-pointers and attention, followed back at the end.
-    """
-
-    def __init__(self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig) -> None:
-        self.model, self.k, self.alpha = model, cfg.beam_size, cfg.alpha
-        self.nbest = min(cfg.nbest, cfg.beam_size)  # a sentence finishes at most k hypotheses
-        k = self.k
-        batch, src_len = src.shape
-        device = src.device
-        limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
-        self.steps = int(limit_host.max()) + 1
-        self.limit = limit_host.to(device)
-        # [B] the largest penalty a hypothesis of each sentence can get: EOS at its length limit
-        self.best_penalty = length_penalty(limit_host.double() + 1, self.alpha).float().to(device)
-        heads = model.decoder.heads
-        enc = model.encode(src, src_lengths)
-        self.beams = _Beams(
-            torch.arange(batch, device=device),
-            torch.zeros(batch, 1, device=device),  # [n, width]: one row per sentence at first
-            torch.zeros(batch, dtype=torch.bool, device=device),
-            torch.full((batch,), BOS, dtype=torch.long, device=device),
-            model.decoder.init_state(enc),
-            enc,
-        )
-        # Row j of step t + 1 continues row parents[t, j] of step t with token fed[t, j]; the rows
-        # of a step are those of its live sentences, so their number shrinks as sentences finish.
-        self.parents = torch.zeros(self.steps, batch * k, dtype=torch.long, device=device)
-        self.fed = torch.zeros(self.steps, batch * k, dtype=torch.long, device=device)
-        self.history = torch.zeros(self.steps, batch * k, heads, src_len, device=device)
-        # Finished hypotheses per batch sentence: k slots, and a last one where the others go.
-        self.ended_score = torch.full((batch, k + 1), float("-inf"), device=device)
-        self.ended_step = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
-        self.ended_row = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
-        self.ended = torch.zeros(batch, dtype=torch.long, device=device)  # finished so far
-        self.slots = torch.arange(2 * k, device=device)  # [2k]
-
-    def step(self, t: int, look: bool) -> None:
-        """Step ``t`` of every live beam: EOS among the k best candidates of a sentence finishes
-        a hypothesis, the k best other continuations become its beams, and a sentence with k
-        hypotheses, at its length limit, or beyond improving its n-best list is done."""
-        beams, k = self.beams, self.k
-        n, width = beams.scores.shape  # width: rows per sentence, 1 at the first step, then k
-        log_probs, state, weights = self.model.decoder.step(beams.prev, beams.state, beams.enc)
-        self.history[t, : n * width] = weights.float()
-        at_limit = self.limit[beams.sent] == t  # [n]
-        log_probs = _restrict(log_probs, at_limit.repeat_interleave(width), look)
-        vocab = log_probs.size(1)
-        candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
-        top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]
-        top_tokens = top_idx % vocab
-        top_rows = top_idx // vocab + (torch.arange(n, device=top_idx.device) * width).unsqueeze(1)
-        is_eos = top_tokens == EOS
-        self._finish(top_scores, top_rows, is_eos, t)
-        # the k best continuations that are not EOS, in score order
-        order = (is_eos * 2 * k + self.slots).argsort(dim=1)[:, :k]  # [n, k]
-        rows = top_rows.gather(1, order).view(-1)  # [n * k] rows of this step
-        next_tokens = top_tokens.gather(1, order).view(-1)
-        next_scores = top_scores.gather(1, order)  # [n, k], best first
-        # [n] the nbest-th finished score of each sentence
-        kept = self.ended_score[beams.sent, :k].topk(self.nbest, dim=1).values[:, -1]
-        beyond = kept.isfinite() & (kept >= next_scores[:, 0] / self.best_penalty[beams.sent])
-        done = beams.done | at_limit | (self.ended[beams.sent] >= k) | beyond
-        next_scores = next_scores.masked_fill(done.unsqueeze(1), float("-inf"))
-        self.parents[t, : n * k], self.fed[t, : n * k] = rows, next_tokens
-        enc = beams.enc if width == k else beams.enc.index_select(rows)  # k beams each
-        self.beams = _Beams(
-            beams.sent, next_scores, done, next_tokens, state.index_select(rows), enc
-        )
-
-    def _finish(self, top_scores: Tensor, top_rows: Tensor, is_eos: Tensor, t: int) -> None:
-        """Write the candidates [n, 2k] that end with EOS at step ``t`` into their sentences'
-        slots: EOS among the first k candidates ends a hypothesis, while the sentence has room."""
-        sent, k = self.beams.sent, self.k
-        ends = is_eos & (self.slots < k) & top_scores.isfinite()  # [n, 2k]
-        before = self.ended[sent].unsqueeze(1)  # [n, 1]
-        rank = before + ends.cumsum(1)  # 1-based slot of each ending
-        accepted = ends & (rank <= k)
-        slot = torch.where(accepted, rank - 1, k)
-        sentence = sent.unsqueeze(1).expand(len(sent), 2 * k)
-        penalised = top_scores / length_penalty(t + 1, self.alpha)
-        score = torch.where(accepted, penalised, float("-inf"))
-        self.ended_score.index_put_((sentence, slot), score)
-        self.ended_step.index_put_((sentence, slot), torch.full_like(slot, t))
-        self.ended_row.index_put_((sentence, slot), top_rows)
-        self.ended.index_add_(0, sent, accepted.sum(1))
-
-    def drop_done(self, t: int) -> None:
-        """Leave out the sentences that are done: from the live beams and step ``t``'s rows."""
-        k = self.k
-        keep = (~self.beams.done).nonzero().squeeze(1)
-        kept = (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).view(-1)
-        self.parents[t, : kept.numel()] = self.parents[t, kept].clone()
-        self.fed[t, : kept.numel()] = self.fed[t, kept].clone()
-        self.beams = self.beams.select(keep, k)
-
-    def results(self, src_lengths: Tensor) -> list[list[Hypothesis]]:
-        """Each sentence's ``nbest`` best finished hypotheses, on the host."""
-        k = self.k
-        ended = self.ended_score[:, :k], self.ended_step[:, :k], self.ended_row[:, :k]
-        return _backtrack(*ended, self.parents, self.fed, self.history, src_lengths, self.nbest)
-
-
-@torch.inference_mode()
-def beam_search(
-    model: Seq2Seq,
-    src: Tensor,
-    src_lengths: Tensor,
-    cfg: DecodeConfig,
-    *,
-    check_every: int | None = None,
-) -> list[list[Hypothesis]]:
-    """Beam search for a batch src [B, S] with the settings of ``cfg``; per sentence the
-    ``nbest`` best (at most ``beam_size``), sorted by score.
-
-    Each step keeps the ``beam_size`` best unfinished continuations; EOS among the ``beam_size``
-    best candidates finishes a hypothesis, and a sentence is done with ``beam_size`` of them, or
-    as soon as no live beam can end above its ``nbest``-th finished score (an exact bound:
-    log-probabilities only fall, and the length penalty is largest at the length limit), which
-    leaves the returned n-best lists unchanged.
-    A beam's history is a chain of back-pointers through the steps, followed back once at the end.
-    The first step runs one row per sentence (all its beams would be the same); the k beams of
-    each sentence start from its k best first tokens. The loop looks at the device every
-    ``check_every`` steps (None: `check_interval` of the device).
-    """
-    search = _BeamSearch(model, src, src_lengths, cfg)
-    every = check_interval(src.device) if check_every is None else check_every
-    for t in range(search.steps):
-        look = _checkpoint(t, search.steps, every)
-        search.step(t, look)
-        if look:
-            if bool(search.beams.done.all()):
-                break
-            if bool(search.beams.done.any()):
-                search.drop_done(t)
-    return search.results(src_lengths)
-
-
-def _backtrack(
-    scores: Tensor,
-    ends: Tensor,
-    rows: Tensor,
-    parents: Tensor,
-    fed: Tensor,
-    history: Tensor,
-    src_lengths: Tensor,
-    nbest: int,
-) -> list[list[Hypothesis]]:
-    """Follow the back-pointers of each sentence's ``nbest`` best finished hypotheses (slots
-    [B, k]: scores, the step of their EOS, its row) on the device; then one copy to the host."""
-    best_scores, best = scores.sort(dim=1, descending=True, stable=True)  # [B, k]
-    best_scores, best = best_scores[:, :nbest], best[:, :nbest]
-    end, row = ends.gather(1, best).view(-1), rows.gather(1, best).view(-1)  # [H]
-    longest = int(end.max())
-    tokens = torch.full((len(end), longest), PAD, dtype=torch.long, device=end.device)
-    attention = torch.zeros(len(end), longest + 1, *history.shape[2:], device=end.device)
-    attention[torch.arange(len(end), device=end.device), end] = history[end, row]  # EOS rows
-    for t in range(longest - 1, -1, -1):
-        back = t < end  # [H] hypotheses that are longer than t
-        tokens[:, t] = torch.where(back, fed[t, row], PAD)
-        row = torch.where(back, parents[t, row], row)
-        attention[:, t] = torch.where(back[:, None, None], history[t, row], attention[:, t])
-    best_scores, end, tokens, attention = (x.cpu() for x in (best_scores, end, tokens, attention))
-    results = []
-    for b, n in enumerate(src_lengths.tolist()):
-        hyps = []
-        for j, score in enumerate(best_scores[b].tolist()):
-            if math.isfinite(score):
-                h, length = b * nbest + j, int(end[b * nbest + j])
-                hyps.append(_hypothesis(tokens[h, :length], score, attention[h, : length + 1], n))
-        results.append(hyps)
-    return results
 
 
 def decode(

@@ -15,11 +15,7 @@ from torch import Tensor, nn
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import LuongScore
 from seq2seq.model.linear import Linear
-
-
-def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
-    """Softmax over the last axis; positions where ``mask`` is False get exactly 0."""
-    return torch.softmax(torch.where(mask, scores, float("-inf")), dim=-1)
+from seq2seq.model.normalizers import normalizer as make_normalizer
 
 
 def energy_vector(size: int) -> nn.Parameter:
@@ -29,73 +25,137 @@ def energy_vector(size: int) -> nn.Parameter:
 
 
 def additive_scores(query: Tensor, keys: Tensor, energy: Tensor) -> Tensor:
-    """``v . tanh(q + k)`` for projected queries [B, T, A] and keys [B, S, A] -> [B, T, S]."""
-    hidden = torch.tanh(query.unsqueeze(2) + keys.unsqueeze(1))  # [B, T, S, A]
+    """``v . tanh(q + k)`` for projected queries [B, T, A] and keys [B, S, A] (or per query:
+    [B, T, S, A]) -> [B, T, S]."""
+    if keys.dim() == 3:
+        keys = keys.unsqueeze(1)  # [B, 1, S, A]
+    hidden = torch.tanh(query.unsqueeze(2) + keys)  # [B, T, S, A]
     return hidden @ energy  # [B, T, S]
 
 
 class Attention(nn.Module):
-    """Common interface; subclasses implement ``precompute`` and ``attend`` (sequence mode)."""
+    """Common interface; subclasses implement ``precompute`` and ``attend`` (sequence mode).
+
+    ``positional`` attentions read the target position of each query (local attention), and
+    ``uses_coverage`` ones the sum of the earlier steps' weights: the decoder keeps both in its
+    state only for attentions that read them.
+    """
 
     heads: int = 1
     context_size: int
+    positional: bool = False
+    uses_coverage: bool = False
+
+    def __init__(self, normalizer: str = "softmax") -> None:
+        super().__init__()
+        self.normalize = make_normalizer(normalizer)  # (scores, mask) -> weights
 
     def precompute(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Project the memory [B, S, M] into (keys, values); called once per batch."""
         raise NotImplementedError
 
     def attend(
-        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        positions: Tensor | None = None,
+        coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """Queries [B, T, Q], mask [B, S] -> (context [B, T, C], weights [B, heads, T, S])."""
+        """Queries [B, T, Q], mask [B, S], target positions [T] and coverage [B, T, S] where the
+        attention reads them -> (context [B, T, C], weights [B, heads, T, S])."""
         raise NotImplementedError
 
     def forward(
-        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        position: Tensor | None = None,
+        coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """[B, Q] -> ([B, C], [B, heads, S]); or [B, T, Q] -> ([B, T, C], [B, heads, T, S])."""
-        if query.dim() == 2:
-            context, weights = self.attend(query.unsqueeze(1), keys, values, mask)
-            return context.squeeze(1), weights.squeeze(2)
-        return self.attend(query, keys, values, mask)
+        """[B, Q] -> ([B, C], [B, heads, S]); or [B, T, Q] -> ([B, T, C], [B, heads, T, S]).
+
+        ``position`` (0-d) is the target position of the (first) query, ``coverage`` [B, S] the
+        sum of the weights of the steps before it."""
+        step = query.dim() == 2
+        query = query.unsqueeze(1) if step else query
+        positions = None
+        if self.positional:
+            start = 0 if position is None else position
+            positions = torch.arange(query.size(1), device=query.device) + start  # [T]
+        if coverage is not None:
+            coverage = coverage.unsqueeze(1)  # [B, 1, S]: a step's query
+        context, weights = self.attend(query, keys, values, mask, positions, coverage)
+        return (context.squeeze(1), weights.squeeze(2)) if step else (context, weights)
 
 
 class BahdanauAttention(Attention):
-    """Additive attention ``v . tanh(W q + U h_j)``; ``U h`` is computed once per batch."""
+    """Additive attention ``v . tanh(W q + U h_j)``; ``U h`` is computed once per batch. With
+    ``coverage``, ``+ w_c c_j`` inside the tanh, c_j the weight position j has had so far."""
 
-    def __init__(self, size: int, query_size: int, memory_size: int) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        size: int,
+        query_size: int,
+        memory_size: int,
+        coverage: bool = False,
+        normalizer: str = "softmax",
+    ) -> None:
+        super().__init__(normalizer)
         self.query_layer = Linear(query_size, size, bias=False)
         self.key_layer = Linear(memory_size, size, bias=False)
         self.energy = energy_vector(size)
+        self.coverage_layer = energy_vector(size) if coverage else None  # w_c [A]
+        self.uses_coverage = coverage
         self.context_size = memory_size
 
     def precompute(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         return self.key_layer(memory), memory  # [B, S, A], [B, S, M]
 
     def attend(
-        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        positions: Tensor | None = None,
+        coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
+        if self.coverage_layer is not None and coverage is not None:  # none yet: all zero
+            keys = keys.unsqueeze(1) + coverage.unsqueeze(-1) * self.coverage_layer  # [B,T,S,A]
         scores = additive_scores(self.query_layer(query), keys, self.energy)  # [B, T, S]
-        weights = masked_softmax(scores, mask.unsqueeze(1))
+        weights = self.normalize(scores, mask.unsqueeze(1))
         return weights @ values, weights.unsqueeze(1)  # [B, T, M], [B, 1, T, S]
 
 
 class LuongAttention(Attention):
-    """Global attention with score dot, scaled_dot, general (``q W h``) or concat.
+    """Global attention with score dot (``q . h``), general (``q W h``) or concat.
 
-    dot/scaled_dot compare the query with the memory directly when both have the same size;
-    otherwise the memory is projected to the query size once per batch (which makes dot equal to
-    general). ``size`` is the hidden size of the concat score and unused by the others.
+    dot compares the query with the memory directly when both have the same size; otherwise the
+    memory is projected to the query size once per batch (which makes dot equal to general).
+    With ``scale`` the dot and general scores are divided by sqrt(query size) (``scaled_dot`` is
+    the old name of dot with scale). ``size`` is the hidden size of the concat score only.
     """
 
     def __init__(
-        self, size: int, query_size: int, memory_size: int, score: str = "general"
+        self,
+        size: int,
+        query_size: int,
+        memory_size: int,
+        score: str = "general",
+        scale: bool = True,
+        normalizer: str = "softmax",
     ) -> None:
-        super().__init__()
+        super().__init__(normalizer)
         self.score = LuongScore(score)
+        if self.score == LuongScore.scaled_dot:
+            self.score, scale = LuongScore.dot, True
         self.context_size = memory_size
-        self.scale = 1.0 / math.sqrt(query_size) if self.score == LuongScore.scaled_dot else 1.0
+        scaled = scale and self.score != LuongScore.concat
+        self.scale = 1.0 / math.sqrt(query_size) if scaled else 1.0
         if self.score == LuongScore.concat:
             self.query_layer = Linear(query_size, size, bias=False)
             self.key_layer = Linear(memory_size, size, bias=False)
@@ -109,22 +169,37 @@ class LuongAttention(Attention):
         keys = memory if self.key_layer is None else self.key_layer(memory)  # [B, S, Q or A]
         return keys, memory
 
-    def attend(
-        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
-    ) -> tuple[Tensor, Tensor]:
+    def scores(self, query: Tensor, keys: Tensor) -> Tensor:
+        """Queries [B, T, Q], keys [B, S, Q or A] -> scores [B, T, S]."""
         if self.score == LuongScore.concat:
-            scores = additive_scores(self.query_layer(query), keys, self.energy)  # [B, T, S]
-        else:
-            scores = torch.bmm(query, keys.transpose(1, 2)) * self.scale  # [B, T, S]
-        weights = masked_softmax(scores, mask.unsqueeze(1))
+            return additive_scores(self.query_layer(query), keys, self.energy)
+        return torch.bmm(query, keys.transpose(1, 2)) * self.scale
+
+    def attend(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        positions: Tensor | None = None,
+        coverage: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        weights = self.normalize(self.scores(query, keys), mask.unsqueeze(1))  # [B, T, S]
         return torch.bmm(weights, values), weights.unsqueeze(1)  # [B, T, M], [B, 1, T, S]
 
 
 class MultiHeadAttention(Attention):
     """Scaled dot-product attention with ``heads`` heads of size ``size // heads``."""
 
-    def __init__(self, size: int, heads: int, query_size: int, memory_size: int) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        size: int,
+        heads: int,
+        query_size: int,
+        memory_size: int,
+        normalizer: str = "softmax",
+    ) -> None:
+        super().__init__(normalizer)
         if size % heads:
             raise Seq2SeqError(f"attention size {size} is not divisible by heads={heads}")
         self.heads, self.head_size, self.context_size = heads, size // heads, size
@@ -142,9 +217,15 @@ class MultiHeadAttention(Attention):
         return keys, self._split(self.value_layer(memory))  # [B, h, S, d]
 
     def attend(
-        self, query: Tensor, keys: Tensor, values: Tensor, mask: Tensor
+        self,
+        query: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        positions: Tensor | None = None,
+        coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         q = self._split(self.query_layer(query))  # [B, h, T, d]
-        weights = masked_softmax(q @ keys.transpose(2, 3), mask[:, None, None])  # [B, h, T, S]
+        weights = self.normalize(q @ keys.transpose(2, 3), mask[:, None, None])  # [B, h, T, S]
         context = (weights @ values).transpose(1, 2).flatten(2)  # [B, T, size]
         return self.output_layer(context), weights

@@ -14,7 +14,15 @@ class LuongScore(str, Enum):
     dot = "dot"
     general = "general"
     concat = "concat"
-    scaled_dot = "scaled_dot"
+    scaled_dot = "scaled_dot"  # old spelling of dot with scale=true, read with a warning
+
+
+class Normalizer(str, Enum):
+    """What turns scores into weights (seq2seq.model.normalizers)."""
+
+    softmax = "softmax"
+    sparsemax = "sparsemax"  # exact zeros; pip install 'seq2seq[sparse]'
+    entmax15 = "entmax15"  # 1.5-entmax: sparse, smoother than sparsemax; the same extra
 
 
 @dataclass
@@ -25,6 +33,7 @@ class AttentionConfig:
 
     name: str = MISSING
     size: int = 512  # hidden size of the score function / projections
+    normalizer: Normalizer = Normalizer.softmax  # scores -> weights
 
 
 @dataclass
@@ -32,6 +41,9 @@ class BahdanauConfig(AttentionConfig):
     """Additive attention; previous decoder state queries, context enters the GRU input."""
 
     name: str = "bahdanau"
+    # the sum of the earlier steps' weights enters the score (Tu et al. 2016, See et al. 2017);
+    # training adds train.coverage_weight x sum_t sum_j min(a_tj, coverage_tj)
+    coverage: bool = False
 
 
 @dataclass
@@ -40,6 +52,9 @@ class LuongConfig(AttentionConfig):
 
     name: str = "luong"
     score: LuongScore = LuongScore.general
+    # divide dot and general scores by sqrt(decoder size), as scaled dot-product attention does:
+    # unscaled, they saturate the softmax at the start and learn far slower (docs/attention.md)
+    scale: bool = True
     input_feed: bool = True  # feed the previous attentional vector to the GRU
 
 
@@ -52,9 +67,26 @@ class MultiHeadConfig(AttentionConfig):
     input_feed: bool = True  # feed the previous attentional vector to the GRU
 
 
+@dataclass
+class LocalMConfig(LuongConfig):
+    """Luong's local-m: a window of 2 x window + 1 source positions centred on the target
+    position t (monotonic alignment); the Luong score inside it."""
+
+    name: str = "local_m"
+    window: int = 10  # D, the window's half-width (Luong et al. 2015 use 10)
+
+
+@dataclass
+class LocalPConfig(LocalMConfig):
+    """Luong's local-p: the window's centre p_t predicted from the decoder state, and the weights
+    multiplied by a Gaussian around p_t of standard deviation window / 2."""
+
+    name: str = "local_p"
+
+
 # The attention variants: each name's schema. seq2seq.model.registry adds each one's modules.
 ATTENTION_CONFIGS: dict[str, type[AttentionConfig]] = {
-    c.name: c for c in (BahdanauConfig, LuongConfig, MultiHeadConfig)
+    c.name: c for c in (BahdanauConfig, LuongConfig, MultiHeadConfig, LocalMConfig, LocalPConfig)
 }
 
 

@@ -45,15 +45,32 @@ class EncoderOutput:
 
 @dataclass
 class DecoderState:
-    """Recurrent state between steps; ``feed`` is Luong's previous attentional vector."""
+    """Recurrent state between steps: ``feed`` is Luong's previous attentional vector; the
+    attention's ``coverage`` and the next target ``position`` are kept where the attention reads
+    them (`Attention.uses_coverage`, `Attention.positional`)."""
 
     hidden: Tensor  # [B, H]
     feed: Tensor | None = None  # [B, H]
+    coverage: Tensor | None = None  # [B, S] fp32: the weights of the steps so far, summed
+    position: Tensor | None = None  # 0-d long: every row of a batch is at the same step
 
     def index_select(self, idx: Tensor) -> DecoderState:
         """Rows ``idx`` (beam reordering, dropping finished sentences)."""
-        feed = None if self.feed is None else self.feed.index_select(0, idx)
-        return DecoderState(self.hidden.index_select(0, idx), feed)
+        feed, coverage = (_rows(x, idx) for x in (self.feed, self.coverage))
+        return DecoderState(self.hidden.index_select(0, idx), feed, coverage, self.position)
+
+
+def _rows(x: Tensor | None, idx: Tensor) -> Tensor | None:
+    return None if x is None else x.index_select(0, idx)
+
+
+def _accumulate(coverage: Tensor | None, weights: Tensor) -> Tensor | None:
+    """The coverage after a step's weights [B, heads, S] (their mean over heads)."""
+    return None if coverage is None else coverage + weights.float().mean(1)
+
+
+def _next(position: Tensor | None) -> Tensor | None:
+    return None if position is None else position + 1
 
 
 def gru_cell(gi: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
@@ -112,9 +129,15 @@ class DecoderStep(nn.Module):
         """Per-batch work on the encoder output before the first step; none by default."""
         return enc
 
-    def init_state(self, hidden: Tensor) -> DecoderState:
-        """The state before the first step, from the bridged encoder summary [B, H]."""
-        raise NotImplementedError
+    def init_state(self, hidden: Tensor, enc: EncoderOutput) -> DecoderState:
+        """The state before the first step, from the bridged encoder summary [B, H]: zero
+        coverage and position 0 where the attention reads them."""
+        coverage = position = None
+        if self.attention.uses_coverage:
+            coverage = torch.zeros(enc.mask.shape, device=hidden.device)  # [B, S]
+        if self.attention.positional:
+            position = torch.zeros((), dtype=torch.long, device=hidden.device)
+        return DecoderState(hidden, None, coverage, position)
 
     def forward(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
@@ -136,9 +159,6 @@ class BahdanauStep(DecoderStep):
         super().__init__(emb_size, hidden_size, attention, attention.context_size)
         self.readout = Linear(hidden_size + attention.context_size + emb_size, hidden_size)
 
-    def init_state(self, hidden: Tensor) -> DecoderState:
-        return DecoderState(hidden)
-
     def prepare(self, enc: EncoderOutput) -> EncoderOutput:
         """The context enters the GRU only through W_ih, and W_ih (sum_j a_j h_j) equals
         sum_j a_j (W_ih h_j): attending over the values projected once per batch replaces a
@@ -150,10 +170,10 @@ class BahdanauStep(DecoderStep):
     ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb [B, T, E] -> (readout [B, T, H], weights [B, heads, T, S])."""
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
-        hidden = state.hidden
+        hidden, coverage = state.hidden, state.coverage
         states, weights = [], []
         for gi_t in gi_emb:
-            hidden, w = self._advance(gi_t, hidden, enc)
+            hidden, w, coverage = self._advance(gi_t, hidden, coverage, enc)
             states.append(hidden)
             weights.append(w)
         weights = torch.stack(weights, 2)  # [B, 1, T, S]
@@ -161,21 +181,29 @@ class BahdanauStep(DecoderStep):
         features = torch.cat([torch.stack(states, 1), contexts, emb], -1)
         return torch.tanh(self.readout(features)), weights
 
-    def _advance(self, gi_t: Tensor, hidden: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
-        """One teacher-forced step from the embeddings' gate share gi_t [B, 3H]."""
-        gi_context, weights = self.attention(hidden, enc.keys, enc.gates, enc.mask)  # [B, 3H]
-        return self.cell(gi_t + gi_context, hidden), weights  # [B, H]
+    def _advance(
+        self, gi_t: Tensor, hidden: Tensor, coverage: Tensor | None, enc: EncoderOutput
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """One teacher-forced step from the embeddings' gate share gi_t [B, 3H]: (state,
+        weights, coverage)."""
+        gi_context, weights = self.attention(
+            hidden, enc.keys, enc.gates, enc.mask, coverage=coverage
+        )  # [B, 3H]
+        return self.cell(gi_t + gi_context, hidden), weights, _accumulate(coverage, weights)
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
-        gi_context, weights = self.attention(state.hidden, enc.keys, enc.gates, enc.mask)
+        coverage = state.coverage
+        gi_context, weights = self.attention(
+            state.hidden, enc.keys, enc.gates, enc.mask, coverage=coverage
+        )
         context = torch.bmm(weights, enc.values).squeeze(1)  # [B, C]
         gi = linear(emb, self.rnn.weight_ih_l0[:, : self.emb_size], self.rnn.bias_ih_l0)
         hidden = self.cell(gi + gi_context, state.hidden)  # [B, H]
         readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
-        return readout, DecoderState(hidden), weights
+        return readout, DecoderState(hidden, None, _accumulate(coverage, weights)), weights
 
 
 class LuongStep(DecoderStep):
@@ -194,12 +222,16 @@ class LuongStep(DecoderStep):
     ) -> LuongStep:
         return cls(emb_size, hidden_size, attention, input_feed)
 
-    def init_state(self, hidden: Tensor) -> DecoderState:
-        return DecoderState(hidden, torch.zeros_like(hidden) if self.input_feed else None)
+    def init_state(self, hidden: Tensor, enc: EncoderOutput) -> DecoderState:
+        state = super().init_state(hidden, enc)
+        return replace(state, feed=torch.zeros_like(hidden) if self.input_feed else None)
 
-    def attentional(self, hidden: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
-        """States [B, H] or [B, T, H] -> (tanh(W_c [c; s]) of the same shape, weights)."""
-        context, weights = self.attention(hidden, enc.keys, enc.values, enc.mask)
+    def attentional(
+        self, hidden: Tensor, enc: EncoderOutput, position: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """States [B, H] or [B, T, H] from target ``position`` on -> (tanh(W_c [c; s]) of the
+        same shape, weights)."""
+        context, weights = self.attention(hidden, enc.keys, enc.values, enc.mask, position)
         return torch.tanh(self.combine(torch.cat([context, hidden], -1))), weights
 
     def forward(
@@ -208,23 +240,30 @@ class LuongStep(DecoderStep):
         """Teacher forcing: emb [B, T, E] -> (attentional vectors [B, T, H], weights)."""
         if not self.input_feed:  # no feedback: the GRU and the attention each run once
             states, _ = self.rnn(emb, state.hidden.unsqueeze(0))  # [B, T, H]
-            return self.attentional(states, enc)
+            return self.attentional(states, enc, state.position)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
         w_feed = cast(self.feed_weight(), compute_dtype(emb.device)).contiguous()  # [3H, H], once
-        hidden, feed = state.hidden, state.feed
+        hidden, feed, position = state.hidden, state.feed, state.position
         outputs, weights = [], []
         for gi_t in gi_emb:
-            hidden, feed, w = self._advance(gi_t, hidden, feed, w_feed, enc)
+            hidden, feed, w = self._advance(gi_t, hidden, feed, w_feed, enc, position)
+            position = _next(position)
             outputs.append(feed)
             weights.append(w)
         return torch.stack(outputs, 1), torch.stack(weights, 2)
 
     def _advance(
-        self, gi_t: Tensor, hidden: Tensor, feed: Tensor, w_feed: Tensor, enc: EncoderOutput
+        self,
+        gi_t: Tensor,
+        hidden: Tensor,
+        feed: Tensor,
+        w_feed: Tensor,
+        enc: EncoderOutput,
+        position: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One teacher-forced step with input feeding: (state, attentional vector, weights)."""
         hidden = self.cell(gi_t + linear(feed, w_feed), hidden)  # [B, H]
-        feed, weights = self.attentional(hidden, enc)  # [B, H]
+        feed, weights = self.attentional(hidden, enc, position)  # [B, H]
         return hidden, feed, weights
 
     def step(
@@ -233,8 +272,9 @@ class LuongStep(DecoderStep):
         """One step: emb [B, E] -> (attentional vector [B, H], state, weights [B, heads, S])."""
         x = torch.cat([emb, state.feed], -1) if self.input_feed else emb
         hidden = self.cell(self.project_input(x), state.hidden)
-        output, weights = self.attentional(hidden, enc)
-        return output, DecoderState(hidden, output if self.input_feed else None), weights
+        output, weights = self.attentional(hidden, enc, state.position)
+        feed = output if self.input_feed else None
+        return output, DecoderState(hidden, feed, position=_next(state.position)), weights
 
 
 class Decoder(nn.Module):
@@ -272,7 +312,7 @@ class Decoder(nn.Module):
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
         """Initial state tanh(W final) (+ a zero attentional vector for Luong input feeding)."""
-        return self.flow.init_state(torch.tanh(self.bridge(enc.final)))  # [B, H]
+        return self.flow.init_state(torch.tanh(self.bridge(enc.final)), enc)  # [B, H]
 
     def forward(self, tgt_in: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
         """Teacher forcing: tgt_in [B, T] -> (features [B, T, H], weights [B, heads, T, S])."""

@@ -22,10 +22,13 @@ from seq2seq.model.config import (
     ATTENTION_CONFIGS,
     AttentionConfig,
     BahdanauConfig,
+    LocalMConfig,
+    LocalPConfig,
     LuongConfig,
     MultiHeadConfig,
 )
 from seq2seq.model.decoder import BahdanauStep, DecoderStep, LuongStep
+from seq2seq.model.local import LocalMonotonicAttention, LocalPredictiveAttention
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ _MODULES: dict[type[AttentionConfig], tuple[type[Attention], type[DecoderStep]]]
     BahdanauConfig: (BahdanauAttention, BahdanauStep),
     LuongConfig: (LuongAttention, LuongStep),
     MultiHeadConfig: (MultiHeadAttention, LuongStep),
+    LocalMConfig: (LocalMonotonicAttention, LuongStep),
+    LocalPConfig: (LocalPredictiveAttention, LuongStep),
 }
 # every variant of the schema, by name (what Hydra's model/attention group offers)
 ATTENTIONS: dict[str, AttentionType] = {
@@ -64,3 +69,29 @@ def build_attention(cfg: Any, query_size: int, memory_size: int) -> Attention:
     settings.pop("input_feed", None)
     kind = attention_type(settings.pop("name"))
     return kind.attention(**settings, query_size=query_size, memory_size=memory_size)
+
+
+def describe_attention(cfg: Any) -> str:
+    """The attention in a few words for logs and model cards, e.g. ``luong (general, scaled)``
+    or ``bahdanau (coverage, sparsemax)``: the name and the settings that set it apart."""
+
+    def value(key: str, default: Any = None) -> Any:
+        found = cfg.get(key, default) if hasattr(cfg, "get") else getattr(cfg, key, default)
+        return getattr(found, "value", found)  # an enum member in a typed config
+
+    parts = []
+    if (score := value("score")) is not None:
+        scaled = value("scale", True) and score in ("dot", "general")
+        parts.append(f"{score}, scaled" if scaled or score == "scaled_dot" else score)
+    if (heads := value("heads")) is not None:
+        parts.append(f"{heads} heads")
+    if (window := value("window")) is not None:
+        parts.append(f"window {window}")
+    if value("input_feed") is False:
+        parts.append("no input feeding")
+    if value("coverage"):
+        parts.append("coverage")
+    if value("normalizer", "softmax") != "softmax":
+        parts.append(value("normalizer"))
+    name = value("name")
+    return f"{name} ({', '.join(parts)})" if parts else name

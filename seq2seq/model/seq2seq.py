@@ -42,6 +42,14 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         return grad.mul_(grad_loss).to(ctx.logits_dtype), None, None
 
 
+def coverage_loss(weights: Tensor, real: Tensor) -> Tensor:
+    """sum over real target steps t and sources j of min(a_tj, c_tj), where c_tj is the weight
+    j had before step t: weights [B, heads, T, S] (their mean over heads), real [B, T]."""
+    attention = weights.float().mean(1)  # [B, T, S]
+    before = attention.cumsum(1) - attention  # [B, T, S]
+    return (torch.minimum(attention, before) * real.unsqueeze(-1)).sum()
+
+
 class Seq2Seq(nn.Module):
     """Bidirectional GRU encoder + attention decoder.
 
@@ -81,12 +89,15 @@ class Seq2Seq(nn.Module):
         label_smoothing: float = 0.0,
         align: Tensor | None = None,
         align_weight: float = 0.0,
+        coverage_weight: float = 0.0,
     ) -> tuple[Tensor, Tensor]:
         """(label-smoothed loss sum, plain NLL sum) over the non-pad target positions.
 
         Only those positions are projected to the vocabulary. With ``align`` [B, T, S] (guided
         alignment: each guided row a distribution over the source), the loss adds
         ``align_weight`` times the cross-entropy of the attention (mean over heads) against it.
+        An attention with coverage adds ``coverage_weight`` times See et al.'s coverage loss,
+        sum_t sum_j min(a_tj, c_tj), c_tj the weight of j before step t.
         """
         features, weights = self.features(src, src_lengths, tgt_in)  # [B, T, F]
         real = tgt_out != PAD  # [B, T]
@@ -96,6 +107,8 @@ class Seq2Seq(nn.Module):
             attention = weights.float().mean(1)  # [B, T, S]
             guided = -(align * torch.log(attention.clamp_min(1e-9))).sum()
             loss = loss + align_weight * guided
+        if coverage_weight and self.decoder.attention.uses_coverage:
+            loss = loss + coverage_weight * coverage_loss(weights, real)
         return loss, nll
 
 

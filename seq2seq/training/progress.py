@@ -10,6 +10,7 @@ import torch
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.engine import Engine
 from seq2seq.training.monitor import Monitor, run_hparams
 from seq2seq.training.state import Progress
@@ -44,7 +45,7 @@ class Report:
         tcfg, world = self.cfg.train, self.engine.world_size
         log.info(
             "model: %s attention, %.2fM parameters; %d training pairs, %d updates per epoch",
-            self.cfg.model.attention.name,
+            describe_attention(self.cfg.model.attention),
             parameters / 1e6,
             pairs,
             updates,

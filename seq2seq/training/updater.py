@@ -95,6 +95,7 @@ class Updater:
                         self.tcfg.label_smoothing,
                         batch.align,
                         self.tcfg.guided_weight,
+                        self.tcfg.coverage_weight,
                     )
                 self.scaler.scale(loss * scale).backward()
             loss_sum += loss.detach()

@@ -1,0 +1,383 @@
+"""The attention comparison's table and pictures, from its run folders (docs/attention.md).
+
+From the checkout root, after ``seq2seq-train -m experiment=attention_comparison
+hydra.sweep.dir=runs/compare/de_en`` (and ``experiment=attention_comparison_en_fr`` for AER)::
+
+    python scripts/attention_table.py runs/compare/de_en runs/compare/en_fr --pictures docs
+
+Every run folder under the arguments is evaluated on its test split where it has no result yet
+(``seq2seq-evaluate``, beam 5; with ``--coverage-penalty B`` also with that penalty), and runs
+trained with gold links (``log.alignment_gold``) are aligned against them (``seq2seq-align``).
+Runs of one comparison row (``+compare=<row>``) and direction form one line: the mean and spread
+over their seeds of test BLEU and chrF, validation BLEU over updates, AER, attention entropy,
+repeated bigrams, unattended source words, training and decoding speed, and parameters. A row
+whose BLEU is within the seeds' spread of the best row's is marked so. ``--pictures`` writes the
+validation curves and the heatmaps of every row on the same test sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from omegaconf import OmegaConf
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from seq2seq.decoding.alignment import attention_statistics
+from seq2seq.decoding.heatmap import attention_figure
+from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.storage.rundir import BEST, CONFIG_FILE, EVAL_DIR, TENSORBOARD_DIR
+
+WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
+
+
+@dataclass
+class Run:
+    """What one run folder of the comparison tells."""
+
+    folder: Path
+    row: str
+    direction: str
+    seed: int
+    cfg: Any
+    test: dict[str, Any]  # seq2seq-evaluate's result, beam 5
+    penalised: dict[str, Any] | None  # the same with the coverage penalty
+    curve: dict[int, float]  # validation BLEU by update
+    tokens_per_second: float
+    parameters: int
+    aer: float | None = None
+    measures: dict[str, float] = field(default_factory=dict)
+
+
+def row_name(folder: Path, cfg: Any) -> str:
+    """The comparison row (``+compare=<row>`` in Hydra's record), else the attention's name."""
+    overrides = folder / ".hydra" / "overrides.yaml"
+    for item in OmegaConf.load(overrides) if overrides.is_file() else []:
+        if str(item).startswith("+compare="):
+            return str(item).split("=", 1)[1]
+    return str(cfg.model.attention.name)
+
+
+def run_command(args: Sequence[str]) -> dict[str, Any]:
+    """Run a seq2seq command; its last stdout line is its JSON result."""
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def evaluated(folder: Path, penalty: float = 0.0) -> dict[str, Any]:
+    """The beam-5 test result of ``best.pt`` (with that coverage penalty), evaluating if needed."""
+    suffix = f".cp{penalty:g}" if penalty else ""
+    for path in sorted((folder / EVAL_DIR).glob(f"*.best.beam5{suffix}.json")):
+        result = json.loads(path.read_text())
+        if result.get("split") is not None and result.get("runs", [None]) == [
+            str(folder.resolve())
+        ]:
+            return result
+    extra = [f"coverage_penalty={penalty}"] if penalty else []
+    return run_command(["seq2seq-evaluate", f"run_dir={folder}", "log.progress=false", *extra])
+
+
+def aligned(folder: Path, cfg: Any) -> float | None:
+    """AER of ``best.pt`` (argmax links, shift 0) on the gold set the run was validated on."""
+    gold = OmegaConf.select(cfg, "log.alignment_gold")
+    links = OmegaConf.select(cfg, "log.alignment_links")
+    if gold is None or links is None:
+        return None
+    cache = folder / EVAL_DIR / "aer.best.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())["aer"]
+    result = run_command(
+        ["seq2seq-align", f"run_dir={folder}", f"input={gold}", f"gold={links}", "output=/dev/null"]
+    )
+    cache.write_text(json.dumps(result))
+    return float(result["aer"])
+
+
+def validation_curve(folder: Path) -> dict[int, float]:
+    """valid/bleu by update, from the run's TensorBoard events (a resume's later file wins)."""
+    curve: dict[int, float] = {}
+    for events in sorted((folder / TENSORBOARD_DIR).glob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), {"scalars": 0})
+        acc.Reload()
+        if "valid/bleu" in acc.Tags()["scalars"]:
+            curve.update({e.step: e.value for e in acc.Scalars("valid/bleu")})
+    return dict(sorted(curve.items()))
+
+
+def training_speed(folder: Path) -> float:
+    """Median target tokens per second over the training log's progress lines."""
+    text = (
+        (folder / "train.log").read_text(encoding="utf-8")
+        if (folder / "train.log").is_file()
+        else ""
+    )
+    speeds = [float(m.replace(",", "")) for m in re.findall(r"([\d,]+) tok/s", text)]
+    return statistics.median(speeds) if speeds else float("nan")
+
+
+def records(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The attention of each test sentence's best hypothesis (seq2seq-evaluate's JSON lines)."""
+    lines = Path(result["attention"]).read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def repeated_bigrams(lines: Sequence[str]) -> float:
+    """Word bigrams that repeat an earlier one of the same line, per 100 words."""
+    repeats = words = 0
+    for line in lines:
+        tokens = line.split()
+        words += len(tokens)
+        repeats += sum(n - 1 for n in Counter(zip(tokens, tokens[1:], strict=False)).values())
+    return 100 * repeats / max(words, 1)
+
+
+def unattended_words(weights_records: Sequence[dict[str, Any]]) -> float:
+    """Percentage of source words (pieces joined at sentencepiece's word mark, the EOS left
+    out) that no output piece attends to most: what is likely left untranslated."""
+    words = unattended = 0
+    for record in weights_records:
+        pieces, weights = record["source"][:-1], np.asarray(record["weights"])
+        if not pieces or weights.size == 0:
+            continue
+        word_of = np.cumsum([p.startswith(WORD_START) or i == 0 for i, p in enumerate(pieces)]) - 1
+        chosen = weights[:-1].argmax(axis=1)  # each output piece's most attended source piece
+        hit = {int(word_of[c]) for c in chosen if c < len(pieces)}
+        words += int(word_of[-1]) + 1
+        unattended += int(word_of[-1]) + 1 - len(hit)
+    return 100 * unattended / max(words, 1)
+
+
+def measures(result: dict[str, Any]) -> dict[str, float]:
+    """Scores and behaviour of one decoding of the test split."""
+    found = records(result)
+    rows = [np.asarray(r["weights"]) for r in found if r["weights"]]
+    rows = [w / w.sum(-1, keepdims=True) for w in rows]  # local_p's rows sum to at most 1
+    hypotheses = Path(result["hypotheses"]).read_text(encoding="utf-8").splitlines()
+    return {
+        "bleu": result["bleu"],
+        "chrf": result["chrf"],
+        "entropy": attention_statistics(rows)["attention_entropy"],
+        "repeats": repeated_bigrams(hypotheses),
+        "unattended": unattended_words(found),
+        "sentences_per_second": result["sentences_per_second"],
+    }
+
+
+def read_run(folder: Path, penalty: float) -> Run:
+    cfg = OmegaConf.load(folder / CONFIG_FILE)
+    test = evaluated(folder)
+    penalised = evaluated(folder, penalty) if penalty else None
+    state = load_checkpoint(folder / BEST)
+    unique = {t.data_ptr(): t.numel() for t in state["model"].values()}  # tied weights once
+    run = Run(
+        folder=folder,
+        row=row_name(folder, cfg),
+        direction=f"{cfg.data.src_lang}→{cfg.data.tgt_lang}",
+        seed=int(cfg.train.seed),
+        cfg=cfg,
+        test=test,
+        penalised=penalised,
+        curve=validation_curve(folder),
+        tokens_per_second=training_speed(folder),
+        parameters=sum(unique.values()),
+        aer=aligned(folder, cfg),
+    )
+    run.measures = measures(test)
+    return run
+
+
+def find_runs(roots: Sequence[Path]) -> list[Path]:
+    """Finished run folders (config.yaml and best.pt) at or under each argument."""
+    found = []
+    for root in roots:
+        candidates = [root, *sorted(p.parent for p in root.rglob(CONFIG_FILE))]
+        found += [p for p in candidates if (p / CONFIG_FILE).is_file() and (p / BEST).is_file()]
+    return sorted(set(found))
+
+
+def mean_spread(values: Sequence[float], digits: int = 2) -> str:
+    """ "mean ± half the range" over seeds (the value alone for one seed)."""
+    values = [v for v in values if v is not None and np.isfinite(v)]
+    if not values:
+        return "–"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {(max(values) - min(values)) / 2:.{digits}f}"
+
+
+def groups(runs: Sequence[Run]) -> dict[tuple[str, str], list[Run]]:
+    grouped: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    for run in runs:
+        grouped[(run.direction, run.row)].append(run)
+    return dict(grouped)
+
+
+def within_spread(group: list[Run], best: list[Run]) -> bool:
+    """Whether this row's mean BLEU is within the seeds' spread of the best row's: the gap is
+    no larger than the wider range over seeds of the two."""
+    ours = [r.measures["bleu"] for r in group]
+    theirs = [r.measures["bleu"] for r in best]
+    spread = max(max(ours) - min(ours), max(theirs) - min(theirs))
+    return statistics.fmean(theirs) - statistics.fmean(ours) <= spread
+
+
+def table(runs: Sequence[Run]) -> str:
+    """One Markdown line per direction and row, best mean test BLEU first."""
+    steps = sorted({step for run in runs for step in run.curve})
+    head = ["direction", "row", "seeds", "test BLEU", "chrF", "gap to best"]
+    head += [f"val BLEU @{s}" for s in steps]
+    head += ["AER", "entropy", "repeated bigrams /100 words", "unattended src words %"]
+    head += ["train tok/s", "decode sent/s", "parameters"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    by_direction: dict[str, list[list[Run]]] = defaultdict(list)
+    for (direction, _), group in groups(runs).items():
+        by_direction[direction].append(group)
+    for direction, rows in sorted(by_direction.items()):
+        rows.sort(key=lambda g: -statistics.fmean(r.measures["bleu"] for r in g))
+        best = rows[0]
+        for group in rows:
+            m = [r.measures for r in group]
+            gap = statistics.fmean(r.measures["bleu"] for r in best) - statistics.fmean(
+                x["bleu"] for x in m
+            )
+            mark = (
+                " (within the seeds' spread)"
+                if group is not best and within_spread(group, best)
+                else ""
+            )
+            cells = [
+                direction,
+                group[0].row,
+                ",".join(str(r.seed) for r in sorted(group, key=lambda r: r.seed)),
+            ]
+            cells += [mean_spread([x["bleu"] for x in m]), mean_spread([x["chrf"] for x in m])]
+            cells += ["best" if group is best else f"−{gap:.2f}{mark}"]
+            cells += [mean_spread([r.curve.get(s) for r in group]) for s in steps]
+            cells += [
+                mean_spread([r.aer for r in group], 3),
+                mean_spread([x["entropy"] for x in m]),
+            ]
+            cells += [
+                mean_spread([x["repeats"] for x in m]),
+                mean_spread([x["unattended"] for x in m], 1),
+            ]
+            cells += [mean_spread([r.tokens_per_second for r in group], 0)]
+            cells += [mean_spread([x["sentences_per_second"] for x in m], 1)]
+            cells += [f"{group[0].parameters / 1e6:.2f} M"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def coverage_table(runs: Sequence[Run], penalty: float) -> str:
+    """Each row without and with the coverage penalty in beam search."""
+    head = [
+        "direction",
+        "row",
+        "β",
+        "test BLEU",
+        "repeated bigrams /100 words",
+        "unattended src words %",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (direction, row), group in sorted(groups(runs).items()):
+        if any(r.penalised is None for r in group):
+            continue
+        for beta, results in (
+            (0.0, [r.measures for r in group]),
+            (penalty, [measures(r.penalised) for r in group]),
+        ):
+            cells = [direction, row, f"{beta:g}", mean_spread([x["bleu"] for x in results])]
+            cells += [
+                mean_spread([x["repeats"] for x in results]),
+                mean_spread([x["unattended"] for x in results], 1),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def picture_curves(runs: Sequence[Run], path: Path) -> None:
+    """Validation BLEU over updates, the mean over seeds of each row, a panel per direction."""
+    directions = sorted({run.direction for run in runs})
+    fig = Figure(figsize=(7 * len(directions), 4.5), dpi=100)
+    for i, direction in enumerate(directions):
+        ax = fig.add_subplot(1, len(directions), i + 1)
+        for (where, row), group in sorted(groups(runs).items()):
+            if where != direction:
+                continue
+            steps = sorted(set.intersection(*(set(r.curve) for r in group)))
+            ax.plot(
+                steps,
+                [statistics.fmean(r.curve[s] for r in group) for s in steps],
+                marker=".",
+                label=row,
+            )
+        ax.set_title(f"{direction}: validation BLEU (greedy), mean over seeds")
+        ax.set_xlabel("updates")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    FigureCanvasAgg(fig).print_png(str(path))
+
+
+def picture_heatmaps(runs: Sequence[Run], path: Path, sentence: int) -> None:
+    """Every row's attention on the same test sentence (its lowest seed), in one picture."""
+    chosen = {}
+    for (direction, row), group in sorted(groups(runs).items()):
+        run = min(group, key=lambda r: r.seed)
+        record = records(run.test)[sentence]
+        title = f"{direction} {row} (seed {run.seed})"
+        chosen[title] = attention_figure(
+            np.asarray(record["weights"]), record["source"], record["target"], title
+        )
+    columns = min(3, len(chosen))
+    rows = -(-len(chosen) // columns)
+    fig = Figure(figsize=(6 * columns, 5 * rows), dpi=100)
+    for i, image in enumerate(chosen.values()):
+        ax = fig.add_subplot(rows, columns, i + 1)
+        ax.imshow(image)
+        ax.axis("off")
+    fig.tight_layout()
+    FigureCanvasAgg(fig).print_png(str(path))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("roots", nargs="+", type=Path, help="sweep folders or run folders")
+    parser.add_argument("--pictures", type=Path, help="write the curves and heatmaps here")
+    parser.add_argument("--coverage-penalty", type=float, default=0.2, help="β, 0: not decoded")
+    parser.add_argument("--sentence", type=int, default=7, help="test sentence of the heatmaps")
+    args = parser.parse_args(argv)
+    folders = find_runs(args.roots)
+    if not folders:
+        sys.exit("no finished run folders (config.yaml and best.pt) under the arguments")
+    runs = []
+    for folder in folders:
+        print(f"reading {folder}", file=sys.stderr)
+        runs.append(read_run(folder, args.coverage_penalty))
+    print(table(runs))
+    if args.coverage_penalty:
+        print(f"\nCoverage penalty in beam search (β = {args.coverage_penalty:g}):\n")
+        print(coverage_table(runs, args.coverage_penalty))
+    if args.pictures:
+        args.pictures.mkdir(parents=True, exist_ok=True)
+        picture_curves(runs, args.pictures / "attention_curves.png")
+        picture_heatmaps(runs, args.pictures / "attention_heatmaps.png", args.sentence)
+
+
+if __name__ == "__main__":
+    main()
