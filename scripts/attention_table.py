@@ -88,7 +88,7 @@ def evaluated(folder: Path, penalty: float = 0.0) -> dict[str, Any]:
         ]:
             return result
     extra = [f"coverage_penalty={penalty}"] if penalty else []
-    return run_command(["seq2seq-evaluate", f"run_dir={folder}", "log.progress=false", *extra])
+    return run_command(["seq2seq-evaluate", f"run_dir={folder}", *extra])
 
 
 def aligned(folder: Path, cfg: Any) -> float | None:

@@ -46,7 +46,7 @@ from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.decoding.inference import TrainedRun, load_run, score
 from seq2seq.decoding.search import decode_corpus, max_lengths
 from seq2seq.errors import Seq2SeqError
-from seq2seq.model.config import AttentionConfig, LuongConfig, ModelConfig
+from seq2seq.model.config import AttentionConfig, BahdanauConfig, LuongConfig, ModelConfig
 from seq2seq.model.linear import linear, pytorch_products
 from seq2seq.model.registry import ATTENTIONS as REGISTRY
 from seq2seq.model.seq2seq import Seq2Seq, build_model
@@ -62,6 +62,17 @@ for _name, _kind in REGISTRY.items():
     ATTENTIONS[_name] = _kind.config
     if _kind.config is LuongConfig:
         ATTENTIONS["luong-nofeed"] = partial(LuongConfig, input_feed=False)
+MEASURED_BY_DEFAULT = tuple(ATTENTIONS)
+# the attention comparison's other rows (configs/compare/), measured when named
+ATTENTIONS.update(
+    {
+        "luong-unscaled": partial(LuongConfig, scale=False),
+        "luong-concat": partial(LuongConfig, score="concat"),
+        "sparsemax": partial(BahdanauConfig, normalizer="sparsemax"),
+        "entmax15": partial(BahdanauConfig, normalizer="entmax15"),
+        "coverage": partial(BahdanauConfig, coverage=True),
+    }
+)
 # OpenNMT-py's model in ../shared/peers/opennmt: a 2x256 BiGRU encoder, a 512 GRU decoder,
 # embeddings of 256, MLP (additive: Luong concat here) attention with input feeding, a bridge.
 PEER = "peer"
@@ -406,6 +417,8 @@ def progress(message: str) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every selected measurement; returns the report (the JSON line)."""
     sizes = QUICK if args.quick else FULL
+    if args.dims is not None:
+        sizes = replace(sizes, dims=args.dims)
     if args.repeats:
         sizes = replace(sizes, windows=args.repeats, passes=args.repeats)
     engine = Engine.create(args.device, Precision.fp32, args.threads, TrainConfig.seed)
@@ -706,9 +719,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     }
     for option, (choices, text) in lists.items():
         help_text = f"comma-separated subset of {','.join(choices)}; {text}"
-        default = {"--precision": None, "--model": ["reference"], "--products": ["onednn"]}.get(
-            option, list(choices)
-        )
+        default = {
+            "--precision": None,
+            "--model": ["reference"],
+            "--products": ["onednn"],
+            "--attention": list(MEASURED_BY_DEFAULT),
+        }.get(option, list(choices))
         parser.add_argument(option, type=comma_list(choices), default=default, help=help_text)
     parser.add_argument("--device", default="auto", help=f"{DEVICES} (default auto)")
     parser.add_argument("--run-dir", help="decode with this trained run (best.pt), not random")
@@ -719,6 +735,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--repeats", type=at_least(1), help="timed windows and passes (default 5 and 3)"
     )
     parser.add_argument("--quick", action="store_true", help="tiny model and data, for CI")
+    parser.add_argument(
+        "--dims",
+        type=lambda text: tuple(int(x) for x in text.split(",")),
+        help="EMB,HIDDEN,ATTENTION sizes of the reference model (the attention comparison's: "
+        "256,256,256)",
+    )
     parser.add_argument(
         "--profile",
         action="store_true",

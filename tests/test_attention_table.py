@@ -1,0 +1,89 @@
+"""scripts/attention_table.py: the comparison's measures, and the table from run folders."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from seq2seq.storage.manifest import write_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import attention_table  # noqa: E402
+
+W = "\u2581"  # sentencepiece's word mark
+
+
+def test_repeated_bigrams_count_repeats_within_a_line_per_100_words() -> None:
+    lines = ["a man a man a man", "a man", "x y z"]  # 6 + 2 + 3 words
+    # line 1: (a, man) x3, (man, a) x2 -> 2 + 1 repeats; the others none
+    assert attention_table.repeated_bigrams(lines) == pytest.approx(100 * 3 / 11)
+    assert attention_table.repeated_bigrams([]) == 0
+
+
+def test_unattended_words_join_pieces_into_words_and_leave_out_eos() -> None:
+    record = {
+        "source": [f"{W}ein", f"{W}hund", "e", f"{W}läuft", "</s>"],  # 3 words + EOS
+        "target": [f"{W}a", f"{W}dog", "</s>"],
+        "weights": [  # rows: a, dog, EOS (its row is left out)
+            [0.7, 0.1, 0.1, 0.0, 0.1],
+            [0.0, 0.1, 0.8, 0.0, 0.1],  # the second piece of the second word
+            [0.0, 0.0, 0.0, 1.0, 0.0],
+        ],
+    }
+    assert attention_table.unattended_words([record]) == pytest.approx(100 / 3)  # "läuft"
+    eos_only = {**record, "weights": [[0, 0, 0, 0, 1.0]] * 3}
+    assert attention_table.unattended_words([eos_only]) == pytest.approx(100)
+
+
+def test_mean_spread_and_the_seeds_spread_rule() -> None:
+    assert attention_table.mean_spread([30.0, 32.0]) == "31.00 ± 1.00"
+    assert attention_table.mean_spread([30.0]) == "30.00"
+    assert attention_table.mean_spread([None, float("nan")]) == "–"
+
+    def runs(*bleus: float) -> list:
+        return [attention_table.Run(*[None] * 11, measures={"bleu": b}) for b in bleus]
+
+    best = runs(32.0, 33.0)
+    assert attention_table.within_spread(runs(31.8, 32.2), best)  # gap 0.5 <= range 1.0
+    assert not attention_table.within_spread(runs(30.0, 30.2), best)  # gap 2.4 > range 1.0
+
+
+@pytest.mark.slow
+def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path) -> None:
+    """Two rows (one of them with two seeds) as a sweep leaves them: each run folder is evaluated
+    by the script, the table has a line per row with its seeds, and the pictures are written."""
+    sweep = tmp_path / "sweep"
+    for folder, row, seed in (("0_a", "bahdanau", 1), ("1_b", "bahdanau", 2), ("2_c", "other", 1)):
+        copy = sweep / folder
+        shutil.copytree(smoke_run, copy, ignore=shutil.ignore_patterns("eval"))
+        (copy / ".hydra").mkdir(exist_ok=True)
+        (copy / ".hydra" / "overrides.yaml").write_text(f"- +compare={row}\n- train.seed={seed}\n")
+        cfg = OmegaConf.load(copy / "config.yaml")
+        cfg.train.seed = seed
+        OmegaConf.save(cfg, copy / "config.yaml")
+        write_manifest(
+            copy / "manifest.json", [copy / n for n in ("config.yaml", "src.model", "tgt.model")]
+        )
+    proc = subprocess.run(
+        [sys.executable, "scripts/attention_table.py", str(sweep), "--pictures", str(tmp_path),
+         "--sentence", "0", "--coverage-penalty", "0.5"],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("| de→en")]
+    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")] for line in lines[:2]}
+    assert set(rows) == {"bahdanau", "other"} and rows["bahdanau"][3] == "1,2"
+    assert float(rows["bahdanau"][4].split()[0]) > 0  # test BLEU, the mean of the two seeds
+    assert "β" in proc.stdout and len(lines) == 2 + 2 * 2  # the coverage table: 2 rows x 2 betas
+    for copy in sweep.iterdir():
+        assert (copy / "eval" / "test_2016_flickr.best.beam5.json").is_file()
+        assert (copy / "eval" / "test_2016_flickr.best.beam5.cp0.5.json").is_file()
+    for name in ("attention_curves.png", "attention_heatmaps.png"):
+        assert (tmp_path / name).stat().st_size > 1000
