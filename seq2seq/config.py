@@ -295,7 +295,7 @@ class ServeConfig(InferenceConfig):
 
     host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
     port: int = 8000
-    api_key: Optional[str] = None  # when set, /translate and /model need header X-API-Key
+    api_key: Optional[str] = None  # when set, /translate, /model(s) need header X-API-Key
     max_body_bytes: int = 65536  # request body
     max_sentences: int = 64  # per request
     max_chars: int = 1000  # per sentence
@@ -304,6 +304,10 @@ class ServeConfig(InferenceConfig):
     batch_wait_ms: float = 5.0  # how long a request may wait for others to share its batch
     max_queue_sentences: int = 256  # sentences waiting to be decoded; past it, 503 + Retry-After
     request_timeout_s: float = 30.0  # a request not decoded by then is answered 503, undecoded
+    # more run or release folders served beside run_dir, each under its own name (its folder's
+    # name; requests pick one with "model"); the page shows every model's answer side by side.
+    # Not "compare": that name is the Hydra group of the attention comparison's rows
+    compare_with: list[str] = field(default_factory=list)
 
 
 class AlignMethod(str, Enum):

@@ -1,9 +1,12 @@
 """`seq2seq-serve`: translations over HTTP, batched across requests, and a web page.
 
 The application (`seq2seq.serving.app`) answers ``POST /translate``, ``GET /health``,
-``/ready``, ``/metrics``, ``/model`` and ``/`` (the page); every limit on user input answers 4xx
-with ``{"error": ...}``, a full queue or a passed deadline 503 with ``Retry-After``. SIGTERM
-stops accepting connections and finishes the requests already in (uvicorn's graceful shutdown).
+``/ready``, ``/metrics``, ``/model``, ``/models`` and ``/`` (the page); ``compare_with=``
+serves more run or release folders beside run_dir, each under its folder's name, decoded by the
+same thread, and the page shows every model's answer side by side. Every limit on user input
+answers 4xx with ``{"error": ...}``, a full queue or a passed deadline 503 with ``Retry-After``.
+SIGTERM stops accepting connections and finishes the requests already in (uvicorn's graceful
+shutdown).
 """
 
 from __future__ import annotations
@@ -17,22 +20,25 @@ import hydra
 import uvicorn
 
 from seq2seq.config import ServeConfig
-from seq2seq.decoding.inference import open_model
 from seq2seq.errors import Seq2SeqError
 from seq2seq.serving.app import create_app
+from seq2seq.serving.models import open_models
 from seq2seq.serving.owner import MainThreadExecutor
 
 log = logging.getLogger("seq2seq.serve")
 
 
 def serve(cfg: ServeConfig) -> None:
-    """Load the run or release and serve it until SIGINT/SIGTERM."""
-    engine, run = open_model(cfg, "serve")
-    log.info("serving %s (step %d) on %s at http://%s:%d/ (queue: %d sentences, deadline %g s)",
-             run.run_dir, run.step, engine.describe(), cfg.host, cfg.port,
-             cfg.max_queue_sentences, cfg.request_timeout_s)  # fmt: skip
+    """Load the runs or releases and serve them until SIGINT/SIGTERM."""
+    engine, models = open_models(cfg)
+    for model in models:
+        log.info("model %r: %s (%s attention, step %d)", model.name, model.run.run_dir,
+                 model.card["attention_label"], model.run.step)  # fmt: skip
+    log.info("serving on %s at http://%s:%d/ (queue: %d sentences, deadline %g s)",
+             engine.describe(), cfg.host, cfg.port, cfg.max_queue_sentences,
+             cfg.request_timeout_s)  # fmt: skip
     owner = MainThreadExecutor()
-    app = create_app(run, engine, cfg, owner)
+    app = create_app(models, engine, cfg, owner)
     config = uvicorn.Config(
         app, host=cfg.host, port=cfg.port, log_level="warning", timeout_graceful_shutdown=30
     )

@@ -99,3 +99,35 @@ def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
         f"data.root={base / 'multi30k'}",
         f"data.cache_dir={base / 'cache'}",
     ]
+
+
+@pytest.fixture(scope="session")
+def luong_run(smoke_run: Path, tmp_path_factory) -> Path:
+    """A run folder named ``luong`` that differs from the smoke run only in its model: Luong
+    attention (general score) and untrained, seeded weights, beside the smoke run's tokenizers.
+    Two models that answer differently, for the tests of serving several, without a second
+    training."""
+    import shutil
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from seq2seq.data.tokenizer import Tokenizer
+    from seq2seq.model.config import LuongConfig
+    from seq2seq.model.seq2seq import build_model
+    from seq2seq.runtime.checkpoint import save_checkpoint
+    from seq2seq.storage.rundir import BEST, CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER
+
+    run = tmp_path_factory.mktemp("luong_run") / "luong"
+    run.mkdir()
+    for name in (SRC_TOKENIZER, TGT_TOKENIZER):
+        shutil.copy(smoke_run / name, run / name)
+    cfg = OmegaConf.load(smoke_run / CONFIG_FILE)
+    luong = OmegaConf.structured(LuongConfig(size=cfg.model.attention.size))
+    cfg.model.attention = OmegaConf.to_container(luong, enum_to_str=True)
+    OmegaConf.save(cfg, run / CONFIG_FILE)
+    vocab = [Tokenizer.load(run / name).vocab_size for name in (SRC_TOKENIZER, TGT_TOKENIZER)]
+    torch.manual_seed(0)
+    model = build_model(cfg.model, *vocab)
+    save_checkpoint(run / BEST, {"model": model.state_dict(), "step": 0, "vocab": vocab})
+    return run

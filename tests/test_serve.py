@@ -4,105 +4,35 @@ batching under concurrency, shutdown, releases, and the web page in a real brows
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from serve_helpers import (
+    SENTENCES,
+    call,
+    cli_translations,
+    export,
+    headless_browser,
+    post,
+    server,
+)
 
 from seq2seq.data.corpus import read_parallel
-
-SENTENCES = [
-    "Ein Hund läuft über die Wiese.",
-    "Zwei Männer spielen Fußball.",
-    "Eine Frau sitzt auf einer Bank.",
-    "Kinder spielen im Sand am Strand.",
-]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def call(url: str, body: bytes | None = None, headers: dict | None = None) -> tuple[int, dict]:
-    """(status, JSON) of a GET (no body) or POST."""
-    request = urllib.request.Request(url, data=body, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
-def post(url: str, payload: object, **headers: str) -> tuple[int, dict]:
-    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    return call(f"{url}/translate", body, {"Content-Type": "application/json", **headers})
-
-
-@contextlib.contextmanager
-def server(run_dir: Path, *overrides: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """A server on a free port; its log (one access line per request) goes to a file, read
-    back as ``proc.log()``: a pipe nobody reads would fill up and stall the server."""
-    port = free_port()
-    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "seq2seq.serve", f"run_dir={run_dir}", f"port={port}", *overrides],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    proc.log = lambda: Path(log.name).read_text(encoding="utf-8")
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while True:
-        with contextlib.suppress(OSError):
-            if call(f"{url}/health")[0] == 200:
-                break
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            pytest.fail(f"the server did not start:\n{proc.log()}")
-        time.sleep(0.1)
-    try:
-        yield url, proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 @pytest.fixture(scope="module")
 def served(smoke_run: Path) -> Iterator[str]:
     with server(smoke_run) as (url, _):
         yield url
-
-
-def cli_translations(run_dir: Path, lines: list[str], *overrides: str) -> list[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.translate", f"run_dir={run_dir}", *overrides],
-        input="".join(line + "\n" for line in lines),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.splitlines()
 
 
 @pytest.mark.slow
@@ -135,6 +65,8 @@ def test_health_model_page_and_unknown_paths(served: str) -> None:
     assert call(f"{served}/health") == (200, {"status": "ok"})
     status, card = call(f"{served}/model")
     assert status == 200 and (card["src_lang"], card["tgt_lang"]) == ("de", "en")
+    assert (card["name"], card["attention"]) == ("run", "bahdanau")
+    assert call(f"{served}/models") == (200, {"default": "run", "models": [card]})
     with urllib.request.urlopen(f"{served}/", timeout=60) as response:
         assert "<textarea" in response.read().decode()
     assert call(f"{served}/nowhere")[0] == 404
@@ -216,13 +148,7 @@ def test_sigterm_under_load_finishes_or_refuses_cleanly(smoke_run: Path) -> None
 
 @pytest.fixture(scope="module")
 def release(smoke_run: Path, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("release") / "de-en"
-    proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.export", f"run_dir={smoke_run}", f"out={out}"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return out
+    return export(smoke_run, tmp_path_factory.mktemp("release") / "de-en")
 
 
 def evaluate(run_dir: Path, *overrides: str) -> dict:
@@ -278,54 +204,26 @@ def test_a_release_is_served(release: Path) -> None:
 # -- the page in a real browser ------------------------------------------------------------------
 
 
-def chromium() -> tuple[str, str] | None:
-    """(browser, driver) executables of the OS packages, if installed."""
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
-
-
 def test_the_page_translates_and_draws_the_heatmap(served: str, tmp_path: Path) -> None:
-    found = chromium()
-    if found is None or not _selenium():
-        reason = "headless Chromium, chromedriver and selenium are needed (.ci/run installs them)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+    with headless_browser() as browser:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = found[0]
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(flag)
-    browser = webdriver.Chrome(service=Service(executable_path=found[1]), options=options)
-    try:
         browser.get(served + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_element(By.ID, "model").text.strip())  # the card is in
         browser.find_element(By.ID, "source").send_keys(SENTENCES[0])
         browser.find_element(By.ID, "go").click()
-        wait = WebDriverWait(browser, 60)
         wait.until(lambda b: b.find_element(By.ID, "translation").text.strip())
         rows = wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "#alignment tr.target-row"))
         status, data = post(served, {"sentences": SENTENCES[:1], "alignment": True})
         item = data["translations"][0]
         assert browser.find_element(By.ID, "translation").text == item["translation"]
         assert len(rows) == len(item["alignment"]["target"])  # one row per target piece
+        assert not browser.find_elements(By.CSS_SELECTOR, "#columns .column")  # one model
         shot = Path(os.environ.get("SEQ2SEQ_SCREENSHOT", tmp_path / "page.png"))
         browser.save_screenshot(str(shot))
         assert shot.stat().st_size > 0
-    finally:
-        browser.quit()
-
-
-def _selenium() -> bool:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @pytest.mark.slow

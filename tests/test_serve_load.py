@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_serve import SENTENCES, call, post, server
+from serve_helpers import SENTENCES, call, post, server
 
 # A batch waits this long for company, so that a request stays in the queue while a test acts.
 HOLD = ("batch_wait_ms=1500", "batch_sentences=64")
@@ -144,6 +144,6 @@ def test_without_prometheus_client_metrics_count_nothing(monkeypatch: pytest.Mon
     unmeasured = module.Metrics()
     assert not unmeasured.available
     unmeasured.request("/translate", 200, 0.1)
-    unmeasured.decoded(3)
+    unmeasured.decoded(3, "run")
     unmeasured.dropped.labels("deadline").inc(2)
-    unmeasured.describe_model({"src_lang": "de"})
+    unmeasured.describe_model("run", {"src_lang": "de"})

@@ -1,18 +1,19 @@
 """What a request may hold and what it is answered: parsing with its limits, one translated
-sentence as JSON, errors as ``{"error": ...}``, the API key, the model card."""
+sentence as JSON, errors as ``{"error": ...}``, the API key."""
 
 from __future__ import annotations
 
 import hmac
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from seq2seq.config import ServeConfig
 from seq2seq.decoding.alignment import alignment_record
-from seq2seq.decoding.inference import TrainedRun, Translation, Translator, release_facts
+from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.decoding.nbest import json_candidates
 
 
@@ -24,15 +25,29 @@ class BadRequest(Exception):
         self.status = status
 
 
-def parse(body: bytes, cfg: ServeConfig) -> tuple[list[str], int, int, bool]:
-    """(sentences, beam_size, nbest, alignment) of a request body, or BadRequest."""
+class Query(NamedTuple):
+    """What a request asks: its sentences, the search, and which model answers."""
+
+    sentences: list[str]
+    beam_size: int
+    nbest: int
+    alignment: bool
+    model: str
+
+
+FIELDS = {"sentences", "beam_size", "nbest", "alignment", "model"}
+
+
+def parse(body: bytes, cfg: ServeConfig, models: Sequence[str]) -> Query:
+    """The query of a request body, or BadRequest; ``models`` are the names served, the first
+    the default."""
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
         raise BadRequest(400, f"the body is not JSON: {e}") from None
     options: dict[str, Any] = {}
     if isinstance(data, dict):
-        unknown = set(data) - {"sentences", "beam_size", "nbest", "alignment"}
+        unknown = set(data) - FIELDS
         if unknown:
             raise BadRequest(422, f"unknown fields: {', '.join(sorted(unknown))}")
         options, data = data, data.get("sentences")
@@ -56,7 +71,17 @@ def parse(body: bytes, cfg: ServeConfig) -> tuple[list[str], int, int, bool]:
             raise BadRequest(422, f"{name} must be a whole number from 1 to {top}")
     if type(alignment) is not bool:
         raise BadRequest(422, "alignment must be true or false")
-    return data, beam, nbest, alignment
+    return Query(data, beam, nbest, alignment, _model(options.get("model", models[0]), models))
+
+
+def _model(name: Any, models: Sequence[str]) -> str:
+    """The served model a request names, or BadRequest naming those there are."""
+    served = ", ".join(models)
+    if not isinstance(name, str):
+        raise BadRequest(422, f"model must be the name of a served model: {served}")
+    if name not in models:
+        raise BadRequest(404, f"no model named {name!r} here; the models served: {served}")
+    return name
 
 
 def answer(translator: Translator, translation: Translation, nbest: int, alignment: bool) -> dict:
@@ -98,11 +123,3 @@ async def read_body(request: Request, limit: int) -> bytes:
         if len(body) > limit:
             raise BadRequest(413, f"the body is over {limit} bytes")
     return body
-
-
-def model_card(run: TrainedRun, precision: str) -> dict[str, Any]:
-    """What ``GET /model`` answers: the languages, the attention, the step, the precision it is
-    served in, the release's facts."""
-    return {"src_lang": run.cfg.data.src_lang, "tgt_lang": run.cfg.data.tgt_lang,
-            "attention": run.cfg.model.attention.name, "step": run.step,
-            "precision": precision, **release_facts(run.run_dir)}  # fmt: skip

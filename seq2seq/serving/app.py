@@ -1,10 +1,12 @@
 """The Starlette application: routes, the access log and request metrics, and the lifespan that
 starts and stops the batcher.
 
-- ``POST /translate``: sentences in, translations out (see `seq2seq.serving.api`); 503 with
-  ``Retry-After`` when the queue is full or the request's deadline passes before decoding.
+- ``POST /translate``: sentences in, translations out, by the model the request names or the
+  default (see `seq2seq.serving.api`); 503 with ``Retry-After`` when the queue is full or the
+  request's deadline passes before decoding.
 - ``GET /health`` (liveness), ``GET /ready`` (the queue has room), ``GET /metrics``
-  (Prometheus), ``GET /model`` (the model card's facts), ``GET /`` (the page).
+  (Prometheus), ``GET /model`` (the default model's card), ``GET /models`` (every model's card),
+  ``GET /`` (the page: every model's answer side by side).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Executor
 from importlib import resources
 from typing import Any
@@ -25,19 +27,11 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.config import ServeConfig
-from seq2seq.decoding.inference import TrainedRun
 from seq2seq.runtime.engine import Engine
-from seq2seq.serving.api import (
-    BadRequest,
-    answer,
-    authorised,
-    error,
-    model_card,
-    parse,
-    read_body,
-)
+from seq2seq.serving.api import BadRequest, answer, authorised, error, parse, read_body
 from seq2seq.serving.batcher import Batcher, Job, Overloaded
 from seq2seq.serving.metrics import MISSING, Metrics
+from seq2seq.serving.models import ServedModel
 
 log = logging.getLogger("seq2seq.serve")
 access_log = logging.getLogger("seq2seq.serve.access")
@@ -100,16 +94,19 @@ async def _outcome(batcher: Batcher, job: Job, request: Request) -> Any:
 
 
 class Service:
-    """The routes' handlers, around one batcher and its metrics."""
+    """The routes' handlers, around the models (the first the default), one batcher and its
+    metrics."""
 
     def __init__(
-        self, run: TrainedRun, engine: Engine, cfg: ServeConfig, executor: Executor
+        self, models: Sequence[ServedModel], engine: Engine, cfg: ServeConfig, executor: Executor
     ) -> None:
         self.cfg, self.metrics = cfg, Metrics()
-        self.batcher = Batcher(run, engine, cfg, self.metrics, executor)
+        self.models = {model.name: model for model in models}
+        runs = {model.name: model.run for model in models}
+        self.batcher = Batcher(runs, engine, cfg, self.metrics, executor)
         self.page = resources.files("seq2seq").joinpath("static/index.html").read_text("utf-8")
-        self.card = model_card(run, engine.precision.value)
-        self.metrics.describe_model({**self.card, "device": str(engine.device)})
+        for model in models:
+            self.metrics.describe_model(model.name, {**model.card, "device": str(engine.device)})
         if not self.metrics.available:
             log.warning("%s", MISSING)
 
@@ -118,9 +115,9 @@ class Service:
             return error(401, "missing or wrong X-API-Key header")
         try:
             body = await read_body(request, self.cfg.max_body_bytes)
-            sentences, beam_size, nbest, alignment = parse(body, self.cfg)
-            request.state.sentences = len(sentences)
-            job = self.batcher.submit(sentences, beam_size, nbest)
+            query = parse(body, self.cfg, list(self.models))
+            request.state.sentences = len(query.sentences)
+            job = self.batcher.submit(query.sentences, query.model, query.beam_size, query.nbest)
             translator, translations = await _outcome(self.batcher, job, request)
         except BadRequest as e:
             return error(e.status, str(e))
@@ -131,8 +128,8 @@ class Service:
             return error(503, f"not decoded within {limit}; retry later", {"Retry-After": "1"})
         except ConnectionAbortedError:
             return error(CLOSED, "the client closed the connection")
-        items = [answer(translator, t, nbest, alignment) for t in translations]
-        return JSONResponse({"translations": items})
+        items = [answer(translator, t, query.nbest, query.alignment) for t in translations]
+        return JSONResponse({"model": query.model, "translations": items})
 
     async def health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -151,7 +148,13 @@ class Service:
     async def model(self, request: Request) -> JSONResponse:
         if not authorised(request, self.cfg.api_key):
             return error(401, "missing or wrong X-API-Key header")
-        return JSONResponse(self.card)
+        return JSONResponse(next(iter(self.models.values())).card)
+
+    async def model_list(self, request: Request) -> JSONResponse:
+        if not authorised(request, self.cfg.api_key):
+            return error(401, "missing or wrong X-API-Key header")
+        cards = [model.card for model in self.models.values()]
+        return JSONResponse({"default": cards[0]["name"], "models": cards})
 
     async def index(self, request: Request) -> HTMLResponse:
         return HTMLResponse(self.page)
@@ -165,15 +168,19 @@ class Service:
         self.batcher.close()
 
 
-def create_app(run: TrainedRun, engine: Engine, cfg: ServeConfig, executor: Executor) -> Starlette:
-    """The ASGI application serving ``run``, decoding through ``executor`` (one thread)."""
-    service = Service(run, engine, cfg, executor)
+def create_app(
+    models: Sequence[ServedModel], engine: Engine, cfg: ServeConfig, executor: Executor
+) -> Starlette:
+    """The ASGI application serving ``models`` (the first the default), decoding through
+    ``executor`` (one thread)."""
+    service = Service(models, engine, cfg, executor)
     routes = [
         Route("/", service.index),
         Route("/health", service.health),
         Route("/ready", service.ready),
         Route("/metrics", service.metrics_text),
         Route("/model", service.model),
+        Route("/models", service.model_list),
         Route("/translate", service.translate, methods=["POST"]),
     ]
     handlers = {404: _not_found, 405: _not_allowed}
@@ -185,7 +192,7 @@ def create_app(run: TrainedRun, engine: Engine, cfg: ServeConfig, executor: Exec
 async def _not_found(request: Request, exc: Exception) -> JSONResponse:
     """404 as JSON, naming the routes there are."""
     return error(404, f"no {request.url.path} here: POST /translate, GET /health, GET /ready, "
-                 "GET /metrics, GET /model")  # fmt: skip
+                 "GET /metrics, GET /model, GET /models")  # fmt: skip
 
 
 async def _not_allowed(request: Request, exc: Exception) -> JSONResponse:

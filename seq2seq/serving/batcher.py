@@ -1,8 +1,9 @@
 """Admission, batching and decoding: requests wait in one bounded queue, are decoded together in
-batches by the executor that owns the model (`seq2seq.serving.owner`), and leave the queue
-unanswered by the model when their deadline passes or their client hangs up.
+batches by the executor that owns the models (`seq2seq.serving.owner`), and leave the queue
+unanswered by the model when their deadline passes or their client hangs up. A server of several
+models (``compare_with=``) has one queue for all; a batch is decoded by one model, never mixed.
 
-The event loop only admits, collects and answers; the model runs on its own thread, never twice
+The event loop only admits, collects and answers; the models run on one thread, never twice
 at once, so ``/health`` and ``/ready`` are answered in milliseconds whatever the load.
 """
 
@@ -35,10 +36,11 @@ class Overloaded(Exception):
 
 @dataclass(eq=False)
 class Job:
-    """One request's sentences and search options, its deadline (event-loop time) and where
-    its answer goes."""
+    """One request's sentences, the model and search options, its deadline (event-loop time)
+    and where its answer goes."""
 
     sentences: list[str]
+    model: str
     beam_size: int
     nbest: int
     deadline: float
@@ -48,19 +50,19 @@ class Job:
 
 
 class Batcher:
-    """The queue of waiting jobs and the one thread that decodes them."""
+    """The queue of waiting jobs and the one thread that decodes them, with the model each
+    names (``runs``: the models served, by name)."""
 
     def __init__(
         self,
-        run: TrainedRun,
+        runs: dict[str, TrainedRun],
         engine: Engine,
         cfg: ServeConfig,
         metrics: Metrics,
         executor: Executor,
     ) -> None:
-        self.run, self.engine, self.cfg, self.metrics = run, engine, cfg, metrics
-        self.executor = executor  # where the model runs: one thread, one batch at a time
-        self.max_len = int(run.cfg.data.max_len)
+        self.runs, self.engine, self.cfg, self.metrics = runs, engine, cfg, metrics
+        self.executor = executor  # where the models run: one thread, one batch at a time
         self.waiting: collections.deque[Job] = collections.deque()
         self.queued = 0  # sentences in ``waiting``
         self.rate = 0.0  # sentences/s of the last batch: how soon the queue will drain
@@ -70,14 +72,15 @@ class Batcher:
         """Whether the queue is at its bound (``/ready`` answers 503 then)."""
         return self.queued >= self.cfg.max_queue_sentences
 
-    def submit(self, sentences: list[str], beam_size: int, nbest: int) -> Job:
-        """Admit a request or raise Overloaded: the waiting sentences stay within the bound."""
+    def submit(self, sentences: list[str], model: str, beam_size: int, nbest: int) -> Job:
+        """Admit a request for ``model`` or raise Overloaded: the waiting sentences (of every
+        model) stay within the bound."""
         if self.queued + len(sentences) > self.cfg.max_queue_sentences:
             drain = self.queued / self.rate if self.rate else 1.0
             raise Overloaded(self.queued, min(60, max(1, math.ceil(drain))))
         loop = asyncio.get_running_loop()
         now = loop.time()
-        job = Job(sentences, beam_size, nbest, now + self.cfg.request_timeout_s,
+        job = Job(sentences, model, beam_size, nbest, now + self.cfg.request_timeout_s,
                   loop.create_future(), admitted=now)  # fmt: skip
         self.waiting.append(job)
         self.queued += len(sentences)
@@ -101,14 +104,14 @@ class Batcher:
         self.metrics.queue_sentences.set(self.queued)
 
     async def run_forever(self) -> None:
-        """Collect a batch, decode it (one group per search setting), and again."""
+        """Collect a batch, decode it (one group per model and search setting), and again."""
         while True:
             jobs = await self._collect()
-            groups: dict[tuple[int, int], list[Job]] = {}
+            groups: dict[tuple[str, int, int], list[Job]] = {}
             for job in jobs:
-                groups.setdefault((job.beam_size, job.nbest), []).append(job)
-            for (beam_size, nbest), group in groups.items():
-                await self._decode(group, beam_size, nbest)
+                groups.setdefault((job.model, job.beam_size, job.nbest), []).append(job)
+            for (model, beam_size, nbest), group in groups.items():
+                await self._decode(group, model, beam_size, nbest)
 
     async def _collect(self) -> list[Job]:
         """The next batch: the first waiting job, and what else arrives within
@@ -134,8 +137,9 @@ class Batcher:
             size += len(job.sentences)
         return jobs
 
-    async def _decode(self, jobs: list[Job], beam_size: int, nbest: int) -> None:
-        """Decode the jobs together on the decoding thread and hand each its translations."""
+    async def _decode(self, jobs: list[Job], model: str, beam_size: int, nbest: int) -> None:
+        """Decode the jobs together by ``model`` on the decoding thread and hand each its
+        translations."""
         loop = asyncio.get_running_loop()
         for job in jobs:
             self.metrics.queue_seconds.observe(loop.time() - job.admitted)
@@ -143,7 +147,7 @@ class Batcher:
         start = time.perf_counter()
         try:
             translator, translations = await loop.run_in_executor(
-                self.executor, self._translate, lines, beam_size, nbest
+                self.executor, self._translate, lines, model, beam_size, nbest
             )
         except Exception as e:  # a fault of the server, not of the input: 500 for these jobs
             log.exception("decoding failed")
@@ -152,7 +156,7 @@ class Batcher:
                     job.answer.set_exception(e)
             return
         self.rate = len(lines) / max(time.perf_counter() - start, 1e-6)
-        self.metrics.decoded(len(lines))
+        self.metrics.decoded(len(lines), model)
         start = 0
         for job in jobs:
             mine = translations[start : start + len(job.sentences)]
@@ -161,15 +165,16 @@ class Batcher:
                 job.answer.set_result((translator, mine))
 
     def _translate(
-        self, lines: list[str], beam_size: int, nbest: int
+        self, lines: list[str], model: str, beam_size: int, nbest: int
     ) -> tuple[Translator, list[Translation]]:
-        """On the decoding thread: the translations of ``lines``."""
-        translator = self.translator(beam_size, nbest)
+        """On the decoding thread: the translations of ``lines`` by ``model``."""
+        translator = self.translator(model, beam_size, nbest)
         return translator, translator.translate(lines)
 
-    @functools.lru_cache(maxsize=64)  # noqa: B019 (one batcher per server, kept to the end)
-    def translator(self, beam_size: int, nbest: int) -> Translator:
-        """The translator of one search setting (built once, on the decoding thread)."""
+    @functools.lru_cache(maxsize=256)  # noqa: B019 (one batcher per server, kept to the end)
+    def translator(self, model: str, beam_size: int, nbest: int) -> Translator:
+        """The translator of one model and search setting (built once, on the decoding
+        thread)."""
         search = DecodeConfig(
             beam_size=beam_size,
             nbest=nbest,
@@ -178,7 +183,8 @@ class Batcher:
             max_len_b=self.cfg.max_len_b,
             batch_size=self.cfg.batch_size,
         )
-        return Translator.from_run(self.run, search, self.max_len, self.engine)
+        run = self.runs[model]
+        return Translator.from_run(run, search, int(run.cfg.data.max_len), self.engine)
 
     def close(self) -> None:
         """Let the decoding thread finish its batch and end."""

@@ -1,6 +1,7 @@
 """The server's metrics in the Prometheus text format, through ``prometheus-client``: requests
-by route and status, latency and queueing histograms, sentences and batches decoded, the batch
-size, the queue's depth, dropped sentences, the process (memory, CPU) and the model's facts.
+by route and status, latency and queueing histograms, sentences and batches decoded by model,
+the batch size, the queue's depth, dropped sentences, the process (memory, CPU) and each model's
+facts.
 
 ``prometheus-client`` is an optional extra (``pip install 'seq2seq[serve]'``); without it the
 server runs the same and ``/metrics`` says how to install it.
@@ -26,7 +27,7 @@ except ImportError:  # the extra is not installed
 
 # The routes a label may name; anything else is "other", so a scan of random paths cannot grow
 # the number of series without bound.
-ROUTES = ("/", "/health", "/ready", "/metrics", "/model", "/translate")
+ROUTES = ("/", "/health", "/ready", "/metrics", "/model", "/models", "/translate")
 LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -64,15 +65,19 @@ class Metrics:
                                  ["route"], buckets=LATENCY, registry=reg)  # fmt: skip
         self.queue_seconds = Histogram("seq2seq_queue_seconds", "Time a request waited to be "
                                        "decoded", buckets=LATENCY, registry=reg)  # fmt: skip
-        self.sentences = Counter("seq2seq_sentences_decoded", "Sentences decoded", registry=reg)
-        self.batches = Counter("seq2seq_batches_decoded", "Batches decoded", registry=reg)
+        self.sentences = Counter(
+            "seq2seq_sentences_decoded", "Sentences decoded, by model", ["model"], registry=reg
+        )
+        self.batches = Counter(
+            "seq2seq_batches_decoded", "Batches decoded, by model", ["model"], registry=reg
+        )
         self.batch_size = Histogram("seq2seq_batch_sentences", "Sentences per decoded batch",
                                     buckets=SIZES, registry=reg)  # fmt: skip
         self.queue_sentences = Gauge("seq2seq_queue_sentences", "Sentences waiting to be decoded",
                                      registry=reg)  # fmt: skip
         self.dropped = Counter("seq2seq_dropped_sentences", "Sentences taken out of the queue "
                                "undecoded, by reason", ["reason"], registry=reg)  # fmt: skip
-        self.model = Info("seq2seq_model", "The model served", registry=reg)
+        self.model = Info("seq2seq_model", "The models served", ["model"], registry=reg)
 
     def request(self, path: str, status: int, seconds: float) -> None:
         """Count one answered request."""
@@ -80,15 +85,17 @@ class Metrics:
         self.requests.labels(route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
-    def decoded(self, sentences: int) -> None:
-        """Count one decoded batch of ``sentences``."""
-        self.sentences.inc(sentences)
-        self.batches.inc()
+    def decoded(self, sentences: int, model: str) -> None:
+        """Count one batch of ``sentences`` decoded by ``model``."""
+        self.sentences.labels(model).inc(sentences)
+        self.batches.labels(model).inc()
         self.batch_size.observe(sentences)
 
-    def describe_model(self, card: dict[str, Any]) -> None:
-        """The model's facts as an info metric (strings only)."""
-        self.model.info({k: str(v) for k, v in card.items() if isinstance(v, str | int | float)})
+    def describe_model(self, name: str, card: dict[str, Any]) -> None:
+        """A model's facts as an info metric labelled with its name (strings only)."""
+        facts = {k: str(v) for k, v in card.items() if isinstance(v, str | int | float)}
+        facts.pop("name", None)
+        self.model.labels(name).info(facts)
 
     def text(self) -> bytes:
         """Every metric in the Prometheus text format (``available`` only)."""
