@@ -3,7 +3,12 @@
 From the checkout root, after ``seq2seq-train -m experiment=attention_comparison
 hydra.sweep.dir=runs/compare/de_en`` (and ``experiment=attention_comparison_en_fr`` for AER)::
 
-    python scripts/attention_table.py runs/compare/de_en runs/compare/en_fr --pictures docs
+    python scripts/attention_table.py runs/compare/de_en runs/compare/en_fr \
+        --record docs/attention_comparison.jsonl --pictures docs
+
+``--record`` keeps one summary per run (direction, row, seed) in a file that is committed, so a
+comparison trained over several sessions or machines makes one table; the table and pictures are
+made from every record in it.
 
 Every run folder under the arguments is evaluated on its test split where it has no result yet
 (``seq2seq-evaluate``, beam 5; with ``--coverage-penalty B`` also with that penalty), and runs
@@ -19,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import re
 import statistics
 import subprocess
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,20 +51,30 @@ WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word
 
 @dataclass
 class Run:
-    """What one run folder of the comparison tells."""
+    """What one run folder of the comparison tells: a record of the comparison's file."""
 
-    folder: Path
+    folder: str
     row: str
     direction: str
     seed: int
-    cfg: Any
-    test: dict[str, Any]  # seq2seq-evaluate's result, beam 5
-    penalised: dict[str, Any] | None  # the same with the coverage penalty
+    measures: dict[str, float]  # of the beam-5 test decoding (see ``measures``)
+    penalised: dict[str, float] | None  # the same with the coverage penalty
     curve: dict[int, float]  # validation BLEU by update
     tokens_per_second: float
     parameters: int
-    aer: float | None = None
-    measures: dict[str, float] = field(default_factory=dict)
+    aer: dict[str, float] | None = None  # by ALIGN_METHODS
+    heatmap: dict[str, Any] | None = None  # source, target, weights of one test sentence
+    cpu: str = ""  # the machine that summarised the run (right after training it)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.direction, self.row, self.seed
+
+    @classmethod
+    def from_json(cls, line: str) -> Run:
+        record = json.loads(line)
+        record["curve"] = {int(step): bleu for step, bleu in record["curve"].items()}
+        return cls(**record)
 
 
 def row_name(folder: Path, cfg: Any) -> str:
@@ -91,20 +107,31 @@ def evaluated(folder: Path, penalty: float = 0.0) -> dict[str, Any]:
     return run_command(["seq2seq-evaluate", f"run_dir={folder}", *extra])
 
 
-def aligned(folder: Path, cfg: Any) -> float | None:
-    """AER of ``best.pt`` (argmax links, shift 0) on the gold set the run was validated on."""
+# how attention becomes links (docs/alignment.md): argmax at the step of the word and the
+# steps beside it, or every source word with at least 0.3 of the weight
+ALIGN_METHODS = {
+    "argmax": ["method=argmax"],
+    "argmax shift -1": ["method=argmax", "shift=-1"],
+    "argmax shift +1": ["method=argmax", "shift=1"],
+    "threshold 0.3": ["method=threshold", "threshold=0.3"],
+}
+
+
+def aligned(folder: Path, cfg: Any) -> dict[str, float] | None:
+    """AER of ``best.pt`` by each of ALIGN_METHODS on the gold set the run was validated on."""
     gold = OmegaConf.select(cfg, "log.alignment_gold")
     links = OmegaConf.select(cfg, "log.alignment_links")
     if gold is None or links is None:
         return None
     cache = folder / EVAL_DIR / "aer.best.json"
     if cache.is_file():
-        return json.loads(cache.read_text())["aer"]
-    result = run_command(
-        ["seq2seq-align", f"run_dir={folder}", f"input={gold}", f"gold={links}", "output=/dev/null"]
-    )
-    cache.write_text(json.dumps(result))
-    return float(result["aer"])
+        return json.loads(cache.read_text())
+    found = {}
+    for method, settings in ALIGN_METHODS.items():
+        args = [f"run_dir={folder}", f"input={gold}", f"gold={links}", "output=/dev/null"]
+        found[method] = float(run_command(["seq2seq-align", *args, *settings])["aer"])
+    cache.write_text(json.dumps(found))
+    return found
 
 
 def validation_curve(folder: Path) -> dict[int, float]:
@@ -177,27 +204,50 @@ def measures(result: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def read_run(folder: Path, penalty: float) -> Run:
+def read_run(folder: Path, penalty: float, sentence: int) -> Run:
+    """Evaluate (where needed) and summarise one run folder."""
     cfg = OmegaConf.load(folder / CONFIG_FILE)
     test = evaluated(folder)
-    penalised = evaluated(folder, penalty) if penalty else None
     state = load_checkpoint(folder / BEST)
     unique = {t.data_ptr(): t.numel() for t in state["model"].values()}  # tied weights once
-    run = Run(
-        folder=folder,
+    record = records(test)[sentence]
+    return Run(
+        folder=str(folder),
         row=row_name(folder, cfg),
         direction=f"{cfg.data.src_lang}→{cfg.data.tgt_lang}",
         seed=int(cfg.train.seed),
-        cfg=cfg,
-        test=test,
-        penalised=penalised,
+        measures=measures(test),
+        penalised=measures(evaluated(folder, penalty)) if penalty else None,
         curve=validation_curve(folder),
         tokens_per_second=training_speed(folder),
         parameters=sum(unique.values()),
         aer=aligned(folder, cfg),
+        heatmap={"sentence": sentence, **record},
+        cpu=cpu_name(),
     )
-    run.measures = measures(test)
-    return run
+
+
+def cpu_name() -> str:
+    """The CPU's model name, family and model (lscpu's), e.g. "AMD EPYC (family 25 model 1)"."""
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    found = dict(re.findall(r"^(model name|cpu family|model)\s*:\s*(.+)$", text, re.M))
+    if "model name" not in found:
+        return platform.processor() or "unknown"
+    return f"{found['model name']} (family {found.get('cpu family')} model {found.get('model')})"
+
+
+def merged(path: Path | None, runs: Sequence[Run]) -> list[Run]:
+    """The runs of the record file ``path`` with these runs written into it (a run replaces
+    its earlier record: same direction, row and seed)."""
+    if path is None:
+        return list(runs)
+    known = {}
+    if path.is_file():
+        known = {r.key: r for r in map(Run.from_json, path.read_text().splitlines()) if r}
+    known.update({run.key: run for run in runs})
+    ordered = sorted(known.values(), key=lambda r: r.key)
+    path.write_text("".join(json.dumps(asdict(r), ensure_ascii=False) + "\n" for r in ordered))
+    return ordered
 
 
 def find_runs(roots: Sequence[Path]) -> list[Path]:
@@ -236,12 +286,22 @@ def within_spread(group: list[Run], best: list[Run]) -> bool:
     return statistics.fmean(theirs) - statistics.fmean(ours) <= spread
 
 
+def aer_cells(group: list[Run]) -> list[str]:
+    """AER by argmax at the word's own step, and by the method that does best for this row."""
+    if any(r.aer is None for r in group):
+        return ["–", "–"]
+    best = min(ALIGN_METHODS, key=lambda m: statistics.fmean(r.aer[m] for r in group))
+    argmax = mean_spread([r.aer["argmax"] for r in group], 3)
+    return [argmax, f"{mean_spread([r.aer[best] for r in group], 3)} ({best})"]
+
+
 def table(runs: Sequence[Run]) -> str:
     """One Markdown line per direction and row, best mean test BLEU first."""
     steps = sorted({step for run in runs for step in run.curve})
     head = ["direction", "row", "seeds", "test BLEU", "chrF", "gap to best"]
     head += [f"val BLEU @{s}" for s in steps]
-    head += ["AER", "entropy", "repeated bigrams /100 words", "unattended src words %"]
+    head += ["AER (argmax)", "AER (best method)", "entropy"]
+    head += ["repeated bigrams /100 words", "unattended src words %"]
     head += ["train tok/s", "decode sent/s", "parameters"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     by_direction: dict[str, list[list[Run]]] = defaultdict(list)
@@ -268,10 +328,7 @@ def table(runs: Sequence[Run]) -> str:
             cells += [mean_spread([x["bleu"] for x in m]), mean_spread([x["chrf"] for x in m])]
             cells += ["best" if group is best else f"−{gap:.2f}{mark}"]
             cells += [mean_spread([r.curve.get(s) for r in group]) for s in steps]
-            cells += [
-                mean_spread([r.aer for r in group], 3),
-                mean_spread([x["entropy"] for x in m]),
-            ]
+            cells += [*aer_cells(group), mean_spread([x["entropy"] for x in m])]
             cells += [
                 mean_spread([x["repeats"] for x in m]),
                 mean_spread([x["unattended"] for x in m], 1),
@@ -299,7 +356,7 @@ def coverage_table(runs: Sequence[Run], penalty: float) -> str:
             continue
         for beta, results in (
             (0.0, [r.measures for r in group]),
-            (penalty, [measures(r.penalised) for r in group]),
+            (penalty, [r.penalised for r in group]),
         ):
             cells = [direction, row, f"{beta:g}", mean_spread([x["bleu"] for x in results])]
             cells += [
@@ -334,16 +391,14 @@ def picture_curves(runs: Sequence[Run], path: Path) -> None:
     FigureCanvasAgg(fig).print_png(str(path))
 
 
-def picture_heatmaps(runs: Sequence[Run], path: Path, sentence: int) -> None:
+def picture_heatmaps(runs: Sequence[Run], path: Path) -> None:
     """Every row's attention on the same test sentence (its lowest seed), in one picture."""
     chosen = {}
     for (direction, row), group in sorted(groups(runs).items()):
         run = min(group, key=lambda r: r.seed)
-        record = records(run.test)[sentence]
-        title = f"{direction} {row} (seed {run.seed})"
-        chosen[title] = attention_figure(
-            np.asarray(record["weights"]), record["source"], record["target"], title
-        )
+        h = run.heatmap
+        title = f"{direction} {row} (seed {run.seed}, test sentence {h['sentence']})"
+        chosen[title] = attention_figure(np.asarray(h["weights"]), h["source"], h["target"], title)
     columns = min(3, len(chosen))
     rows = -(-len(chosen) // columns)
     fig = Figure(figsize=(6 * columns, 5 * rows), dpi=100)
@@ -357,26 +412,27 @@ def picture_heatmaps(runs: Sequence[Run], path: Path, sentence: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("roots", nargs="+", type=Path, help="sweep folders or run folders")
+    parser.add_argument("roots", nargs="*", type=Path, help="sweep folders or run folders")
+    parser.add_argument("--record", type=Path, help="JSON lines of every run summarised so far")
     parser.add_argument("--pictures", type=Path, help="write the curves and heatmaps here")
     parser.add_argument("--coverage-penalty", type=float, default=0.2, help="β, 0: not decoded")
     parser.add_argument("--sentence", type=int, default=7, help="test sentence of the heatmaps")
     args = parser.parse_args(argv)
-    folders = find_runs(args.roots)
-    if not folders:
-        sys.exit("no finished run folders (config.yaml and best.pt) under the arguments")
-    runs = []
-    for folder in folders:
+    summarised = []
+    for folder in find_runs(args.roots):
         print(f"reading {folder}", file=sys.stderr)
-        runs.append(read_run(folder, args.coverage_penalty))
+        summarised.append(read_run(folder, args.coverage_penalty, args.sentence))
+    runs = merged(args.record, summarised)
+    if not runs:
+        sys.exit("no finished run folders (config.yaml and best.pt) and no records")
     print(table(runs))
-    if args.coverage_penalty:
-        print(f"\nCoverage penalty in beam search (β = {args.coverage_penalty:g}):\n")
-        print(coverage_table(runs, args.coverage_penalty))
+    print(f"\nCoverage penalty in beam search (β = {args.coverage_penalty:g}):\n")
+    print(coverage_table(runs, args.coverage_penalty))
+    print(f"\nSummarised on: {'; '.join(sorted({r.cpu for r in runs}))}")
     if args.pictures:
         args.pictures.mkdir(parents=True, exist_ok=True)
         picture_curves(runs, args.pictures / "attention_curves.png")
-        picture_heatmaps(runs, args.pictures / "attention_heatmaps.png", args.sentence)
+        picture_heatmaps(runs, args.pictures / "attention_heatmaps.png")
 
 
 if __name__ == "__main__":

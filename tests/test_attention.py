@@ -291,3 +291,17 @@ def test_an_old_run_keeps_its_unscaled_luong_score() -> None:
     assert model.decoder.attention.scale == 1.0
     today = build_model(OmegaConf.structured(ModelConfig(attention=LuongConfig())), 20, 20)
     assert today.decoder.attention.scale == pytest.approx(512**-0.5)
+
+
+def test_scaled_dot_is_read_as_a_scaled_dot_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from seq2seq.config_rules import upgrade_config
+
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        cfg = compose("config", ["model/attention=luong", "model.attention.score=scaled_dot"])
+    with caplog.at_level("WARNING", logger="seq2seq.config"):
+        upgrade_config(cfg)
+    attention = cfg.model.attention
+    assert (attention.score.value, attention.scale) == ("dot", True)
+    assert any("scaled_dot is deprecated" in r.getMessage() for r in caplog.records)

@@ -20,6 +20,13 @@ import attention_table  # noqa: E402
 W = "\u2581"  # sentencepiece's word mark
 
 
+def run(**fields) -> attention_table.Run:
+    """A summary with only the fields a test looks at."""
+    defaults = {"folder": "f", "row": "r", "direction": "de→en", "seed": 1, "measures": {}}
+    defaults |= {"penalised": None, "curve": {}, "tokens_per_second": 1.0, "parameters": 1}
+    return attention_table.Run(**(defaults | fields))
+
+
 def test_repeated_bigrams_count_repeats_within_a_line_per_100_words() -> None:
     lines = ["a man a man a man", "a man", "x y z"]  # 6 + 2 + 3 words
     # line 1: (a, man) x3, (man, a) x2 -> 2 + 1 repeats; the others none
@@ -48,7 +55,7 @@ def test_mean_spread_and_the_seeds_spread_rule() -> None:
     assert attention_table.mean_spread([None, float("nan")]) == "–"
 
     def runs(*bleus: float) -> list:
-        return [attention_table.Run(*[None] * 11, measures={"bleu": b}) for b in bleus]
+        return [run(measures={"bleu": b}) for b in bleus]
 
     best = runs(32.0, 33.0)
     assert attention_table.within_spread(runs(31.8, 32.2), best)  # gap 0.5 <= range 1.0
@@ -71,9 +78,10 @@ def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path
         write_manifest(
             copy / "manifest.json", [copy / n for n in ("config.yaml", "src.model", "tgt.model")]
         )
+    record = tmp_path / "comparison.jsonl"
     proc = subprocess.run(
         [sys.executable, "scripts/attention_table.py", str(sweep), "--pictures", str(tmp_path),
-         "--sentence", "0", "--coverage-penalty", "0.5"],
+         "--sentence", "0", "--coverage-penalty", "0.5", "--record", str(record)],
         capture_output=True, text=True, timeout=600, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -87,3 +95,28 @@ def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path
         assert (copy / "eval" / "test_2016_flickr.best.beam5.cp0.5.json").is_file()
     for name in ("attention_curves.png", "attention_heatmaps.png"):
         assert (tmp_path / name).stat().st_size > 1000
+    assert len(record.read_text().splitlines()) == 3
+    again = subprocess.run(
+        [sys.executable, "scripts/attention_table.py", "--record", str(record)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert again.returncode == 0 and again.stdout == proc.stdout  # the records alone
+
+
+def test_aer_cells_give_argmax_and_the_rows_best_method() -> None:
+    def aligned(**aer: float):
+        return run(aer=dict.fromkeys(attention_table.ALIGN_METHODS, 0.9) | aer)
+
+    cells = attention_table.aer_cells([aligned(argmax=0.6), aligned(**{"threshold 0.3": 0.4})])
+    assert cells == ["0.750 ± 0.150", "0.650 ± 0.250 (threshold 0.3)"]
+    assert attention_table.aer_cells([run()]) == ["–", "–"]
+
+
+def test_records_merge_by_direction_row_and_seed(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    first = [run(row="a", seed=1, curve={200: 5.0}), run(row="a", seed=2)]
+    assert len(attention_table.merged(path, first)) == 2
+    again = attention_table.merged(path, [run(row="a", seed=1, curve={200: 6.0}), run(row="b")])
+    assert [(r.row, r.seed) for r in again] == [("a", 1), ("a", 2), ("b", 1)]
+    assert again[0].curve == {200: 6.0}  # replaced, and the update keys are ints again
+    assert attention_table.merged(path, []) == again  # the file alone makes the table
