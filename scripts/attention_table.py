@@ -31,7 +31,7 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ class Run:
     aer: dict[str, float] | None = None  # by ALIGN_METHODS
     heatmap: dict[str, Any] | None = None  # source, target, weights of one test sentence
     cpu: str = ""  # the machine that summarised the run (right after training it)
+    entropy_curve: dict[int, float] = field(default_factory=dict)  # validation's, by update
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -73,7 +74,8 @@ class Run:
     @classmethod
     def from_json(cls, line: str) -> Run:
         record = json.loads(line)
-        record["curve"] = {int(step): bleu for step, bleu in record["curve"].items()}
+        for key in ("curve", "entropy_curve"):
+            record[key] = {int(step): value for step, value in record.get(key, {}).items()}
         return cls(**record)
 
 
@@ -134,14 +136,15 @@ def aligned(folder: Path, cfg: Any) -> dict[str, float] | None:
     return found
 
 
-def validation_curve(folder: Path) -> dict[int, float]:
-    """valid/bleu by update, from the run's TensorBoard events (a resume's later file wins)."""
+def validation_curve(folder: Path, tag: str = "valid/bleu") -> dict[int, float]:
+    """A validation scalar by update, from the run's TensorBoard events (a resume's later file
+    wins)."""
     curve: dict[int, float] = {}
     for events in sorted((folder / TENSORBOARD_DIR).glob("events.out.tfevents.*")):
         acc = EventAccumulator(str(events), {"scalars": 0})
         acc.Reload()
-        if "valid/bleu" in acc.Tags()["scalars"]:
-            curve.update({e.step: e.value for e in acc.Scalars("valid/bleu")})
+        if tag in acc.Tags()["scalars"]:
+            curve.update({e.step: e.value for e in acc.Scalars(tag)})
     return dict(sorted(curve.items()))
 
 
@@ -219,6 +222,7 @@ def read_run(folder: Path, penalty: float, sentence: int) -> Run:
         measures=measures(test),
         penalised=measures(evaluated(folder, penalty)) if penalty else None,
         curve=validation_curve(folder),
+        entropy_curve=validation_curve(folder, "valid/attention_entropy"),
         tokens_per_second=training_speed(folder),
         parameters=sum(unique.values()),
         aer=aligned(folder, cfg),
@@ -367,6 +371,22 @@ def coverage_table(runs: Sequence[Run], penalty: float) -> str:
     return "\n".join(lines)
 
 
+def entropy_table(runs: Sequence[Run]) -> str:
+    """Each row's attention entropy on the validation set (nats, mean over seeds) by update: how
+    soon and how far its weights harden."""
+    steps = sorted({step for run in runs for step in run.entropy_curve})
+    head = ["direction", "row", *(f"@{s}" for s in steps)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (direction, row), group in sorted(groups(runs).items()):
+        cells = [
+            direction,
+            row,
+            *(mean_spread([r.entropy_curve.get(s) for r in group]) for s in steps),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def picture_curves(runs: Sequence[Run], path: Path) -> None:
     """Validation BLEU over updates, the mean over seeds of each row, a panel per direction."""
     directions = sorted({run.direction for run in runs})
@@ -426,6 +446,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not runs:
         sys.exit("no finished run folders (config.yaml and best.pt) and no records")
     print(table(runs))
+    print("\nAttention entropy on the validation set (nats) by update:\n")
+    print(entropy_table(runs))
     print(f"\nCoverage penalty in beam search (β = {args.coverage_penalty:g}):\n")
     print(coverage_table(runs, args.coverage_penalty))
     print(f"\nSummarised on: {'; '.join(sorted({r.cpu for r in runs}))}")

@@ -89,7 +89,8 @@ def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path
     rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")] for line in lines[:2]}
     assert set(rows) == {"bahdanau", "other"} and rows["bahdanau"][3] == "1,2"
     assert float(rows["bahdanau"][4].split()[0]) > 0  # test BLEU, the mean of the two seeds
-    assert "β" in proc.stdout and len(lines) == 2 + 2 * 2  # the coverage table: 2 rows x 2 betas
+    # the entropy table: a line per row; the coverage table: 2 rows x 2 betas
+    assert "β" in proc.stdout and len(lines) == 2 + 2 + 2 * 2
     for copy in sweep.iterdir():
         assert (copy / "eval" / "test_2016_flickr.best.beam5.json").is_file()
         assert (copy / "eval" / "test_2016_flickr.best.beam5.cp0.5.json").is_file()
