@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from omegaconf import OmegaConf
@@ -393,6 +394,7 @@ def picture_curves(runs: Sequence[Run], path: Path) -> None:
     fig = Figure(figsize=(7 * len(directions), 4.5), dpi=100)
     for i, direction in enumerate(directions):
         ax = fig.add_subplot(1, len(directions), i + 1)
+        ax.set_prop_cycle(color=colormaps["tab20"].colors)  # more rows than tab10's colours
         for (where, row), group in sorted(groups(runs).items()):
             if where != direction:
                 continue

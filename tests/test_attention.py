@@ -270,6 +270,7 @@ def test_coverage_enters_the_score() -> None:
     [
         (BahdanauConfig(), "bahdanau"),
         (BahdanauConfig(coverage=True, normalizer="entmax15"), "bahdanau (coverage, entmax15)"),
+        (BahdanauConfig(conditional=True), "bahdanau (conditional GRU)"),
         (LuongConfig(), "luong (general, scaled)"),
         (LuongConfig(score="concat", input_feed=False), "luong (concat, no input feeding)"),
         (LocalPConfig(window=4), "local_p (general, scaled, window 4)"),

@@ -16,7 +16,7 @@ from seq2seq.model.config import (
     ModelConfig,
     MultiHeadConfig,
 )
-from seq2seq.model.decoder import BahdanauStep, LuongStep
+from seq2seq.model.decoder import BahdanauStep, ConditionalBahdanauStep, LuongStep
 
 SRC_VOCAB, TGT_VOCAB = 20, 25
 
@@ -31,6 +31,10 @@ SETUPS = {
     "local_p": dict(attention=LocalPConfig(size=10, window=2)),
     "local_p-nofeed": dict(attention=LocalPConfig(size=10, window=2, input_feed=False)),
     "bahdanau-coverage": dict(attention=BahdanauConfig(size=10, coverage=True)),
+    "bahdanau-conditional": dict(attention=BahdanauConfig(size=10, conditional=True)),
+    "conditional-coverage": dict(
+        attention=BahdanauConfig(size=10, conditional=True, coverage=True)
+    ),
     "bahdanau-sparsemax": dict(attention=BahdanauConfig(size=10, normalizer="sparsemax")),
     "luong-entmax15": dict(attention=LuongConfig(size=10, normalizer="entmax15")),
     "bahdanau-tied": dict(attention=BahdanauConfig(size=10), tie_embeddings=True),
@@ -185,3 +189,18 @@ def test_coverage_loss_is_sees_min_of_weight_and_coverage() -> None:
         weighted, same_nll = model(*args, 2.0)
     assert float(weighted - plain) == pytest.approx(2 * expected, rel=1e-4)
     assert float(nll) == float(same_nll)
+
+
+def test_the_conditional_gru_queries_with_the_previous_word() -> None:
+    """With conditional=true the attention's query at step t is GRU_1(s_{t-1}, E y_{t-1}): the
+    weights of the first step change with the first input word; Bahdanau's own do not."""
+    for name, changes in (("bahdanau-conditional", True), ("bahdanau", False)):
+        model, batch = tiny_model(**SETUPS[name]), Batch()
+        with torch.no_grad():
+            enc = model.encode(batch.src, batch.src_lengths)
+            state = model.decoder.init_state(enc)
+            _, _, one = model.decoder.step(torch.full((3,), 5), state, enc)
+            _, _, other = model.decoder.step(torch.full((3,), 9), state, enc)
+        assert (not torch.allclose(one, other)) == changes, name
+    flow = tiny_model(**SETUPS["bahdanau-conditional"]).decoder.flow
+    assert isinstance(flow, ConditionalBahdanauStep) and flow.rnn.input_size == 8  # E only

@@ -53,6 +53,7 @@ def test_recipes_compose() -> None:
     assert cpu.train.max_minutes == 30 and cpu.precision.value == "auto"
     rows = {  # row: (attention, input feeding, scaled score, normalizer, coverage)
         "bahdanau": ("bahdanau", None, None, "softmax", False),  # no input feeding in its flow
+        "bahdanau_conditional": ("bahdanau", None, None, "softmax", False),
         "luong": ("luong", True, True, "softmax", None),
         "luong_unscaled": ("luong", True, False, "softmax", None),
         "luong_nofeed": ("luong", False, True, "softmax", None),
@@ -72,6 +73,7 @@ def test_recipes_compose() -> None:
         found = tuple(getattr(v, "value", v) for v in found)
         assert (attention.name, *found) == expected, row
         assert (cfg.model.hidden_size, cfg.train.max_steps) == (256, 800)  # one footing for all
+        assert attention.get("conditional", False) == (row == "bahdanau_conditional")
     sweep = OmegaConf.load(REPO / "configs/experiment/attention_comparison.yaml")
     params = sweep.hydra.sweeper.params
     assert params["+compare"].split(",") == list(rows) and params["train.seed"] == "1,2"

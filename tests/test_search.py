@@ -39,6 +39,7 @@ ATTENTIONS = {
     "bahdanau-sparsemax": dict(attention=BahdanauConfig(size=10, normalizer="sparsemax")),
     "local_p": dict(attention=LocalPConfig(size=10, window=2)),
     "bahdanau-coverage": dict(attention=BahdanauConfig(size=10, coverage=True)),
+    "bahdanau-conditional": dict(attention=BahdanauConfig(size=10, conditional=True)),
 }
 A, B = 1.0, 4  # max_len = src_len + 4
 

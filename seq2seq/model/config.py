@@ -28,8 +28,8 @@ class Normalizer(str, Enum):
 @dataclass
 class AttentionConfig:
     """Base of the attention group; ``name`` is the key of ``seq2seq.model.registry.ATTENTIONS``,
-    ``input_feed`` (Luong flow) belongs to the decoder step, and every other field is a keyword
-    argument of that attention class."""
+    ``input_feed`` (Luong flow) and ``conditional`` (Bahdanau's) belong to the decoder step, and
+    every other field is a keyword argument of that attention class."""
 
     name: str = MISSING
     size: int = 512  # hidden size of the score function / projections
@@ -41,6 +41,9 @@ class BahdanauConfig(AttentionConfig):
     """Additive attention; previous decoder state queries, context enters the GRU input."""
 
     name: str = "bahdanau"
+    # Nematus's conditional GRU (Sennrich et al. 2017): a GRU step over the previous word makes
+    # the query, a second one takes the context; without it s_{t-1} queries, as in the paper
+    conditional: bool = False
     # the sum of the earlier steps' weights enters the score (Tu et al. 2016, See et al. 2017);
     # training adds train.coverage_weight x sum_t sum_j min(a_tj, coverage_tj)
     coverage: bool = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -96,10 +97,10 @@ class DecoderStep(nn.Module):
 
     @classmethod
     def build(
-        cls, emb_size: int, hidden_size: int, attention: Attention, input_feed: bool
+        cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any
     ) -> DecoderStep:
-        """The step of a model config; only the Luong flow has an input-feeding choice (the
-        attention config's ``input_feed``)."""
+        """The step of a model config: ``settings`` is the attention config, whose FLOW_KEYS
+        (``input_feed`` of the Luong flow, ``conditional`` of Bahdanau's) are the step's."""
         return cls(emb_size, hidden_size, attention)
 
     def compile_steps(self, compiler: Callable[[Callable], Callable]) -> None:
@@ -159,6 +160,14 @@ class BahdanauStep(DecoderStep):
         super().__init__(emb_size, hidden_size, attention, attention.context_size)
         self.readout = Linear(hidden_size + attention.context_size + emb_size, hidden_size)
 
+    @classmethod
+    def build(
+        cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any
+    ) -> DecoderStep:
+        if getattr(settings, "conditional", False):
+            return ConditionalBahdanauStep(emb_size, hidden_size, attention)
+        return cls(emb_size, hidden_size, attention)
+
     def prepare(self, enc: EncoderOutput) -> EncoderOutput:
         """The context enters the GRU only through W_ih, and W_ih (sum_j a_j h_j) equals
         sum_j a_j (W_ih h_j): attending over the values projected once per batch replaces a
@@ -206,6 +215,42 @@ class BahdanauStep(DecoderStep):
         return readout, DecoderState(hidden, None, _accumulate(coverage, weights)), weights
 
 
+class ConditionalBahdanauStep(BahdanauStep):
+    """Nematus's conditional GRU (Sennrich et al. 2017): the query knows the previous word.
+    s'_t = GRU_1(s_{t-1}, E y_{t-1}) queries; s_t = GRU_2(s'_t, c_t); readout as Bahdanau's."""
+
+    def __init__(self, emb_size: int, hidden_size: int, attention: Attention) -> None:
+        DecoderStep.__init__(self, emb_size, hidden_size, attention, 0)  # self.rnn: GRU_1
+        self.context_rnn = nn.GRU(attention.context_size, hidden_size, batch_first=True)
+        self.readout = Linear(hidden_size + attention.context_size + emb_size, hidden_size)
+
+    def feed_weight(self) -> Tensor:
+        """GRU_2's input weight, which multiplies the context: [3H, C]."""
+        return self.context_rnn.weight_ih_l0
+
+    def _advance(
+        self, gi_t: Tensor, hidden: Tensor, coverage: Tensor | None, enc: EncoderOutput
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """One step from GRU_1's input projection gi_t [B, 3H]: (state, weights, coverage)."""
+        query = self.cell(gi_t, hidden)  # s'_t [B, H]
+        gi_context, weights = self.attention(
+            query, enc.keys, enc.gates, enc.mask, coverage=coverage
+        )  # [B, 3H]: GRU_2's input projection of the context, but its bias
+        rnn = self.context_rnn
+        hidden = gru_cell(gi_context + rnn.bias_ih_l0, query, rnn.weight_hh_l0, rnn.bias_hh_l0)
+        return hidden, weights, _accumulate(coverage, weights)
+
+    def step(
+        self, emb: Tensor, state: DecoderState, enc: EncoderOutput
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
+        gi = self.project_input(emb)  # [B, 3H]
+        hidden, weights, coverage = self._advance(gi, state.hidden, state.coverage, enc)
+        context = torch.bmm(weights, enc.values).squeeze(1)  # [B, C]
+        readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
+        return readout, DecoderState(hidden, None, coverage), weights
+
+
 class LuongStep(DecoderStep):
     """Luong flow: GRU input emb (+ previous attentional vector); s_t queries; tanh(W_c[c; s])."""
 
@@ -218,9 +263,9 @@ class LuongStep(DecoderStep):
 
     @classmethod
     def build(
-        cls, emb_size: int, hidden_size: int, attention: Attention, input_feed: bool
+        cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any
     ) -> LuongStep:
-        return cls(emb_size, hidden_size, attention, input_feed)
+        return cls(emb_size, hidden_size, attention, bool(getattr(settings, "input_feed", False)))
 
     def init_state(self, hidden: Tensor, enc: EncoderOutput) -> DecoderState:
         state = super().init_state(hidden, enc)

@@ -62,11 +62,16 @@ def attention_type(name: str) -> AttentionType:
         raise Seq2SeqError(f"unknown attention {name!r}; choose one of: {valid}") from None
 
 
+# attention config keys that belong to the decoder step (its data flow), not the attention class
+FLOW_KEYS = ("input_feed", "conditional")
+
+
 def build_attention(cfg: Any, query_size: int, memory_size: int) -> Attention:
     """The attention module of an attention config: its name picks the class, the other fields
-    (but ``input_feed``, the decoder step's) are that class's keyword arguments."""
+    (but FLOW_KEYS, the decoder step's) are that class's keyword arguments."""
     settings = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
-    settings.pop("input_feed", None)
+    for key in FLOW_KEYS:
+        settings.pop(key, None)
     kind = attention_type(settings.pop("name"))
     return kind.attention(**settings, query_size=query_size, memory_size=memory_size)
 
@@ -89,6 +94,8 @@ def describe_attention(cfg: Any) -> str:
         parts.append(f"window {window}")
     if value("input_feed") is False:
         parts.append("no input feeding")
+    if value("conditional"):
+        parts.append("conditional GRU")
     if value("coverage"):
         parts.append("coverage")
     if value("normalizer", "softmax") != "softmax":

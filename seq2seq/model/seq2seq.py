@@ -118,8 +118,7 @@ def build_model(cfg: ModelConfig | DictConfig, src_vocab: int, tgt_vocab: int) -
     memory_size = 2 * encoder_size
     attention = build_attention(cfg.attention, cfg.hidden_size, memory_size)
     step = attention_type(cfg.attention.name).step
-    input_feed = getattr(cfg.attention, "input_feed", False)  # Luong flow only
-    flow = step.build(cfg.emb_size, cfg.hidden_size, attention, input_feed)
+    flow = step.build(cfg.emb_size, cfg.hidden_size, attention, cfg.attention)
     encoder = Encoder(src_vocab, cfg.emb_size, encoder_size, cfg.encoder_layers, cfg.dropout)
     decoder = Decoder(tgt_vocab, memory_size, flow, cfg.dropout, cfg.tie_embeddings)
     return Seq2Seq(encoder, decoder)
