@@ -74,3 +74,25 @@ def test_multi30k_split_names(multi30k_dir: Path, tmp_path: Path) -> None:
     cfg.tgt_lang = "fr"
     with pytest.raises(DataError, match="both 'fr'"):
         split_files(cfg, "train")
+
+
+def test_workers_of_a_python_m_command_start_without_warnings(tmp_path: Path) -> None:
+    """Under ``python -m`` the workers' server preloads the command's module, and each worker runs
+    it again: no RuntimeWarning about a module already imported may reach the user."""
+    import subprocess
+    import sys
+
+    (tmp_path / "probe").mkdir()  # a module in a package, as seq2seq.train is
+    (tmp_path / "probe" / "__init__.py").write_text("")
+    (tmp_path / "probe" / "command.py").write_text(
+        "from seq2seq.data.stream import worker_context\n"
+        "if __name__ == '__main__':\n"
+        "    with worker_context().Pool(1) as pool:\n"
+        "        print(pool.apply(abs, (-3,)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "probe.command"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "3", proc.stderr
+    assert "Warning" not in proc.stderr, proc.stderr

@@ -70,7 +70,7 @@ def worker_context() -> BaseContext:
     # The server imports these once; each child forks from it. A child also imports the main
     # module: the installed commands' scripts are light (seq2seq.cli); the module of
     # ``python -m`` is preloaded, or every child would import it, torch included, again.
-    preload = ["seq2seq.data.tokenizer", "seq2seq.data.dataset"]
+    preload = ["seq2seq.data.worker_start", "seq2seq.data.tokenizer", "seq2seq.data.dataset"]
     main = getattr(sys.modules["__main__"].__spec__, "name", None)
     if main and not main.endswith("__main__"):
         preload.append(main)

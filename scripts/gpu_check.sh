@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPU checks in one command, for a machine with a CUDA torch and no network. Here, first:
+#
+#   bash ../shared/gpu/bundle.sh                    # wheels and the Multi30k mirror: .gpu-bundle/
+#   bash scripts/gpu_peer_bundle.sh                 # optional: OpenNMT-py for the side-by-side
+#
+# then, on the GPU machine, from the project root:
+#
+#   bash scripts/gpu_check.sh OUT_DIR               # STEPS="machine tests peer ours recipe"
+#
+# Every step runs under its own time limit (seconds: TESTS_S, PEER_S, OURS_S, RECIPE_S) even when
+# an earlier one failed; each writes its log to OUT_DIR, and the last line says which failed.
+set -uo pipefail
+out=${1:-gpu-check}
+mkdir -p "$out"
+steps=${STEPS:-machine tests peer ours recipe}
+bundle=${BUNDLE:-.gpu-bundle}
+export PYTHONUNBUFFERED=1 SEQ2SEQ_MULTI30K=$bundle/multi30k
+failed=()
+step() { # name seconds command...: one step, its output in $out/name.log
+  local name=$1 limit=$2; shift 2
+  case " $steps " in *" $name "*) ;; *) return 0 ;; esac
+  echo "== $name (at most ${limit}s) $(date -u +%H:%M:%S)"
+  if ! timeout "$limit" bash -c "$*" >"$out/$name.log" 2>&1; then failed+=("$name"); fi
+  tail -n 25 "$out/$name.log"
+}
+
+site=/tmp/seq2seq-site
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" \
+  . "$bundle"/whl/*.whl || { echo "install failed"; exit 2; }
+export PYTHONPATH=$site PATH=$site/bin:$PATH
+# the installed package, not the checkout's seq2seq/ (which lacks seq2seq.configs): no cwd on sys.path
+export PYTHONSAFEPATH=1
+
+step machine 60 'nvidia-smi; python3 -c "import torch, seq2seq; print(torch.__version__, \
+torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.is_bf16_supported())"; lscpu | head -20'
+
+step tests "${TESTS_S:-240}" python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_gpu.py
+
+# OpenNMT-py 3.5.1 on this GPU: the CPU side-by-side's model and batches (../shared/peers/opennmt)
+peer=$bundle/peer
+step peer "${PEER_S:-150}" "
+  set -e; export PYTHONPATH=/tmp/peer-site:$peer/stub
+  python3 -m pip install -q --no-index --no-deps --target /tmp/peer-site $peer/whl/*.whl
+  w=/tmp/peer-work; d=/tmp/peer-data; rm -rf \$w; mkdir -p \$w
+  python3 $peer/prep_data.py $bundle/multi30k \$d >/dev/null
+  python3 $peer/yaml_set.py $peer/config.yaml \$w/train.yaml save_data=\$w/run \
+    src_vocab=\$w/vocab.de tgt_vocab=\$w/vocab.en save_model=\$w/model \
+    data.corpus_1.path_src=\$d/pieces/train.de data.corpus_1.path_tgt=\$d/pieces/train.en \
+    data.valid.path_src=\$d/pieces/val.de data.valid.path_tgt=\$d/pieces/val.en \
+    train_steps=300 save_checkpoint_steps=300 'gpu_ranks=[0]'
+  python3 -m onmt.bin.build_vocab -config \$w/train.yaml -n_sample -1 >\$w/vocab.out 2>&1
+  python3 $peer/timev.py \$w/train.time python3 -m onmt.bin.train -config \$w/train.yaml \
+    >\$w/train.out 2>&1 || { tail -30 \$w/train.out; exit 1; }
+  export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
+  for spec in beam5:5 greedy:1; do
+    name=\${spec%%:*}; beam=\${spec##*:}
+    python3 $peer/timev.py \$w/decode_\$name.time python3 -m onmt.bin.translate \
+      -model \$w/model_step_300.pt -src \$d/pieces/test_2016_flickr.de \
+      -output \$w/hyp_\$name.test -beam_size \$beam -batch_size 64 -batch_type sents \
+      -max_length 250 -max_length_ratio 1.5 -length_penalty wu -alpha 1.0 -report_time -gpu 0 \
+      >\$w/decode_\$name.out 2>&1 || { tail -30 \$w/decode_\$name.out; exit 1; }
+    python3 -c \"import sentencepiece as s; p = s.SentencePieceProcessor(model_file='\$d/spm/en.model')
+open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for l in open('\$w/hyp_\$name.test'))\"
+  done
+  python3 $peer/summarize.py \$w \$d"
+
+# ours, the same shape and budget, then the benchmark of that run and of the reference model
+step ours "${OURS_S:-240}" "
+  set -e
+  python3 -m seq2seq.train model.emb_size=256 model.encoder_size=256 model/attention=luong \
+    model.attention.score=concat train.max_steps=300 train.batch_tokens=1100 \
+    train.label_smoothing=0 device=cuda precision=fp32 log.progress=false \
+    data.source=$bundle/multi30k hydra.run.dir=/tmp/peer300 | tail -5
+  python3 scripts/benchmark.py --data-source $bundle/multi30k --device cuda \
+    --model peer,reference --attention bahdanau --batch peer --precision fp32,bf16 \
+    --run-dir /tmp/peer300 --repeats 3"
+
+# the best German->English recipe, for the time given (validated at the end)
+step recipe "${RECIPE_S:-300}" "
+  python3 -m seq2seq.train experiment=multi30k_de_en device=cuda log.progress=false \
+    data.source=$bundle/multi30k hydra.run.dir=/tmp/recipe \
+    train.max_minutes=${RECIPE_MINUTES:-3} && cp /tmp/recipe/train.log $out/recipe_train.log"
+
+echo "failed: ${failed[*]:-none}"
+[ ${#failed[@]} -eq 0 ]
