@@ -59,7 +59,7 @@ class Run:
     direction: str
     seed: int
     measures: dict[str, float]  # of the beam-5 test decoding (see ``measures``)
-    penalised: dict[str, float] | None  # the same with the coverage penalty
+    penalised: dict[str, float] | None  # the same with the coverage penalty (its β: "beta")
     curve: dict[int, float]  # validation BLEU by update
     tokens_per_second: float
     parameters: int
@@ -221,7 +221,7 @@ def read_run(folder: Path, penalty: float, sentence: int) -> Run:
         direction=f"{cfg.data.src_lang}→{cfg.data.tgt_lang}",
         seed=int(cfg.train.seed),
         measures=measures(test),
-        penalised=measures(evaluated(folder, penalty)) if penalty else None,
+        penalised={**measures(evaluated(folder, penalty)), "beta": penalty} if penalty else None,
         curve=validation_curve(folder),
         entropy_curve=validation_curve(folder, "valid/attention_entropy"),
         tokens_per_second=training_speed(folder),
@@ -345,8 +345,8 @@ def table(runs: Sequence[Run]) -> str:
     return "\n".join(lines)
 
 
-def coverage_table(runs: Sequence[Run], penalty: float) -> str:
-    """Each row without and with the coverage penalty in beam search."""
+def coverage_table(runs: Sequence[Run]) -> str:
+    """Each row without and with the coverage penalty in beam search (each β its records hold)."""
     head = [
         "direction",
         "row",
@@ -357,12 +357,12 @@ def coverage_table(runs: Sequence[Run], penalty: float) -> str:
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (direction, row), group in sorted(groups(runs).items()):
-        if any(r.penalised is None for r in group):
+        penalised = [r.penalised for r in group if r.penalised is not None]
+        if len(penalised) < len(group):
             continue
-        for beta, results in (
-            (0.0, [r.measures for r in group]),
-            (penalty, [r.penalised for r in group]),
-        ):
+        betas = sorted({p["beta"] for p in penalised})
+        by_beta = [(b, [p for p in penalised if p["beta"] == b]) for b in betas]
+        for beta, results in [(0.0, [r.measures for r in group]), *by_beta]:
             cells = [direction, row, f"{beta:g}", mean_spread([x["bleu"] for x in results])]
             cells += [
                 mean_spread([x["repeats"] for x in results]),
@@ -450,8 +450,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(table(runs))
     print("\nAttention entropy on the validation set (nats) by update:\n")
     print(entropy_table(runs))
-    print(f"\nCoverage penalty in beam search (β = {args.coverage_penalty:g}):\n")
-    print(coverage_table(runs, args.coverage_penalty))
+    print("\nCoverage penalty in beam search:\n")
+    print(coverage_table(runs))
     print(f"\nSummarised on: {'; '.join(sorted({r.cpu for r in runs}))}")
     if args.pictures:
         args.pictures.mkdir(parents=True, exist_ok=True)

@@ -62,10 +62,12 @@ for _name, _kind in REGISTRY.items():
     ATTENTIONS[_name] = _kind.config
     if _kind.config is LuongConfig:
         ATTENTIONS["luong-nofeed"] = partial(LuongConfig, input_feed=False)
-MEASURED_BY_DEFAULT = tuple(ATTENTIONS)
-# the attention comparison's other rows (configs/compare/), measured when named
+# measured unless --attention names others: the global attentions of the three families
+MEASURED_BY_DEFAULT = ("bahdanau", "luong", "luong-nofeed", "multihead")
+# the attention comparison's other rows (configs/compare/; local_m and local_p above), when named
 ATTENTIONS.update(
     {
+        "bahdanau-conditional": partial(BahdanauConfig, conditional=True),
         "luong-unscaled": partial(LuongConfig, scale=False),
         "luong-concat": partial(LuongConfig, score="concat"),
         "sparsemax": partial(BahdanauConfig, normalizer="sparsemax"),
