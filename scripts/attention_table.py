@@ -39,6 +39,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -414,13 +415,16 @@ def picture_curves(runs: Sequence[Run], path: Path) -> None:
 
 
 def picture_heatmaps(runs: Sequence[Run], path: Path) -> None:
-    """Every row's attention on the same test sentence (its lowest seed), in one picture."""
+    """Every row's attention on the same test sentence (its lowest seed), in one picture, and
+    each alone beside it (``attention_<row>.<src>-<tgt>.png``, for the docs' sections)."""
     chosen = {}
     for (direction, row), group in sorted(groups(runs).items()):
         run = min(group, key=lambda r: r.seed)
         h = run.heatmap
         title = f"{direction} {row} (seed {run.seed}, test sentence {h['sentence']})"
         chosen[title] = attention_figure(np.asarray(h["weights"]), h["source"], h["target"], title)
+        pair = direction.replace("→", "-")
+        imsave(path.with_name(f"attention_{row}.{pair}.png"), chosen[title])
     columns = min(3, len(chosen))
     rows = -(-len(chosen) // columns)
     fig = Figure(figsize=(6 * columns, 5 * rows), dpi=100)

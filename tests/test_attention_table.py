@@ -94,7 +94,7 @@ def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path
     for copy in sweep.iterdir():
         assert (copy / "eval" / "test_2016_flickr.best.beam5.json").is_file()
         assert (copy / "eval" / "test_2016_flickr.best.beam5.cp0.5.json").is_file()
-    for name in ("attention_curves.png", "attention_heatmaps.png"):
+    for name in ("attention_curves.png", "attention_heatmaps.png", "attention_other.de-en.png"):
         assert (tmp_path / name).stat().st_size > 1000
     assert len(record.read_text().splitlines()) == 3
     again = subprocess.run(

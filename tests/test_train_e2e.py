@@ -35,7 +35,6 @@ ATTENTIONS = [
     ["model/attention=luong", "model.attention.score=dot"],
     ["model/attention=luong", "model.attention.score=general"],
     ["model/attention=luong", "model.attention.score=concat", "model.attention.input_feed=false"],
-    ["model/attention=luong", "model.attention.score=scaled_dot"],
     ["model/attention=multihead", f"model.attention.heads={HEADS}"],
 ]
 BAHDANAU = ATTENTIONS[0]  # also the default: the resume test reuses its run
