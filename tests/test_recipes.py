@@ -64,6 +64,7 @@ def test_recipes_compose() -> None:
         "sparsemax": ("bahdanau", None, None, "sparsemax", False),
         "entmax15": ("bahdanau", None, None, "entmax15", False),
         "coverage": ("bahdanau", None, None, "softmax", True),
+        "coverage_score": ("bahdanau", None, None, "softmax", True),
     }
     for row, expected in rows.items():
         cfg = composed("experiment=attention_comparison", f"+compare={row}")
@@ -74,6 +75,7 @@ def test_recipes_compose() -> None:
         assert (attention.name, *found) == expected, row
         assert (cfg.model.hidden_size, cfg.train.max_steps) == (256, 800)  # one footing for all
         assert attention.get("conditional", False) == (row == "bahdanau_conditional")
+        assert cfg.train.coverage_weight == (0.0 if row == "coverage_score" else 1.0)
     sweep = OmegaConf.load(REPO / "configs/experiment/attention_comparison.yaml")
     params = sweep.hydra.sweeper.params
     assert params["+compare"].split(",") == list(rows) and params["train.seed"] == "1,2"
