@@ -75,7 +75,7 @@ def test_recipes_compose() -> None:
         assert (attention.name, *found) == expected, row
         assert (cfg.model.hidden_size, cfg.train.max_steps) == (256, 800)  # one footing for all
         assert attention.get("conditional", False) == (row == "bahdanau_conditional")
-        assert cfg.train.coverage_weight == (0.0 if row == "coverage_score" else 1.0)
+        assert cfg.train.coverage_weight == (1.0 if row == "coverage" else 0.0)
     sweep = OmegaConf.load(REPO / "configs/experiment/attention_comparison.yaml")
     params = sweep.hydra.sweeper.params
     assert params["+compare"].split(",") == list(rows) and params["train.seed"] == "1,2"
