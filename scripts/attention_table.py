@@ -138,16 +138,18 @@ def aligned(folder: Path, cfg: Any) -> dict[str, float] | None:
     return found
 
 
-def validation_curve(folder: Path, tag: str = "valid/bleu") -> dict[int, float]:
-    """A validation scalar by update, from the run's TensorBoard events (a resume's later file
-    wins)."""
-    curve: dict[int, float] = {}
+def validation_curves(folder: Path, *tags: str) -> list[dict[int, float]]:
+    """Validation scalars by update, one curve per tag, from one read of the run's TensorBoard
+    events (a resume's later file wins)."""
+    curves: list[dict[int, float]] = [{} for _ in tags]
     for events in sorted((folder / TENSORBOARD_DIR).glob("events.out.tfevents.*")):
         acc = EventAccumulator(str(events), {"scalars": 0})
         acc.Reload()
-        if tag in acc.Tags()["scalars"]:
-            curve.update({e.step: e.value for e in acc.Scalars(tag)})
-    return dict(sorted(curve.items()))
+        found = acc.Tags()["scalars"]
+        for tag, curve in zip(tags, curves, strict=True):
+            if tag in found:
+                curve.update({e.step: e.value for e in acc.Scalars(tag)})
+    return [dict(sorted(curve.items())) for curve in curves]
 
 
 def training_speed(folder: Path) -> float:
@@ -216,6 +218,7 @@ def read_run(folder: Path, penalty: float, sentence: int) -> Run:
     state = load_checkpoint(folder / BEST)
     unique = {t.data_ptr(): t.numel() for t in state["model"].values()}  # tied weights once
     record = records(test)[sentence]
+    bleu_curve, entropy_curve = validation_curves(folder, "valid/bleu", "valid/attention_entropy")
     return Run(
         folder=str(folder),
         row=row_name(folder, cfg),
@@ -223,8 +226,8 @@ def read_run(folder: Path, penalty: float, sentence: int) -> Run:
         seed=int(cfg.train.seed),
         measures=measures(test),
         penalised={**measures(evaluated(folder, penalty)), "beta": penalty} if penalty else None,
-        curve=validation_curve(folder),
-        entropy_curve=validation_curve(folder, "valid/attention_entropy"),
+        curve=bleu_curve,
+        entropy_curve=entropy_curve,
         tokens_per_second=training_speed(folder),
         parameters=sum(unique.values()),
         aer=aligned(folder, cfg),
