@@ -1,6 +1,6 @@
 """The house rules that keep the code readable: the model does not know the app, the library's
-folders import downward only, one list of attention variants, and no file, function or class past
-its size limit."""
+folders import downward only, one list of attention variants, no file, function or class past
+its size limit, and tests that share helpers through helper modules, not through each other."""
 
 from __future__ import annotations
 
@@ -96,3 +96,18 @@ def test_no_file_function_or_class_over_the_house_limits() -> None:
                     f"{name}:{node.lineno}: {kind} {node.name} of {lines} lines (at most {limit})"
                 )
     assert not over, "over the house limits:\n" + "\n".join(over)
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in conftest.py or a helpers module: importing a test module from
+    another runs its module-level set-up twice and ties unrelated tests together."""
+    tests = Path(__file__).resolve().parent
+    wrong = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in getattr(node, "names", [])] * isinstance(
+                node, ast.Import
+            )
+            wrong += [f"{path.name} imports {n}" for n in names if n.startswith("test_")]
+    assert not wrong, wrong

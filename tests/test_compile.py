@@ -10,8 +10,7 @@ import copy
 
 import pytest
 import torch
-from test_decoder import SETUPS, Batch, loss_of, tiny_model
-from test_search import assert_same
+from model_helpers import SETUPS, Batch, assert_same, loss_of, tiny_model
 from torch._dynamo.utils import counters
 
 from seq2seq.config import DecodeConfig

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_recipes import composed, run
+from run_helpers import composed, run
 
 from seq2seq.storage.manifest import damage
 

@@ -5,69 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
+from model_helpers import SETUPS, Batch, loss_of, tiny_model
 
-from seq2seq.model import Seq2Seq, build_model
-from seq2seq.model.config import (
-    BahdanauConfig,
-    LocalMConfig,
-    LocalPConfig,
-    LuongConfig,
-    ModelConfig,
-    MultiHeadConfig,
-)
 from seq2seq.model.decoder import BahdanauStep, ConditionalBahdanauStep, LuongStep
-
-SRC_VOCAB, TGT_VOCAB = 20, 25
-
-SETUPS = {
-    "bahdanau": dict(attention=BahdanauConfig(size=10)),
-    "luong-feed": dict(attention=LuongConfig(size=10, input_feed=True)),
-    "luong-nofeed": dict(attention=LuongConfig(size=10, input_feed=False)),
-    "luong-concat": dict(attention=LuongConfig(size=10, score="concat")),
-    "multihead": dict(attention=MultiHeadConfig(size=8, heads=2)),
-    "multihead-nofeed": dict(attention=MultiHeadConfig(size=8, heads=2, input_feed=False)),
-    "local_m": dict(attention=LocalMConfig(size=10, window=2)),
-    "local_p": dict(attention=LocalPConfig(size=10, window=2)),
-    "local_p-nofeed": dict(attention=LocalPConfig(size=10, window=2, input_feed=False)),
-    "bahdanau-coverage": dict(attention=BahdanauConfig(size=10, coverage=True)),
-    "bahdanau-conditional": dict(attention=BahdanauConfig(size=10, conditional=True)),
-    "conditional-coverage": dict(
-        attention=BahdanauConfig(size=10, conditional=True, coverage=True)
-    ),
-    "bahdanau-sparsemax": dict(attention=BahdanauConfig(size=10, normalizer="sparsemax")),
-    "luong-entmax15": dict(attention=LuongConfig(size=10, normalizer="entmax15")),
-    "bahdanau-tied": dict(attention=BahdanauConfig(size=10), tie_embeddings=True),
-    "luong-tied": dict(attention=LuongConfig(size=10), tie_embeddings=True),
-}
-
-
-def tiny_model(dropout: float = 0.0, **settings) -> Seq2Seq:
-    torch.manual_seed(0)
-    cfg = ModelConfig(emb_size=8, hidden_size=12, dropout=dropout, **settings)
-    return build_model(OmegaConf.structured(cfg), SRC_VOCAB, TGT_VOCAB).eval()
-
-
-class Batch:
-    """Hand-built stand-in for seq2seq.data.batching.Batch (same field names)."""
-
-    def __init__(self, seed: int = 0) -> None:
-        gen = torch.Generator().manual_seed(seed)
-        self.src_lengths = torch.tensor([6, 3, 5])
-        self.src = torch.randint(4, SRC_VOCAB, (3, 6), generator=gen)
-        self.src[torch.arange(6) >= self.src_lengths[:, None]] = 0
-        tgt_lengths = torch.tensor([4, 7, 2])
-        self.tgt_out = torch.randint(4, TGT_VOCAB, (3, 7), generator=gen)
-        self.tgt_out[torch.arange(7) >= tgt_lengths[:, None]] = 0
-        self.tgt_in = torch.cat([torch.full((3, 1), 2), self.tgt_out[:, :-1]], 1)
-        self.tgt_in[self.tgt_out == 0] = 0
-        self.ids = torch.arange(3)
-        self.ntokens = int(tgt_lengths.sum())
-
-
-def loss_of(model: Seq2Seq, batch: Batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(smoothed loss sum, NLL sum) from the model's forward, as the training step calls it."""
-    return model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, smoothing)
 
 
 @pytest.mark.parametrize("name", SETUPS)

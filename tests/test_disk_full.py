@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_train_e2e import TRAIN_TIMEOUT, finish
+from run_helpers import TRAIN_TIMEOUT, finish
 
 from seq2seq.runtime.checkpoint import load_checkpoint
 

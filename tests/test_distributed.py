@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 from distributed_step import TGT_LENGTHS, batch_of, update
-from test_engine import assert_same_update
-from test_train_e2e import TRAIN_TIMEOUT, finish, scalars
+from model_helpers import assert_same_update
+from run_helpers import TRAIN_TIMEOUT, finish, scalars
 
 from seq2seq.data.batching import plan_updates, shard
 from seq2seq.data.corpus import read_parallel

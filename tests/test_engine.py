@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from distributed_step import TGT_LENGTHS, batch_of, update
+from model_helpers import assert_same_update
 
 from seq2seq.config import Precision
 from seq2seq.errors import Seq2SeqError
@@ -90,13 +91,6 @@ def test_process_group_calls_are_no_ops_for_one_process() -> None:
     assert engine.max_over_ranks(7) == 7 and engine.sum_over_ranks([1.5, 2]) == [1.5, 2]
     assert engine.from_main(lambda: 42) == 42
     engine.barrier()
-
-
-def assert_same_update(a: dict, b: dict) -> None:
-    """Gradients (after clipping) and parameters (after Adam) agree to float rounding."""
-    for kind, tolerance in (("grads", 1e-6), ("params", 1e-6)):
-        for name, value in a[kind].items():
-            torch.testing.assert_close(value, b[kind][name], atol=tolerance, rtol=1e-4, msg=name)
 
 
 def test_accumulated_update_equals_the_whole_batch() -> None:

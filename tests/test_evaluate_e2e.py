@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from run_helpers import events
 
 from seq2seq.config import EvaluateConfig
 from seq2seq.decoding.alignment import pharaoh
@@ -38,12 +38,6 @@ def sacrebleu_cli(reference: str, hypotheses: str) -> list[float]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-def events(run_dir: Path) -> EventAccumulator:
-    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"images": 0})
-    acc.Reload()
-    return acc
 
 
 @pytest.mark.slow

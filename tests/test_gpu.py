@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_train_e2e import TRAIN_TIMEOUT, scalars
+from run_helpers import TRAIN_TIMEOUT, scalars
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel

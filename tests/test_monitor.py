@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
-import json
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -21,10 +14,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from PIL import Image
-from tensorboard.backend.event_processing.event_accumulator import (
-    STORE_EVERYTHING_SIZE_GUIDANCE,
-    EventAccumulator,
-)
+from run_helpers import events, poll, request, tensorboard_server
 
 from seq2seq.config import Config, Multi30kConfig, TokenizerConfig
 from seq2seq.data.stream import from_lists
@@ -41,7 +31,6 @@ from seq2seq.vocab import EOS
 STEPS = (100, 200)
 BLEU = {"0_bahdanau": 21.5, "1_multihead": 24.0}  # best validation BLEU of each run
 TEST_BLEU = 19.25  # logged into run 0 afterwards, as evaluation would
-SERVER_TIMEOUT = 40.0  # seconds for TensorBoard to start and load the runs
 
 
 def normalised(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -225,13 +214,8 @@ def multirun(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return parent
 
 
-def accumulate(run_dir: Path) -> EventAccumulator:
-    events = EventAccumulator(str(run_dir / TENSORBOARD_DIR), STORE_EVERYTHING_SIZE_GUIDANCE)
-    return events.Reload()
-
-
 def test_event_accumulator_reads_images_text_scalars_and_hparams(multirun: Path) -> None:
-    single, multi = accumulate(multirun / "0_bahdanau"), accumulate(multirun / "1_multihead")
+    single, multi = events(multirun / "0_bahdanau"), events(multirun / "1_multihead")
     assert set(single.Tags()["images"]) == {"attention/val_0", "attention/val_1"}
     assert set(multi.Tags()["images"]) == {
         f"attention/val_{i}{head}" for i in range(2) for head in ("", "/head_0", "/head_1")
@@ -269,42 +253,8 @@ def test_purge_step_hides_what_an_interrupted_run_logged_after_its_checkpoint(
             monitor.scalars(step, {"train/loss": float(step)})
     with Monitor(tmp_path, purge_step=20) as resumed:
         resumed.scalars(20, {"train/loss": -20.0})
-    values = [(e.step, e.value) for e in accumulate(tmp_path).Scalars("train/loss")]
+    values = [(e.step, e.value) for e in events(tmp_path).Scalars("train/loss")]
     assert values == [(10, 10.0), (20, -20.0)]
-
-
-@contextlib.contextmanager
-def tensorboard_server(logdir: Path, output: Path) -> Iterator[str]:
-    """The real TensorBoard server over `logdir` on 127.0.0.1: its URL, and stopped afterwards.
-
-    Shared with the end-to-end tests of a smoke run; `output` receives the server's stderr.
-    """
-    command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir)]
-    with open(output, "wb") as stderr:
-        server = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", "0"],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,  # its own process group: the data server child goes too
-        )
-    try:
-        deadline = time.monotonic() + SERVER_TIMEOUT
-        url = None
-        while url is None:
-            text = output.read_text(errors="replace")
-            found = [w for w in text.split() if w.startswith("http://127.0.0.1:")]
-            url = found[0].rstrip("/") if found else None
-            if url is None and (server.poll() is not None or time.monotonic() > deadline):
-                pytest.fail(f"TensorBoard did not start; its output:\n{text}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -313,28 +263,6 @@ def tensorboard_url(multirun: Path, tmp_path_factory: pytest.TempPathFactory) ->
     output = tmp_path_factory.mktemp("tensorboard_server") / "stderr.txt"
     with tensorboard_server(multirun, output) as url:
         yield url
-
-
-_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
-
-
-def request(url: str, body: dict | None = None):
-    data = None if body is None else json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    with _LOCAL.open(urllib.request.Request(url, data, headers), timeout=10) as response:
-        return json.loads(response.read())
-
-
-def poll(url: str, ready, body: dict | None = None):
-    """`url`'s JSON once `ready(json)` holds; TensorBoard loads runs in the background."""
-    deadline = time.monotonic() + SERVER_TIMEOUT
-    while True:
-        answer = request(url, body)
-        if ready(answer):
-            return answer
-        if time.monotonic() > deadline:
-            pytest.fail(f"{url} never became ready; last answer: {answer}")
-        time.sleep(0.3)
 
 
 RUN0, RUN1 = f"0_bahdanau/{TENSORBOARD_DIR}", f"1_multihead/{TENSORBOARD_DIR}"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 from hydra import compose, initialize_config_module
+from model_helpers import ATTENTIONS, peaky_model, settings, sources
 from omegaconf import OmegaConf
-from test_search import ATTENTIONS, peaky_model, settings, sources
 from torch.ao.nn.quantized import dynamic as nnqd
 
 from seq2seq.config import Precision

@@ -13,35 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
-from test_train_e2e import TRAIN_TIMEOUT, finish, scalars
+from run_helpers import REPO, composed, run, scalars
 from torch.utils.tensorboard import SummaryWriter
 
 from seq2seq.config_rules import upgrade_config, upgrade_saved_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint
 from seq2seq.storage.rundir import KEPT_DIR, kept_checkpoint
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def run(module: str, *args: str) -> str:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", f"seq2seq.{module}", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO,
-    )
-    out = finish(proc, TRAIN_TIMEOUT)
-    assert proc.returncode == 0, out
-    return out
-
-
-def composed(*overrides: str):
-    with initialize_config_module("seq2seq.configs", version_base=None):
-        return compose("config", overrides=list(overrides))
 
 
 def test_recipes_compose() -> None:

@@ -15,7 +15,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_train_e2e import TRAIN_TIMEOUT, finish
+from run_helpers import TRAIN_TIMEOUT, finish
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
-from test_recipes import composed, run
-from test_train_e2e import scalars
+from run_helpers import composed, run, scalars
 
 from seq2seq.config import ScheduleName, SchedulerConfig
 from seq2seq.config_rules import check_config

@@ -7,13 +7,12 @@ import math
 import pytest
 import reference_search
 import torch
-from omegaconf import OmegaConf
+from model_helpers import ATTENTIONS, A, B, assert_same, peaky_model, settings, sources
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.inference import load_run
 from seq2seq.decoding.search import (
-    Hypothesis,
     beam_search,
     decode,
     decode_sources,
@@ -21,67 +20,8 @@ from seq2seq.decoding.search import (
     length_penalty,
     max_lengths,
 )
-from seq2seq.model import Seq2Seq, build_model
-from seq2seq.model.config import (
-    BahdanauConfig,
-    LocalPConfig,
-    LuongConfig,
-    ModelConfig,
-    MultiHeadConfig,
-)
+from seq2seq.model import Seq2Seq
 from seq2seq.vocab import BOS, EOS
-
-ATTENTIONS = {
-    "bahdanau": dict(attention=BahdanauConfig(size=10)),
-    "luong": dict(attention=LuongConfig(size=10)),
-    "luong-nofeed": dict(attention=LuongConfig(size=10, score="dot", input_feed=False)),
-    "multihead": dict(attention=MultiHeadConfig(size=8, heads=2)),
-    "bahdanau-sparsemax": dict(attention=BahdanauConfig(size=10, normalizer="sparsemax")),
-    "local_p": dict(attention=LocalPConfig(size=10, window=2)),
-    "bahdanau-coverage": dict(attention=BahdanauConfig(size=10, coverage=True)),
-    "bahdanau-conditional": dict(attention=BahdanauConfig(size=10, conditional=True)),
-}
-A, B = 1.0, 4  # max_len = src_len + 4
-
-
-def settings(
-    beam_size: int = 1,
-    alpha: float = 0.6,
-    nbest: int = 1,
-    a: float = A,
-    b: int = B,
-    coverage_penalty: float = 0.0,
-) -> DecodeConfig:
-    """The search settings of a call: ``beam_size`` beams, the ``nbest`` best, max_len a * S + b,
-    Wu et al.'s coverage penalty of that beta."""
-    return DecodeConfig(
-        beam_size=beam_size,
-        alpha=alpha,
-        nbest=nbest,
-        max_len_a=a,
-        max_len_b=b,
-        coverage_penalty=coverage_penalty,
-    )
-
-
-def peaky_model(name: str) -> Seq2Seq:
-    """An untrained model with weights scaled up, so outputs are varied and not all empty."""
-    torch.manual_seed(0)
-    cfg = ModelConfig(emb_size=16, hidden_size=16, dropout=0.0, **ATTENTIONS[name])
-    model = build_model(OmegaConf.structured(cfg), 20, 25).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            param.mul_(3)
-    return model
-
-
-def sources() -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(1)
-    lengths = torch.tensor([6, 3, 5, 1, 4])
-    src = torch.randint(4, 20, (5, 6), generator=gen)
-    src[torch.arange(6) >= lengths[:, None]] = 0
-    src[torch.arange(5), lengths - 1] = 3  # EOS
-    return src, lengths
 
 
 def forced_log_prob(model: Seq2Seq, src: torch.Tensor, tokens: list[int]) -> float:
@@ -92,16 +32,6 @@ def forced_log_prob(model: Seq2Seq, src: torch.Tensor, tokens: list[int]) -> flo
         features, _ = model.features(src[None], torch.tensor([len(src)]), tgt_in[None])
         log_probs = torch.log_softmax(model.decoder.output_layer(features[0]), -1)  # [T, V]
     return float(log_probs.gather(1, target[:, None]).sum())
-
-
-def assert_same(a: Hypothesis, b: Hypothesis, exact: bool = False) -> None:
-    assert a.tokens == b.tokens
-    if exact:
-        assert a.score == b.score and torch.equal(a.attention, b.attention)
-    else:
-        assert a.score == pytest.approx(b.score, abs=1e-4)
-        torch.testing.assert_close(a.attention, b.attention)
-    assert (a.head_attention is None) == (b.head_attention is None)
 
 
 @pytest.mark.parametrize("name", ATTENTIONS)

@@ -19,11 +19,7 @@ import pytest
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from PIL import Image
-from tensorboard.backend.event_processing.event_accumulator import (
-    STORE_EVERYTHING_SIZE_GUIDANCE,
-    EventAccumulator,
-)
-from test_monitor import poll, request, tensorboard_server
+from run_helpers import TRAIN_TIMEOUT, events, finish, poll, request, scalars, tensorboard_server
 
 from seq2seq.data.corpus import read_parallel
 from seq2seq.storage.rundir import TENSORBOARD_DIR
@@ -39,9 +35,6 @@ ATTENTIONS = [
 ]
 BAHDANAU = ATTENTIONS[0]  # also the default: the resume test reuses its run
 SAMPLES = 2  # log.attention_samples of experiment=smoke
-# A guard against a hung run: a smoke run takes 1-2 minutes on two idle cores, but several
-# times that on a machine shared with other jobs.
-TRAIN_TIMEOUT = 1200
 TRAIN_SCALARS = {"train/loss", "train/lr", "train/tokens_per_s", "train/grad_norm"}
 VALID_SCALARS = {
     f"valid/{name}"
@@ -69,27 +62,6 @@ def train(run_dir: Path, *overrides: str, wait: bool = True) -> subprocess.Popen
     out = finish(proc, TRAIN_TIMEOUT)
     assert proc.returncode == 0, out
     return out
-
-
-def finish(proc: subprocess.Popen, timeout: float) -> str:
-    """The output of `proc` once it exits; killed (and the test failed) if it takes too long."""
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        pytest.fail(f"{proc.args} did not finish in {timeout} s; its output:\n{out}")
-    return out
-
-
-def events(run_dir: Path) -> EventAccumulator:
-    """Everything TensorBoard's own reader finds in a run folder's events."""
-    acc = EventAccumulator(str(run_dir / TENSORBOARD_DIR), STORE_EVERYTHING_SIZE_GUIDANCE)
-    return acc.Reload()
-
-
-def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    return [(e.step, e.value) for e in events(run_dir).Scalars(tag)]
 
 
 def _name(overrides: list[str]) -> str:

@@ -1,0 +1,131 @@
+"""What the end-to-end tests share: running a command as a user would, with a time limit; what
+its run folder's TensorBoard events hold; a real TensorBoard server over a folder."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from tensorboard.backend.event_processing.event_accumulator import (
+    STORE_EVERYTHING_SIZE_GUIDANCE,
+    EventAccumulator,
+)
+
+from seq2seq.storage.rundir import TENSORBOARD_DIR
+
+# A guard against a hung run: a smoke run takes 1-2 minutes on two idle cores, but several
+# times that on a machine shared with other jobs.
+TRAIN_TIMEOUT = 1200
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> str:
+    """The output of `proc` once it exits; killed (and the test failed) if it takes too long."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"{proc.args} did not finish in {timeout} s; its output:\n{out}")
+    return out
+
+
+def events(run_dir: Path) -> EventAccumulator:
+    """Everything TensorBoard's own reader finds in a run folder's events."""
+    acc = EventAccumulator(str(run_dir / TENSORBOARD_DIR), STORE_EVERYTHING_SIZE_GUIDANCE)
+    return acc.Reload()
+
+
+def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of one scalar tag of a run folder."""
+    return [(e.step, e.value) for e in events(run_dir).Scalars(tag)]
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(module: str, *args: str) -> str:
+    """The output of `python -m seq2seq.<module> args` from the repository root; it must succeed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", f"seq2seq.{module}", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+    )
+    out = finish(proc, TRAIN_TIMEOUT)
+    assert proc.returncode == 0, out
+    return out
+
+
+def composed(*overrides: str):
+    """The config the commands would get with these Hydra overrides (compose API)."""
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        return compose("config", overrides=list(overrides))
+
+
+SERVER_TIMEOUT = 40.0  # seconds for TensorBoard to start and load the runs
+
+
+@contextlib.contextmanager
+def tensorboard_server(logdir: Path, output: Path) -> Iterator[str]:
+    """The real TensorBoard server over `logdir` on 127.0.0.1: its URL, and stopped afterwards;
+    `output` receives the server's stderr."""
+    command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir)]
+    with open(output, "wb") as stderr:
+        server = subprocess.Popen(
+            [*command, "--host", "127.0.0.1", "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,  # its own process group: the data server child goes too
+        )
+    try:
+        deadline = time.monotonic() + SERVER_TIMEOUT
+        url = None
+        while url is None:
+            text = output.read_text(errors="replace")
+            found = [w for w in text.split() if w.startswith("http://127.0.0.1:")]
+            url = found[0].rstrip("/") if found else None
+            if url is None and (server.poll() is not None or time.monotonic() > deadline):
+                pytest.fail(f"TensorBoard did not start; its output:\n{text}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+
+
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
+
+
+def request(url: str, body: dict | None = None):
+    """The JSON answer of a GET (or, with a body, a POST) to a local server."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    with _LOCAL.open(urllib.request.Request(url, data, headers), timeout=10) as response:
+        return json.loads(response.read())
+
+
+def poll(url: str, ready, body: dict | None = None):
+    """`url`'s JSON once `ready(json)` holds; TensorBoard loads runs in the background."""
+    deadline = time.monotonic() + SERVER_TIMEOUT
+    while True:
+        answer = request(url, body)
+        if ready(answer):
+            return answer
+        if time.monotonic() > deadline:
+            pytest.fail(f"{url} never became ready; last answer: {answer}")
+        time.sleep(0.3)
