@@ -6,18 +6,20 @@ hydra.sweep.dir=runs/compare/de_en`` (and ``experiment=attention_comparison_en_f
     python scripts/attention_table.py runs/compare/de_en runs/compare/en_fr \
         --record docs/attention_comparison.jsonl --pictures docs
 
-``--record`` keeps one summary per run (direction, row, seed) in a file that is committed, so a
-comparison trained over several sessions or machines makes one table; the table and pictures are
-made from every record in it.
+``--docs docs/attention.md docs/attention.zh.md`` writes the tables into those pages, between
+their ``<!-- attention_table:NAME -->`` marks. ``--record`` keeps one summary per run (direction,
+row, seed) in a file that is committed, so a comparison trained over several sessions or machines
+makes one table; the table and pictures are made from every record in it.
 
 Every run folder under the arguments is evaluated on its test split where it has no result yet
 (``seq2seq-evaluate``, beam 5; with ``--coverage-penalty B`` also with that penalty), and runs
 trained with gold links (``log.alignment_gold``) are aligned against them (``seq2seq-align``).
 Runs of one comparison row (``+compare=<row>``) and direction form one line: the mean and spread
 over their seeds of test BLEU and chrF, validation BLEU over updates, AER, attention entropy,
-repeated bigrams, unattended source words, training and decoding speed, and parameters. A row
-whose BLEU is within the seeds' spread of the best row's is marked so. ``--pictures`` writes the
-validation curves and the heatmaps of every row on the same test sentence.
+repeated bigrams, unattended source words, training speed (of the runs with the most threads)
+and decoding speed, and parameters. A row whose BLEU is within the seeds' spread of the best
+row's is marked so. ``--pictures`` writes the validation curves and the heatmaps of every row on
+the same test sentence.
 """
 
 from __future__ import annotations
@@ -36,15 +38,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib import colormaps
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.image import imsave
+from attention_pictures import picture_curves, picture_heatmaps
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.decoding.alignment import attention_statistics
-from seq2seq.decoding.heatmap import attention_figure
 from seq2seq.runtime.checkpoint import load_checkpoint
 from seq2seq.storage.rundir import BEST, CONFIG_FILE, EVAL_DIR, TENSORBOARD_DIR
 
@@ -68,6 +66,7 @@ class Run:
     heatmap: dict[str, Any] | None = None  # source, target, weights of one test sentence
     cpu: str = ""  # the machine that summarised the run (right after training it)
     entropy_curve: dict[int, float] = field(default_factory=dict)  # validation's, by update
+    threads: int = 0  # torch threads it trained with (0: not recorded)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -152,15 +151,22 @@ def validation_curves(folder: Path, *tags: str) -> list[dict[int, float]]:
     return [dict(sorted(curve.items())) for curve in curves]
 
 
-def training_speed(folder: Path) -> float:
-    """Median target tokens per second over the training log's progress lines."""
-    text = (
-        (folder / "train.log").read_text(encoding="utf-8")
-        if (folder / "train.log").is_file()
-        else ""
-    )
+def training_speed(folder: Path) -> tuple[float, int]:
+    """Median target tokens per second over the training log's progress lines, and the torch
+    threads the log says the run had."""
+    log = folder / "train.log"
+    text = log.read_text(encoding="utf-8") if log.is_file() else ""
     speeds = [float(m.replace(",", "")) for m in re.findall(r"([\d,]+) tok/s", text)]
-    return statistics.median(speeds) if speeds else float("nan")
+    threads = re.search(r"(\d+) threads?\b", text)
+    median = statistics.median(speeds) if speeds else float("nan")
+    return median, int(threads.group(1)) if threads else 0
+
+
+def speed_runs(group: list[Run]) -> list[Run]:
+    """The runs whose training speed a row shows: those with the most threads, so runs trained
+    side by side on a share of the cores do not pull the mean down."""
+    most = max(r.threads for r in group)
+    return [r for r in group if r.threads == most]
 
 
 def records(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -219,6 +225,7 @@ def read_run(folder: Path, penalty: float, sentence: int) -> Run:
     unique = {t.data_ptr(): t.numel() for t in state["model"].values()}  # tied weights once
     record = records(test)[sentence]
     bleu_curve, entropy_curve = validation_curves(folder, "valid/bleu", "valid/attention_entropy")
+    tokens_per_second, threads = training_speed(folder)
     return Run(
         folder=str(folder),
         row=row_name(folder, cfg),
@@ -228,7 +235,8 @@ def read_run(folder: Path, penalty: float, sentence: int) -> Run:
         penalised={**measures(evaluated(folder, penalty)), "beta": penalty} if penalty else None,
         curve=bleu_curve,
         entropy_curve=entropy_curve,
-        tokens_per_second=training_speed(folder),
+        tokens_per_second=tokens_per_second,
+        threads=threads,
         parameters=sum(unique.values()),
         aer=aligned(folder, cfg),
         heatmap={"sentence": sentence, **record},
@@ -342,7 +350,7 @@ def table(runs: Sequence[Run]) -> str:
                 mean_spread([x["repeats"] for x in m]),
                 mean_spread([x["unattended"] for x in m], 1),
             ]
-            cells += [mean_spread([r.tokens_per_second for r in group], 0)]
+            cells += [mean_spread([r.tokens_per_second for r in speed_runs(group)], 0)]
             cells += [mean_spread([x["sentences_per_second"] for x in m], 1)]
             cells += [f"{group[0].parameters / 1e6:.2f} M"]
             lines.append("| " + " | ".join(cells) + " |")
@@ -392,51 +400,18 @@ def entropy_table(runs: Sequence[Run]) -> str:
     return "\n".join(lines)
 
 
-def picture_curves(runs: Sequence[Run], path: Path) -> None:
-    """Validation BLEU over updates, the mean over seeds of each row, a panel per direction."""
-    directions = sorted({run.direction for run in runs})
-    fig = Figure(figsize=(7 * len(directions), 4.5), dpi=100)
-    for i, direction in enumerate(directions):
-        ax = fig.add_subplot(1, len(directions), i + 1)
-        ax.set_prop_cycle(color=colormaps["tab20"].colors)  # more rows than tab10's colours
-        for (where, row), group in sorted(groups(runs).items()):
-            if where != direction:
-                continue
-            steps = sorted(set.intersection(*(set(r.curve) for r in group)))
-            ax.plot(
-                steps,
-                [statistics.fmean(r.curve[s] for r in group) for s in steps],
-                marker=".",
-                label=row,
-            )
-        ax.set_title(f"{direction}: validation BLEU (greedy), mean over seeds")
-        ax.set_xlabel("updates")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    FigureCanvasAgg(fig).print_png(str(path))
-
-
-def picture_heatmaps(runs: Sequence[Run], path: Path) -> None:
-    """Every row's attention on the same test sentence (its lowest seed), in one picture, and
-    each alone beside it (``attention_<row>.<src>-<tgt>.png``, for the docs' sections)."""
-    chosen = {}
-    for (direction, row), group in sorted(groups(runs).items()):
-        run = min(group, key=lambda r: r.seed)
-        h = run.heatmap
-        title = f"{direction} {row} (seed {run.seed}, test sentence {h['sentence']})"
-        chosen[title] = attention_figure(np.asarray(h["weights"]), h["source"], h["target"], title)
-        pair = direction.replace("→", "-")
-        imsave(path.with_name(f"attention_{row}.{pair}.png"), chosen[title])
-    columns = min(3, len(chosen))
-    rows = -(-len(chosen) // columns)
-    fig = Figure(figsize=(6 * columns, 5 * rows), dpi=100)
-    for i, image in enumerate(chosen.values()):
-        ax = fig.add_subplot(rows, columns, i + 1)
-        ax.imshow(image)
-        ax.axis("off")
-    fig.tight_layout()
-    FigureCanvasAgg(fig).print_png(str(path))
+def write_into(path: Path, tables: dict[str, str]) -> None:
+    """Replace each table between ``<!-- attention_table:NAME -->`` and ``<!-- /attention_table
+    -->`` in a Markdown file (docs/attention.md and its translation) with the new one."""
+    text = path.read_text(encoding="utf-8")
+    for name, body in tables.items():
+        pattern = re.compile(
+            rf"(<!-- attention_table:{name} -->\n).*?(\n<!-- /attention_table -->)", re.S
+        )
+        if not pattern.search(text):
+            sys.exit(f"{path}: no <!-- attention_table:{name} --> ... <!-- /attention_table -->")
+        text = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(2), text)
+    path.write_text(text, encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -444,9 +419,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("roots", nargs="*", type=Path, help="sweep folders or run folders")
     parser.add_argument("--record", type=Path, help="JSON lines of every run summarised so far")
     parser.add_argument("--pictures", type=Path, help="write the curves and heatmaps here")
+    parser.add_argument("--docs", type=Path, nargs="*", default=[], help="Markdown to update")
     parser.add_argument("--coverage-penalty", type=float, default=0.2, help="β, 0: not decoded")
     parser.add_argument("--sentence", type=int, default=7, help="test sentence of the heatmaps")
     args = parser.parse_args(argv)
+    if missing := [str(path) for path in args.docs if not path.is_file()]:
+        sys.exit(f"--docs: no such file: {', '.join(missing)}")
     summarised = []
     for folder in find_runs(args.roots):
         print(f"reading {folder}", file=sys.stderr)
@@ -454,16 +432,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     runs = merged(args.record, summarised)
     if not runs:
         sys.exit("no finished run folders (config.yaml and best.pt) and no records")
-    print(table(runs))
+    tables = {
+        "main": table(runs),
+        "entropy": entropy_table(runs),
+        "coverage": coverage_table(runs),
+        "machines": f"Summarised on: {'; '.join(sorted({r.cpu for r in runs}))}",
+    }
+    print(tables["main"])
     print("\nAttention entropy on the validation set (nats) by update:\n")
-    print(entropy_table(runs))
+    print(tables["entropy"])
     print("\nCoverage penalty in beam search:\n")
-    print(coverage_table(runs))
-    print(f"\nSummarised on: {'; '.join(sorted({r.cpu for r in runs}))}")
+    print(tables["coverage"])
+    print(f"\n{tables['machines']}")
+    for path in args.docs:
+        write_into(path, tables)
     if args.pictures:
         args.pictures.mkdir(parents=True, exist_ok=True)
-        picture_curves(runs, args.pictures / "attention_curves.png")
-        picture_heatmaps(runs, args.pictures / "attention_heatmaps.png")
+        grouped = groups(runs)
+        picture_curves(grouped, args.pictures / "attention_curves.png")
+        picture_heatmaps(grouped, args.pictures / "attention_heatmaps.png")
 
 
 if __name__ == "__main__":

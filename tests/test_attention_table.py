@@ -79,11 +79,15 @@ def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path
             copy / "manifest.json", [copy / n for n in ("config.yaml", "src.model", "tgt.model")]
         )
     record = tmp_path / "comparison.jsonl"
+    script = [sys.executable, "scripts/attention_table.py"]
+    options = ["--pictures", str(tmp_path), "--sentence", "0", "--coverage-penalty", "0.5"]
     proc = subprocess.run(
-        [sys.executable, "scripts/attention_table.py", str(sweep), "--pictures", str(tmp_path),
-         "--sentence", "0", "--coverage-penalty", "0.5", "--record", str(record)],
-        capture_output=True, text=True, timeout=600, cwd=REPO,
-    )  # fmt: skip
+        [*script, str(sweep), *options, "--record", str(record)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("| de→en")]
     rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")] for line in lines[:2]}
@@ -98,9 +102,8 @@ def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path
         assert (tmp_path / name).stat().st_size > 1000
     assert len(record.read_text().splitlines()) == 3
     again = subprocess.run(
-        [sys.executable, "scripts/attention_table.py", "--record", str(record)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        [*script, "--record", str(record)], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
     assert again.returncode == 0 and again.stdout == proc.stdout  # the records alone
 
 
@@ -121,3 +124,25 @@ def test_records_merge_by_direction_row_and_seed(tmp_path: Path) -> None:
     assert [(r.row, r.seed) for r in again] == [("a", 1), ("a", 2), ("b", 1)]
     assert again[0].curve == {200: 6.0}  # replaced, and the update keys are ints again
     assert attention_table.merged(path, []) == again  # the file alone makes the table
+
+
+def test_training_speed_comes_from_the_runs_with_the_most_threads() -> None:
+    measures = dict.fromkeys(("bleu", "chrf", "entropy", "repeats", "unattended"), 1.0)
+    measures["sentences_per_second"] = 1.0
+    alone = run(seed=1, threads=2, tokens_per_second=2700.0, measures=measures)
+    shared = run(seed=2, threads=1, tokens_per_second=1500.0, measures=measures)
+    assert attention_table.speed_runs([alone, shared]) == [alone]
+    assert attention_table.speed_runs([shared]) == [shared]
+    cells = attention_table.table([alone, shared]).splitlines()[2].split(" | ")
+    assert "2700" in cells and "2100" not in cells
+
+
+def test_tables_are_written_between_their_marks(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("intro\n<!-- attention_table:main -->\nold\n<!-- /attention_table -->\nend\n")
+    attention_table.write_into(page, {"main": "| new |"})
+    assert page.read_text() == (
+        "intro\n<!-- attention_table:main -->\n| new |\n<!-- /attention_table -->\nend\n"
+    )
+    with pytest.raises(SystemExit, match="attention_table:entropy"):
+        attention_table.write_into(page, {"entropy": "x"})
