@@ -4,7 +4,8 @@ From the checkout root, after ``seq2seq-train -m experiment=attention_comparison
 hydra.sweep.dir=runs/compare/de_en`` (and ``experiment=attention_comparison_en_fr`` for AER)::
 
     python scripts/attention_table.py runs/compare/de_en runs/compare/en_fr \
-        --record docs/attention_comparison.jsonl --pictures docs
+        --record docs/attention_comparison.jsonl --pictures docs \
+        --docs docs/attention.md docs/attention.zh.md
 
 ``--docs docs/attention.md docs/attention.zh.md`` writes the tables into those pages, between
 their ``<!-- attention_table:NAME -->`` marks. ``--record`` keeps one summary per run (direction,
