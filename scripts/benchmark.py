@@ -51,7 +51,7 @@ from seq2seq.model.linear import linear, pytorch_products
 from seq2seq.model.registry import ATTENTIONS as REGISTRY
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.runtime.engine import DEVICES, Engine, check_precision
-from seq2seq.runtime.heap import keep_freed_memory
+from seq2seq.runtime.heap import allocator_setting
 from seq2seq.runtime.profiling import describe, profile_ops
 from seq2seq.training.updater import Updater
 
@@ -189,7 +189,7 @@ def machine_info(engine: Engine) -> dict[str, Any]:
         "native_bf16": torch.cpu._is_avx512_bf16_supported(),
         "amx": torch.cpu._is_amx_tile_supported(),
         "device": engine.describe().split(",")[0],
-        "memory": keep_freed_memory(),  # what Engine.create did with the allocator
+        "memory": allocator_setting(),  # what Engine.create did with the allocator
     }
 
 
@@ -423,7 +423,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sizes = replace(sizes, dims=args.dims)
     if args.repeats:
         sizes = replace(sizes, windows=args.repeats, passes=args.repeats)
-    engine = Engine.create(args.device, Precision.fp32, args.threads, TrainConfig.seed)
+    engine = Engine.create(
+        args.device, Precision.fp32, args.threads, TrainConfig.seed, keep_memory=True
+    )
     if args.precision is None:  # what this device can run
         args.precision = [p for p in PRECISIONS if p != "fp16" or engine.device.type == "cuda"]
     for precision in args.precision:  # an impossible precision fails before any work

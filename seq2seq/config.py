@@ -187,6 +187,7 @@ class TrainConfig:
     precision: Optional[Precision] = None  # deprecated: the top-level precision=
     compile: bool = False  # torch.compile the decoder's per-step work (time-step loops)
     threads: int = 0  # torch threads; 0 = $OMP_NUM_THREADS, else this process's share of cores
+    keep_freed_memory: bool = True  # glibc keeps freed blocks for the next batch (faster steps)
     log_every: int = 50  # updates between training-loss scalars
     # guided alignment: a statistical aligner's word links of the training lines (Pharaoh, one
     # line per training line; scripts/statistical_align.py --train-links) pull the attention

@@ -38,7 +38,13 @@ def _main(cfg: Config) -> None:
         open_source(cfg.data).check()
         tcfg = cfg.train
         engine = Engine.create(
-            cfg.device, cfg.precision, tcfg.threads, tcfg.seed, True, products=cfg.products
+            cfg.device,
+            cfg.precision,
+            tcfg.threads,
+            tcfg.seed,
+            True,
+            products=cfg.products,
+            keep_memory=tcfg.keep_freed_memory,
         )
         if not engine.is_main:  # rank 0 speaks for every rank; the others only warn
             logging.getLogger().setLevel(logging.WARNING)

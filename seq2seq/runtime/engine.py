@@ -19,7 +19,12 @@ from torch import Tensor, nn
 from seq2seq.config import Int8Engine, Precision, Products
 from seq2seq.data.batching import Batch
 from seq2seq.errors import Seq2SeqError
-from seq2seq.model.linear import choose_products, current_products, use_products
+from seq2seq.model.linear import (
+    choose_products,
+    current_products,
+    limit_kernel_cache,
+    use_products,
+)
 from seq2seq.model.quantize import (
     choose_int8_engine,
     int8_available,
@@ -28,7 +33,7 @@ from seq2seq.model.quantize import (
     use_int8_engine,
 )
 from seq2seq.runtime.distributed import ProcessGroup, Topology, join
-from seq2seq.runtime.heap import keep_freed_memory
+from seq2seq.runtime.heap import allocator_setting, keep_freed_memory
 from seq2seq.runtime.precision import choose_precision
 
 log = logging.getLogger(__name__)
@@ -135,14 +140,18 @@ class Engine(ProcessGroup):
         distributed: bool = False,
         products: Products | str = Products.auto,
         int8_engine: Int8Engine | str = Int8Engine.auto,
+        keep_memory: bool = False,
     ) -> Engine:
-        """Threads, device and precision checked; with ``distributed``, join torchrun's group."""
+        """Threads, device and precision checked; with ``distributed``, join torchrun's group.
+        The process settings of a command on the CPU, logged: oneDNN's kernel cache, and with
+        ``keep_memory`` (training) freed memory kept for reuse."""
         topology = Topology.from_env() if distributed else Topology()
         torch.set_num_threads(threads or default_threads(topology.local_world_size))
         dev = resolve_device(device, topology)
         check_precision(Precision(precision), dev)
         if dev.type == "cpu":  # the host's allocator serves the tensors
-            log.info("memory: %s", keep_freed_memory())
+            log.info("memory: %s", keep_freed_memory() if keep_memory else allocator_setting())
+            log.info("oneDNN: %s", limit_kernel_cache())
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         host_group = join(topology, dev)
