@@ -236,6 +236,9 @@ class Config:
     model: ModelConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    # the libraries a run trained with: written into its config.yaml by training (with the
+    # concrete device, precision, products and threads); a rerun from that file compares them
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

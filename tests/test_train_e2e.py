@@ -18,10 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 from PIL import Image
 from run_helpers import TRAIN_TIMEOUT, events, finish, poll, request, scalars, tensorboard_server
 
 from seq2seq.data.corpus import read_parallel
+from seq2seq.storage.manifest import damage
 from seq2seq.storage.rundir import TENSORBOARD_DIR
 from seq2seq.training.monitor import Monitor, _markdown_cell
 
@@ -263,9 +265,23 @@ def test_precision_auto_is_chosen_logged_and_kept_on_resume(
     chosen = torch.load(run / "last.pt", weights_only=True)
     assert chosen["precision"] in ("fp32", "bf16") and f"auto: {chosen['precision']}" in line
     assert chosen["config"]["precision"] == chosen["precision"]  # what ran, not "auto"
+    # config.yaml says what ran too: every choice made at the start, and the libraries
+    recorded = OmegaConf.load(run / "config.yaml")
+    assert recorded.precision == chosen["precision"] and recorded.device == "cpu"
+    assert recorded.products in ("onednn", "pytorch") and recorded.train.threads >= 1
+    assert recorded.versions.torch == torch.__version__ and damage(run / "manifest.json") == []
     out = train(run, *data_dirs, "precision=auto", "train.max_steps=4", "train.resume=true")
     assert f"auto: {chosen['precision']} (the run's choice before it was resumed)" in out
     assert torch.load(run / "last.pt", weights_only=True)["precision"] == chosen["precision"]
+    # training again from the run's own config.yaml takes the same paths without choosing
+    again = tmp_path / "again"
+    rerun = [sys.executable, "-m", "seq2seq.train", "--config-path", str(run)]
+    rerun += ["--config-name", "config", f"hydra.run.dir={again}", "train.max_steps=2"]
+    proc = subprocess.Popen(rerun, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = finish(proc, TRAIN_TIMEOUT)
+    assert proc.returncode == 0, out
+    assert "precision=auto" not in out and "timed on the model's shapes" not in out
+    assert OmegaConf.load(again / "config.yaml") == recorded
 
 
 def test_existing_run_is_not_overwritten(tmp_path: Path, data_dirs: list[str]) -> None:

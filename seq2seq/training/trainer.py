@@ -42,6 +42,7 @@ from seq2seq.storage.rundir import (
 from seq2seq.training.alignment import AlignmentProbe
 from seq2seq.training.monitor import Monitor
 from seq2seq.training.progress import Report, Window
+from seq2seq.training.record import record_choices, save_config
 from seq2seq.training.schedule import LearningRate
 from seq2seq.training.state import Progress, kept_precision, restore_training, training_state
 from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
@@ -141,7 +142,10 @@ class Trainer:
         kept = state or {}
         engine.choose_products(model, kept=kept.get("products"))
         engine.choose_precision(model, self._vocab(), tcfg.batch_tokens, kept_precision(kept))
-        cfg.precision = engine.precision.value  # the checkpoints' config says what ran
+        if changed := record_choices(cfg, engine):  # config.yaml and checkpoints say what ran
+            log.warning("the config names other library versions: %s", ", ".join(changed))
+        if state is None:
+            engine.from_main(lambda: save_config(cfg, run_dir))
         self.updater = Updater(engine, model, tcfg)
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
         self.progress = Progress()
