@@ -282,6 +282,7 @@ def test_precision_auto_is_chosen_logged_and_kept_on_resume(
     assert proc.returncode == 0, out
     assert "precision=auto" not in out and "timed on the model's shapes" not in out
     assert OmegaConf.load(again / "config.yaml") == recorded
+    assert scalars(again, "valid/loss")[0] == scalars(run, "valid/loss")[0]  # step 2, to the float
 
 
 def test_existing_run_is_not_overwritten(tmp_path: Path, data_dirs: list[str]) -> None:
