@@ -214,6 +214,9 @@ class DecodeConfig:
     # to each finished hypothesis's score (0: none); greedy search has nothing to rerank
     coverage_penalty: float = 0.0
     batch_size: int = 64  # sentences decoded together
+    # the longest input line translated, in subwords: a longer one is refused in one line (413 by
+    # seq2seq-serve), never cut; a recurrent model has no length it cannot read
+    max_source_len: int = 1000
 
 
 @dataclass

@@ -26,6 +26,7 @@ from seq2seq.data.sources import FileSource, open_source
 from seq2seq.data.stream import PairStream
 from seq2seq.decoding.alignment import AttentionSample, alignment_record, attention_samples, pharaoh
 from seq2seq.decoding.inference import (
+    InputTooLong,
     TrainedRun,
     Translation,
     Translator,
@@ -165,12 +166,11 @@ def _translate(
         engine.describe(),
     )
     start = time.perf_counter()
-    translations = translator.translate(sources)
+    try:
+        translations = translator.translate(sources)
+    except InputTooLong as e:
+        raise Seq2SeqError(e.describe(f"{src_path}, line {e.index + 1},")) from None
     seconds = time.perf_counter() - start
-    if cut := sum(t.truncated for t in translations):
-        log.warning(
-            "%d input lines had more than %d subwords; each was cut there", cut, translator.max_len
-        )
     return translations, seconds
 
 
@@ -194,8 +194,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     if cfg.log_attention < 0:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
     engine, run = open_model(cfg, "evaluate")
-    max_len = int(run.cfg.data.max_len)  # what the model was trained on; longer input is cut
-    translator = Translator.from_run(run, cfg, max_len, engine)
+    translator = Translator.from_run(run, cfg, engine)
     split, name, src_path, ref_path = _inputs(cfg, run)
     sources, references = read_parallel(src_path, ref_path)
     translations, seconds = _translate(translator, run, engine, sources, src_path)

@@ -182,9 +182,9 @@ class Batcher:
             max_len_a=self.cfg.max_len_a,
             max_len_b=self.cfg.max_len_b,
             batch_size=self.cfg.batch_size,
+            max_source_len=self.cfg.max_source_len,
         )
-        run = self.runs[model]
-        return Translator.from_run(run, search, int(run.cfg.data.max_len), self.engine)
+        return Translator.from_run(self.runs[model], search, self.engine)
 
     def close(self) -> None:
         """Let the decoding thread finish its batch and end."""

@@ -51,6 +51,8 @@ from seq2seq.training.validation import validate
 
 log = logging.getLogger("seq2seq.train")
 
+EVERY_LENGTH = 2**31 - 1  # a max_source_len no line reaches
+
 
 def prepare_data(cfg: DictConfig, run_dir: Path, engine: Engine, resuming: bool) -> TrainingData:
     """Rank 0 downloads, trains (or reuses) the tokenizers and fills the token-id cache
@@ -302,9 +304,12 @@ class Trainer:
                 self.data,
                 self.engine,
                 tcfg.batch_tokens,
-                DecodeConfig(beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size),
+                DecodeConfig(
+                    beam_size=tcfg.val_beam_size,
+                    batch_size=tcfg.val_batch_size,
+                    max_source_len=EVERY_LENGTH,  # validation reads every line whole
+                ),
                 self.cfg.log.attention_samples,
-                self.cfg.data.max_len,
                 bleu_tokenizer(self.cfg.data.tgt_lang, self.cfg.data.bleu_tokenize),
                 self.probe,
             )

@@ -39,13 +39,12 @@ def validate(
     batch_tokens: int,
     search: DecodeConfig,
     samples: int,
-    max_len: int,
     bleu_tokenize: str = "13a",
     probe: AlignmentProbe | None = None,
 ) -> Validation:
     """Loss and perplexity over ``data.valid``; BLEU (sacreBLEU's ``bleu_tokenize``), chrF and
-    attention statistics of ``data.valid_src`` translated with ``search`` (lines cut at
-    ``max_len`` subwords, as seq2seq-evaluate does), whose first ``samples`` become samples;
+    attention statistics of ``data.valid_src`` translated with ``search`` (as seq2seq-evaluate
+    does), whose first ``samples`` become samples;
     with a ``probe``, the AER of the model's attention on its gold-aligned pairs."""
     model.eval()
     loss_sum = nll_sum = 0.0
@@ -59,7 +58,7 @@ def validate(
             loss, nll = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
         loss_sum, nll_sum = loss_sum + float(loss), nll_sum + float(nll)
         ntokens += batch.ntokens
-    translator = Translator(model, data.src_tok, data.tgt_tok, search, max_len, engine)
+    translator = Translator(model, data.src_tok, data.tgt_tok, search, engine)
     translations = translator.translate(data.valid_src)
     hypotheses = [translator.best_text(t) for t in translations]
     scores = score(hypotheses, data.valid_refs, bleu_tokenize)
