@@ -221,7 +221,7 @@ class Translator:
         search: DecodeConfig,
         engine: Engine | None = None,
     ) -> None:
-        for key in ("beam_size", "nbest", "batch_size"):
+        for key in ("beam_size", "nbest", "batch_size", "max_source_len"):
             if getattr(search, key) < 1:
                 raise Seq2SeqError(f"{key} must be at least 1, not {getattr(search, key)}")
         if search.nbest > search.beam_size:
