@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -253,6 +254,27 @@ def test_interrupted_run_resumes_where_it_stopped(
     # float (on the CPU, whose products are deterministic for the same shapes and threads).
     assert scalars(run, "valid/bleu")[-1] == scalars(full, "valid/bleu")[-1]
     assert scalars(run, "valid/loss")[-1] == scalars(full, "valid/loss")[-1]
+
+
+@pytest.mark.slow
+def test_resume_keeps_the_epoch_plan_and_validates_a_step_once(
+    tmp_path: Path, data_dirs: list[str]
+) -> None:
+    """Another batch size is refused in the middle of an epoch and taken from an epoch's end;
+    a run stopped by train.max_steps on an epoch's last update is not validated twice there."""
+    run = tmp_path / "run"
+    out = train(run, *data_dirs, "train.max_steps=5")
+    per_epoch = int(re.search(r"(\d+) updates per epoch", out).group(1))
+    other = ["train.resume=true", "train.max_steps=10", "train.batch_tokens=999"]
+    proc = train(run, *data_dirs, *other, wait=False)
+    out = finish(proc, TRAIN_TIMEOUT)
+    assert proc.returncode == 1 and "Traceback" not in out, out
+    assert "5 updates into epoch 1" in out and "train.batch_tokens 1500 (now 999)" in out
+    train(run, *data_dirs, "train.resume=true", f"train.max_steps={per_epoch}")
+    out = train(run, *data_dirs, *other[:1], f"train.max_steps={per_epoch + 3}", *other[2:])
+    assert "epoch 2 starts with a new plan: train.batch_tokens 1500 (now 999)" in out
+    steps = [step for step, _ in scalars(run, "valid/loss")]
+    assert steps == [5, per_epoch, per_epoch + 3]
 
 
 @pytest.mark.slow

@@ -5,18 +5,24 @@ training again from that file takes the same paths (docs/training.md)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
 from seq2seq.model.linear import current_products
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.manifest import write_manifest
 from seq2seq.storage.rundir import CONFIG_FILE, MANIFEST
+from seq2seq.training.state import kept_precision
+
+log = logging.getLogger("seq2seq.train")
 
 # the distributions whose behaviour a run's numbers depend on
 LIBRARIES = ("seq2seq", "torch", "numpy", "sentencepiece", "sacrebleu", "hydra-core", "entmax")
@@ -48,6 +54,23 @@ def record_choices(cfg: DictConfig, engine: Engine) -> list[str]:
         for name, now in cfg.versions.items()
         if name in recorded and recorded[name] != now
     ]
+
+
+def choose_and_record(
+    cfg: DictConfig,
+    engine: Engine,
+    model: nn.Module,
+    kept: dict[str, Any],
+    vocab: list[int],
+    run_dir: Path,
+) -> None:
+    """The engine's start-up choices for ``model`` (a resumed run's ``kept`` ones), written
+    into ``cfg`` and, by rank 0, into the run's config.yaml."""
+    engine.choose_products(model, kept=kept.get("products"))
+    engine.choose_precision(model, vocab, cfg.train.batch_tokens, kept_precision(kept))
+    if changed := record_choices(cfg, engine):
+        log.warning("the config names other library versions: %s", ", ".join(changed))
+    engine.from_main(lambda: save_config(cfg, run_dir))
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:

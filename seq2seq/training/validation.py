@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.batching import TokenBatchSampler, collate
 from seq2seq.data.prepare import TrainingData
 from seq2seq.decoding.alignment import (
@@ -29,6 +29,16 @@ class Validation:
 
     metrics: dict[str, float]  # loss, ppl, bleu, chrf, attention statistics (, aer, ...)
     samples: list[AttentionSample]  # the first sentences, for heatmaps and the samples table
+
+
+EVERY_LENGTH = 2**31 - 1  # a max_source_len no line reaches: validation reads every line whole
+
+
+def validation_search(tcfg: TrainConfig) -> DecodeConfig:
+    """The search of validation's translations (greedy unless train.val_beam_size says)."""
+    return DecodeConfig(
+        beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size, max_source_len=EVERY_LENGTH
+    )
 
 
 @torch.inference_mode()
