@@ -272,6 +272,9 @@ class EvaluateConfig(InferenceConfig):
     reference: Optional[str] = None  # its reference translations, one per line
     bleu_tokenize: Optional[str] = None  # sacreBLEU's tokenizer; None: the run's (by language)
     log_attention: int = 0  # heatmaps of the first K sentences into the run's TensorBoard
+    # the folder of the output files and TensorBoard events; None: the run's eval/ and its
+    # TensorBoard (a release folder may be read-only: give one here)
+    out: Optional[str] = None
 
 
 @dataclass
