@@ -112,6 +112,7 @@ def training_state(
         "plan": plan,
         "products": current_products(),  # fp32 products on the CPU; a resumed run keeps them
         "precision": engine.precision.value,  # precision=auto's choice; kept as well
+        "device": engine.describe(),  # where it trained, for the model card
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
     }
 
