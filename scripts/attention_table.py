@@ -14,7 +14,7 @@ makes one table; the table and pictures are made from every record in it.
 
 Every run folder under the arguments is evaluated on its test split where it has no result yet
 (``seq2seq-evaluate``, beam 5; with ``--coverage-penalty B`` also with that penalty), and runs
-trained with gold links (``log.alignment_gold``) are aligned against them (``seq2seq-align``).
+trained with gold links (``log.alignment_pairs``) are aligned against them (``seq2seq-align``).
 Runs of one comparison row (``+compare=<row>``) and direction form one line: the mean and spread
 over their seeds of test BLEU and chrF, validation BLEU over updates, AER, attention entropy,
 repeated bigrams, unattended source words, training speed (of the runs with the most threads)
@@ -123,7 +123,7 @@ ALIGN_METHODS = {
 
 def aligned(folder: Path, cfg: Any) -> dict[str, float] | None:
     """AER of ``best.pt`` by each of ALIGN_METHODS on the gold set the run was validated on."""
-    gold = OmegaConf.select(cfg, "log.alignment_gold")
+    gold = OmegaConf.select(cfg, "log.alignment_pairs")
     links = OmegaConf.select(cfg, "log.alignment_links")
     if gold is None or links is None:
         return None

@@ -21,6 +21,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import DecodeConfig, EvaluateConfig, Precision
+from seq2seq.config_rules import rename_keys
 from seq2seq.data.corpus import read_parallel, split_files, split_name
 from seq2seq.data.sources import FileSource, open_source
 from seq2seq.data.stream import PairStream
@@ -100,8 +101,8 @@ def _inputs(
         src, ref = Path(cfg.input), Path(cfg.reference)
         return None, src.name, src, ref
     data = run.cfg.data
-    if cfg.source is not None:
-        data = OmegaConf.merge(data, {"source": cfg.source})
+    if cfg.data_source is not None:
+        data = OmegaConf.merge(data, {"source": cfg.data_source})
     split, src, ref = _split_pairs(run, data, cfg.split, out_dir)
     return split, Path(split).name, src, ref
 
@@ -201,6 +202,7 @@ def _names(cfg: EvaluateConfig, run: TrainedRun, name: str, members: int) -> tup
 
 def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     """Translate, score, write the files and TensorBoard events; return the result object."""
+    rename_keys(cfg, "evaluate")
     if cfg.log_attention < 0:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
     engine, run = open_model(cfg, "evaluate")

@@ -63,10 +63,17 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
     """What the model card states: language pair, data, recipe, size, scores, training."""
     cfg, folder = run.cfg, run.run_dir
     overrides = folder / ".hydra" / "overrides.yaml"
-    recipe = [o for o in OmegaConf.to_container(OmegaConf.load(overrides))
-              if not o.startswith(("data.source", "data.root", "data.cache_dir", "data.file",
-                                   "data.path", "hydra."))
-              ] if overrides.is_file() else []  # fmt: skip
+    recipe = (
+        [
+            o
+            for o in OmegaConf.to_container(OmegaConf.load(overrides))
+            if not o.startswith(
+                ("data.source", "data.root", "data.cache_dir", "data.file", "data.path", "hydra.")
+            )
+        ]
+        if overrides.is_file()
+        else []
+    )
     last = load_checkpoint(folder / LAST) if (folder / LAST).is_file() else {}
     name = checkpoint if checkpoint in CHECKPOINTS else Path(checkpoint).stem
     tests = {}

@@ -56,8 +56,7 @@ def _main(cfg: Config) -> None:
         sys.exit(1)
     except OSError as e:  # a full disk, a folder that went away: which file, in one line
         where = f"{e.filename}: " if e.filename else ""
-        log.error("stopped: %s%s; checkpoints already written are intact", where,
-                  e.strerror or e)  # fmt: skip
+        log.error("stopped: %s%s; checkpoints already written are intact", where, e.strerror or e)
         sys.exit(1)
     finally:
         if engine is not None:

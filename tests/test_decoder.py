@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import SETUPS, Batch, loss_of, tiny_model
+from model_helpers import SETUPS, HandBatch, loss_of, tiny_model
 
 from seq2seq.model.decoder import BahdanauStep, ConditionalBahdanauStep, LuongStep
 
 
 @pytest.mark.parametrize("name", SETUPS)
 def test_teacher_forcing_equals_stepping(name: str) -> None:
-    model, batch = tiny_model(**SETUPS[name]), Batch()
+    model, batch = tiny_model(**SETUPS[name]), HandBatch()
     with torch.no_grad():
         enc = model.encode(batch.src, batch.src_lengths)
         features, weights = model.decoder(batch.tgt_in, enc)
@@ -41,7 +41,7 @@ def test_tied_embeddings_share_one_tensor() -> None:
     assert decoder.output_layer[-1].weight is decoder.embedding.weight
     n_params = sum(p.numel() for p in tied.parameters())
     assert n_params < sum(p.numel() for p in untied.parameters())
-    loss, _ = loss_of(tied, Batch(), 0.1)
+    loss, _ = loss_of(tied, HandBatch(), 0.1)
     loss.backward()
     before = decoder.embedding.weight.detach().clone()
     with torch.no_grad():
@@ -51,7 +51,7 @@ def test_tied_embeddings_share_one_tensor() -> None:
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_loss_matches_cross_entropy_on_real_tokens(smoothing: float) -> None:
-    model, batch = tiny_model(**SETUPS["bahdanau"]), Batch()
+    model, batch = tiny_model(**SETUPS["bahdanau"]), HandBatch()
     loss, nll = loss_of(model, batch, smoothing)
     logits = model.decoder.output_layer(
         model.features(batch.src, batch.src_lengths, batch.tgt_in)[0]
@@ -73,7 +73,7 @@ def test_loss_matches_cross_entropy_on_real_tokens(smoothing: float) -> None:
 
 
 def test_loss_without_autograd() -> None:
-    model, batch = tiny_model(**SETUPS["multihead"]), Batch()
+    model, batch = tiny_model(**SETUPS["multihead"]), HandBatch()
     loss, nll = loss_of(model, batch, 0.1)
     with torch.inference_mode():  # validation computes the loss like this
         loss_eval, nll_eval = loss_of(model, batch, 0.1)
@@ -81,21 +81,21 @@ def test_loss_without_autograd() -> None:
 
 
 def test_loss_ignores_padded_target_positions() -> None:
-    model, batch = tiny_model(**SETUPS["luong-feed"]), Batch()
+    model, batch = tiny_model(**SETUPS["luong-feed"]), HandBatch()
     loss, _ = loss_of(model, batch, 0.1)
     batch.tgt_in[batch.tgt_out == 0] = 5  # garbage after each sentence's end
     torch.testing.assert_close(loss_of(model, batch, 0.1)[0], loss)
 
 
 def test_dropout_only_in_training() -> None:
-    model, batch = tiny_model(dropout=0.5, **SETUPS["bahdanau"]), Batch()
+    model, batch = tiny_model(dropout=0.5, **SETUPS["bahdanau"]), HandBatch()
     assert torch.equal(loss_of(model, batch, 0.0)[0], loss_of(model, batch, 0.0)[0])
     model.train()
     assert not torch.equal(loss_of(model, batch, 0.0)[0], loss_of(model, batch, 0.0)[0])
 
 
 def test_coverage_is_the_sum_of_the_earlier_steps_weights() -> None:
-    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), Batch()
+    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), HandBatch()
     with torch.no_grad():
         enc = model.encode(batch.src, batch.src_lengths)
         state = model.decoder.init_state(enc)
@@ -110,7 +110,7 @@ def test_coverage_is_the_sum_of_the_earlier_steps_weights() -> None:
 def test_coverage_loss_is_sees_min_of_weight_and_coverage() -> None:
     from seq2seq.model.seq2seq import coverage_loss
 
-    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), Batch()
+    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), HandBatch()
     with torch.no_grad():
         _, weights = model.features(batch.src, batch.src_lengths, batch.tgt_in)
     real = batch.tgt_out != 0
@@ -135,7 +135,7 @@ def test_the_conditional_gru_queries_with_the_previous_word() -> None:
     """With conditional=true the attention's query at step t is GRU_1(s_{t-1}, E y_{t-1}): the
     weights of the first step change with the first input word; Bahdanau's own do not."""
     for name, changes in (("bahdanau-conditional", True), ("bahdanau", False)):
-        model, batch = tiny_model(**SETUPS[name]), Batch()
+        model, batch = tiny_model(**SETUPS[name]), HandBatch()
         with torch.no_grad():
             enc = model.encode(batch.src, batch.src_lengths)
             state = model.decoder.init_state(enc)

@@ -179,7 +179,7 @@ def test_a_release_reproduces_the_run_and_holds_no_pickle(
     assert facts["device"] == torch.load(smoke_run / "last.pt", weights_only=True)["device"]
     assert facts["device"].startswith("cpu, fp32")  # from the checkpoint, not the log
     # the release keeps no path of the training machine: say where Multi30k is
-    on_release = evaluate(release, f"source={multi30k_url}")
+    on_release = evaluate(release, f"data_source={multi30k_url}")
     assert on_release["bleu"] == evaluate(smoke_run)["bleu"]  # exactly
 
 

@@ -165,8 +165,11 @@ def read_config(path: Path) -> DictConfig:
     except Exception as e:  # yaml's and omegaconf's many errors
         raise Seq2SeqError(f"{path} is damaged ({type(e).__name__}: {e}); {what}") from None
     needed = ("model.attention.name", "model.hidden_size", "data.src_lang", "data.tgt_lang")
-    missing = [key for key in needed if not isinstance(cfg, DictConfig) or
-               OmegaConf.select(cfg, key) is None]  # fmt: skip
+    missing = [
+        key
+        for key in needed
+        if not isinstance(cfg, DictConfig) or OmegaConf.select(cfg, key) is None
+    ]
     if missing:
         raise Seq2SeqError(f"{path} is not a run's config (no {', '.join(missing)}); {what}")
     return upgrade_saved_config(cfg)

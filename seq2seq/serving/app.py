@@ -63,8 +63,14 @@ class AccessLog:
             seconds = time.perf_counter() - start
             self.metrics.request(scope["path"], status, seconds)
             sentences = scope.get("state", {}).get("sentences", 0)
-            access_log.info("%s %s %d %d sentences %.1f ms", scope["method"], scope["path"],
-                            status, sentences, seconds * 1000)  # fmt: skip
+            access_log.info(
+                "%s %s %d %d sentences %.1f ms",
+                scope["method"],
+                scope["path"],
+                status,
+                sentences,
+                seconds * 1000,
+            )
 
 
 async def _hung_up(request: Request) -> None:
@@ -201,8 +207,11 @@ def create_app(
 
 async def _not_found(request: Request, exc: Exception) -> JSONResponse:
     """404 as JSON, naming the routes there are."""
-    return error(404, f"no {request.url.path} here: POST /translate, GET /health, GET /ready, "
-                 "GET /metrics, GET /model, GET /models")  # fmt: skip
+    return error(
+        404,
+        f"no {request.url.path} here: POST /translate, GET /health, GET /ready, "
+        "GET /metrics, GET /model, GET /models",
+    )
 
 
 async def _not_allowed(request: Request, exc: Exception) -> JSONResponse:

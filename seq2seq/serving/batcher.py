@@ -80,8 +80,15 @@ class Batcher:
             raise Overloaded(self.queued, min(60, max(1, math.ceil(drain))))
         loop = asyncio.get_running_loop()
         now = loop.time()
-        job = Job(sentences, model, beam_size, nbest, now + self.cfg.request_timeout_s,
-                  loop.create_future(), admitted=now)  # fmt: skip
+        job = Job(
+            sentences,
+            model,
+            beam_size,
+            nbest,
+            now + self.cfg.request_timeout_s,
+            loop.create_future(),
+            admitted=now,
+        )
         self.waiting.append(job)
         self.queued += len(sentences)
         self.metrics.queue_sentences.set(self.queued)
@@ -128,8 +135,9 @@ class Batcher:
             except asyncio.TimeoutError:
                 break
         jobs, size = [], 0
-        while self.waiting and (not jobs or size + len(self.waiting[0].sentences)
-                                <= self.cfg.batch_sentences):  # fmt: skip
+        while self.waiting and (
+            not jobs or size + len(self.waiting[0].sentences) <= self.cfg.batch_sentences
+        ):
             job = self.waiting.popleft()
             self._left(job)
             job.started = True  # in a batch now: decoded, even if its group waits a moment
