@@ -43,6 +43,7 @@ from attention_pictures import picture_curves, picture_heatmaps
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from seq2seq.config_rules import upgrade_saved_config
 from seq2seq.decoding.alignment import attention_statistics
 from seq2seq.runtime.checkpoint import load_checkpoint
 from seq2seq.storage.rundir import BEST, CONFIG_FILE, EVAL_DIR, TENSORBOARD_DIR
@@ -220,7 +221,7 @@ def measures(result: dict[str, Any]) -> dict[str, float]:
 
 def read_run(folder: Path, penalty: float, sentence: int) -> Run:
     """Evaluate (where needed) and summarise one run folder."""
-    cfg = OmegaConf.load(folder / CONFIG_FILE)
+    cfg = upgrade_saved_config(OmegaConf.load(folder / CONFIG_FILE))  # old runs in new keys
     test = evaluated(folder)
     state = load_checkpoint(folder / BEST)
     unique = {t.data_ptr(): t.numel() for t in state["model"].values()}  # tied weights once
