@@ -52,6 +52,7 @@ from seq2seq.model.registry import ATTENTIONS as REGISTRY
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.runtime.engine import DEVICES, Engine, check_precision
 from seq2seq.runtime.heap import allocator_setting
+from seq2seq.runtime.precision import cpu_flags, native_bf16
 from seq2seq.runtime.profiling import describe, profile_ops
 from seq2seq.training.updater import Updater
 
@@ -186,8 +187,8 @@ def machine_info(engine: Engine) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "cpu": cpu,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "native_bf16": torch.cpu._is_avx512_bf16_supported(),
-        "amx": torch.cpu._is_amx_tile_supported(),
+        "native_bf16": native_bf16(),
+        "amx": "amx_tile" in cpu_flags(),
         "device": engine.describe().split(",")[0],
         "memory": allocator_setting(),  # what Engine.create did with the allocator
     }

@@ -34,7 +34,7 @@ from seq2seq.model.quantize import (
 )
 from seq2seq.runtime.distributed import ProcessGroup, Topology, join
 from seq2seq.runtime.heap import allocator_setting, keep_freed_memory
-from seq2seq.runtime.precision import choose_precision
+from seq2seq.runtime.precision import choose_precision, native_bf16
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def check_precision(precision: Precision, device: torch.device) -> None:
         return
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise Seq2SeqError(f"{torch.cuda.get_device_name(device)} has no bf16: use fp16")
-    if device.type == "cpu" and not torch.cpu._is_avx512_bf16_supported():
+    if device.type == "cpu" and not native_bf16():
         log.warning("this CPU has no native bf16 (no AVX512-BF16/AMX): bf16 will be slow")
 
 
