@@ -144,3 +144,14 @@ def test_the_conditional_gru_queries_with_the_previous_word() -> None:
         assert (not torch.allclose(one, other)) == changes, name
     flow = tiny_model(**SETUPS["bahdanau-conditional"]).decoder.flow
     assert isinstance(flow, ConditionalBahdanauStep) and flow.rnn.input_size == 8  # E only
+
+
+def test_search_steps_give_fp32_log_probs_under_bf16_autocast() -> None:
+    """Beam search sums the steps' log-probabilities: in bf16 (8 bits of mantissa) a sum of
+    twenty of them would drift; the step's log-softmax is taken in fp32 whatever the autocast."""
+    model, batch = tiny_model(**SETUPS["luong-feed"]), HandBatch()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        enc = model.encode(batch.src, batch.src_lengths)
+        log_probs, _, _ = model.decoder.step(batch.tgt_in[:, 0], model.decoder.init_state(enc), enc)
+    assert log_probs.dtype == torch.float32
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(3))

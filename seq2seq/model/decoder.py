@@ -371,5 +371,6 @@ class Decoder(nn.Module):
         """prev_tokens [B] -> (log_probs [B, V], state, weights [B, heads, S])."""
         emb = self.dropout(self.embedding(prev_tokens))  # [B, E]
         features, state, weights = self.flow.step(emb, state, enc)
-        log_probs = torch.log_softmax(self.output_layer(self.dropout(features)), dim=-1)
+        logits = self.output_layer(self.dropout(features))  # [B, V], bf16 under bf16 autocast
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # search adds them up: in fp32
         return log_probs, state, weights
