@@ -424,9 +424,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sizes = replace(sizes, dims=args.dims)
     if args.repeats:
         sizes = replace(sizes, windows=args.repeats, passes=args.repeats)
-    engine = Engine.create(
-        args.device, Precision.fp32, args.threads, TrainConfig.seed, keep_memory=True
-    )
+    engine = Engine.create(args.device, Precision.fp32, args.threads, TrainConfig.seed)
+    engine.keep_freed_memory()  # as training does
     if args.precision is None:  # what this device can run
         args.precision = [p for p in PRECISIONS if p != "fp16" or engine.device.type == "cuda"]
     for precision in args.precision:  # an impossible precision fails before any work

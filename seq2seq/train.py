@@ -44,7 +44,6 @@ def _main(cfg: Config) -> None:
             tcfg.seed,
             True,
             products=cfg.products,
-            keep_memory=tcfg.keep_freed_memory,
         )
         if not engine.is_main:  # rank 0 speaks for every rank; the others only warn
             logging.getLogger().setLevel(logging.WARNING)

@@ -86,7 +86,9 @@ import os, sys
 from seq2seq.model.linear import KERNEL_CACHE_VARIABLE
 from seq2seq.runtime import heap
 from seq2seq.runtime.engine import Engine
-Engine.create("cpu", keep_memory=sys.argv[1] == "keep")
+engine = Engine.create("cpu")
+if sys.argv[1] == "keep":
+    engine.keep_freed_memory()
 print(os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"), heap._done)
 """
 

@@ -140,17 +140,16 @@ class Engine(ProcessGroup):
         distributed: bool = False,
         products: Products | str = Products.auto,
         int8_engine: Int8Engine | str = Int8Engine.auto,
-        keep_memory: bool = False,
     ) -> Engine:
         """Threads, device and precision checked; with ``distributed``, join torchrun's group.
-        The process settings of a command on the CPU, logged: oneDNN's kernel cache, and with
-        ``keep_memory`` (training) freed memory kept for reuse."""
+        The process settings of a command on the CPU, logged: oneDNN's kernel cache, and the
+        allocator as it is (training keeps freed memory later: ``keep_freed_memory``)."""
         topology = Topology.from_env() if distributed else Topology()
         torch.set_num_threads(threads or default_threads(topology.local_world_size))
         dev = resolve_device(device, topology)
         check_precision(Precision(precision), dev)
         if dev.type == "cpu":  # the host's allocator serves the tensors
-            log.info("memory: %s", keep_freed_memory() if keep_memory else allocator_setting())
+            log.info("memory: %s", allocator_setting())
             log.info("oneDNN: %s", limit_kernel_cache())
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
@@ -158,6 +157,12 @@ class Engine(ProcessGroup):
         if seed is not None:
             torch.manual_seed(seed)
         return cls(dev, Precision(precision), topology, host_group, products, int8_engine)
+
+    def keep_freed_memory(self) -> None:
+        """From now on keep freed memory for reuse (the CPU's training steps; data preparation
+        before it keeps the allocator's smaller footprint); logged."""
+        if self.device.type == "cpu":
+            log.info("memory: %s", keep_freed_memory())
 
     def describe(self) -> str:
         """One line for the log: device, precision, processes and threads."""

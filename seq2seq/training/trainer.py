@@ -148,6 +148,8 @@ class Trainer:
         self.lock = RunLock(run_dir)
         state = engine.from_main(self._claim)
         self.data = prepare_data(cfg, run_dir, engine, resuming=state is not None)
+        if tcfg.keep_freed_memory:  # for the steps; data preparation keeps the smaller footprint
+            engine.keep_freed_memory()
         self.epochs = Epochs(self.data, cfg, engine)
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
         choose_and_record(cfg, engine, model, state or {}, self._vocab(), run_dir)
