@@ -6,7 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from model_helpers import SETUPS, HandBatch, loss_of, tiny_model
+from omegaconf import OmegaConf
 
+from seq2seq.model import build_model
+from seq2seq.model.config import LuongConfig, ModelConfig
 from seq2seq.model.decoder import BahdanauStep, ConditionalBahdanauStep, LuongStep
 
 
@@ -47,6 +50,25 @@ def test_tied_embeddings_share_one_tensor() -> None:
     with torch.no_grad():
         decoder.embedding.weight -= decoder.embedding.weight.grad
     assert not torch.equal(before, decoder.output_layer[-1].weight)
+
+
+def test_a_tied_output_layer_starts_at_the_scale_of_an_untied_one() -> None:
+    """The shared embedding starts as N(0, 1/E), not nn.Embedding's N(0, 1), so the output
+    layer it becomes gives logits of the untied layer's order, and PAD's row is zero."""
+
+    def output_layer(tie: bool) -> torch.nn.Module:
+        torch.manual_seed(0)
+        attention = LuongConfig(size=256)
+        cfg = ModelConfig(emb_size=256, hidden_size=256, attention=attention, tie_embeddings=tie)
+        return build_model(OmegaConf.structured(cfg), 500, 500).decoder
+
+    tied, untied = output_layer(True), output_layer(False)
+    weight = tied.embedding.weight
+    assert abs(float(weight[1:].std()) - 256**-0.5) < 0.005 and not weight[0].any()
+    features = torch.randn(64, 256)
+    with torch.no_grad():
+        scale = tied.output_layer(features).std() / untied.output_layer(features).std()
+    assert scale < 3  # N(0, 1) made it about 16 (sqrt(256)) times the untied layer's
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

@@ -340,6 +340,11 @@ class Decoder(nn.Module):
         self.bridge = Linear(memory_size, hidden_size)
         self.flow = flow
         if tie_embeddings:  # readout -> emb_size, then the transposed target embedding
+            # N(0, 1/E), not nn.Embedding's N(0, 1): as the output layer's weights that gives
+            # logits of unit scale, not sqrt(E) times more (a saturated softmax at the start)
+            nn.init.normal_(self.embedding.weight, std=emb_size**-0.5)
+            with torch.no_grad():
+                self.embedding.weight[PAD].zero_()
             projection = Linear(emb_size, vocab_size)
             projection.weight = self.embedding.weight
             self.output_layer = nn.Sequential(Linear(hidden_size, emb_size, bias=False), projection)
