@@ -37,7 +37,7 @@ from seq2seq.decoding.inference import (
 )
 from seq2seq.decoding.nbest import moses_lines
 from seq2seq.errors import DataError, Seq2SeqError
-from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.engine import Engine, engine_choices
 from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR, split_file
 from seq2seq.training.monitor import Monitor, run_hparams
 
@@ -249,8 +249,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         "max_len_b": cfg.max_len_b,
         "nbest": cfg.nbest,
         "coverage_penalty": cfg.coverage_penalty if cfg.beam_size > 1 else 0.0,
-        "device": str(engine.device),
-        "precision": engine.precision.value,
+        **engine_choices(engine),  # device, precision, threads, products, int8_engine
         "sentences": len(sources),
         "seconds": round(seconds, 3),  # decoding only
         "sentences_per_second": round(len(sources) / max(seconds, 1e-9), 2),

@@ -142,6 +142,9 @@ def test_int8_decodes_with_the_chosen_engine_and_says_which(
     assert len(said) == 1
     why = "timed on a decoding probe" if engine == "auto" else "int8_engine=fbgemm"
     assert why in said[0] and ("fbgemm" in said[0] or engine == "auto")
+    # the record says what ran: the engine chosen, the threads, the fp32 products
+    assert result["int8_engine"] in said[0] and result["threads"] >= 1
+    assert result["products"] in ("onednn", "pytorch") and result["precision"] == "int8"
 
 
 def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:

@@ -304,3 +304,15 @@ class Engine(ProcessGroup):
         """torch.compile the model's per-step work, shapes dynamic (every batch size and
         source length share one compiled unit); the first batches pay for compiling."""
         model.compile_steps(lambda fn: torch.compile(fn, dynamic=True))
+
+
+def engine_choices(engine: Engine) -> dict[str, Any]:
+    """What a process runs with, for a command's record: device, precision, threads, the fp32
+    products and (once chosen) the int8 engine."""
+    return {
+        "device": str(engine.device),
+        "precision": engine.precision.value,
+        "threads": torch.get_num_threads(),
+        "products": current_products(),
+        "int8_engine": engine._int8_name,
+    }
