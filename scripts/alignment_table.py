@@ -28,7 +28,7 @@ from seq2seq.decoding.forced import ForcedAligner
 from seq2seq.decoding.inference import load_run
 from seq2seq.decoding.wordalign import (
     Links,
-    Pair,
+    WordPair,
     extract,
     flipped,
     read_pairs,
@@ -43,7 +43,7 @@ SHIFTS = (-1, 0, 1)
 THRESHOLD = 0.3
 
 
-def diagonal(pairs: list[Pair]) -> list[Links]:
+def diagonal(pairs: list[WordPair]) -> list[Links]:
     """Each target word linked to the source word at the same relative position."""
     return [
         {(min(int((j + 0.5) * len(s) / len(t)), len(s) - 1), j) for j in range(len(t))}
@@ -51,7 +51,7 @@ def diagonal(pairs: list[Pair]) -> list[Links]:
     ]
 
 
-def read_weights(run_dir: str, checkpoint: str, pairs: list[Pair], engine: Engine, flip: bool):
+def read_weights(run_dir: str, checkpoint: str, pairs: list[WordPair], engine: Engine, flip: bool):
     """Word attention of a run reading the pairs (the other way round with ``flip``), per shift."""
     run = load_run(run_dir, checkpoint, engine)
     aligner = ForcedAligner(run.model, run.src_tok, run.tgt_tok, engine)
@@ -74,7 +74,7 @@ def best(scored: dict[str, dict], prefix: str) -> str:
     return min((k for k in scored if k.startswith(prefix)), key=lambda k: scored[k]["aer"])
 
 
-def score_run(name: str, args, pairs: list[Pair], gold: list[Gold], engine: Engine) -> dict:
+def score_run(name: str, args, pairs: list[WordPair], gold: list[Gold], engine: Engine) -> dict:
     """AER of every method of one run (and its reverse run): {method: scores}."""
     forward, step = read_weights(args.runs[name], "best", pairs, engine, flip=False)
     methods = directions(forward, flip=False)
@@ -91,7 +91,7 @@ def score_run(name: str, args, pairs: list[Pair], gold: list[Gold], engine: Engi
     return {"step": step, "methods": scored}
 
 
-def over_updates(run_dir: str, pairs: list[Pair], gold: list[Gold], engine: Engine) -> dict:
+def over_updates(run_dir: str, pairs: list[WordPair], gold: list[Gold], engine: Engine) -> dict:
     """AER (argmax, shift 0) of every kept checkpoint of a run: {step: aer}."""
     out = {}
     for step in sorted(kept_steps(Path(run_dir))):

@@ -14,7 +14,7 @@ makes one table; the table and pictures are made from every record in it.
 
 Every run folder under the arguments is evaluated on its test split where it has no result yet
 (``seq2seq-evaluate``, beam 5; with ``--coverage-penalty B`` also with that penalty), and runs
-trained with gold links (``log.alignment_gold``) are aligned against them (``seq2seq-align``).
+trained with gold links (``log.alignment_pairs``) are aligned against them (``seq2seq-align``).
 Runs of one comparison row (``+compare=<row>``) and direction form one line: the mean and spread
 over their seeds of test BLEU and chrF, validation BLEU over updates, AER, attention entropy,
 repeated bigrams, unattended source words, training speed (of the runs with the most threads)
@@ -43,6 +43,7 @@ from attention_pictures import picture_curves, picture_heatmaps
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from seq2seq.config_rules import upgrade_saved_config
 from seq2seq.decoding.alignment import attention_statistics
 from seq2seq.runtime.checkpoint import load_checkpoint
 from seq2seq.storage.rundir import BEST, CONFIG_FILE, EVAL_DIR, TENSORBOARD_DIR
@@ -123,7 +124,7 @@ ALIGN_METHODS = {
 
 def aligned(folder: Path, cfg: Any) -> dict[str, float] | None:
     """AER of ``best.pt`` by each of ALIGN_METHODS on the gold set the run was validated on."""
-    gold = OmegaConf.select(cfg, "log.alignment_gold")
+    gold = OmegaConf.select(cfg, "log.alignment_pairs")
     links = OmegaConf.select(cfg, "log.alignment_links")
     if gold is None or links is None:
         return None
@@ -220,7 +221,7 @@ def measures(result: dict[str, Any]) -> dict[str, float]:
 
 def read_run(folder: Path, penalty: float, sentence: int) -> Run:
     """Evaluate (where needed) and summarise one run folder."""
-    cfg = OmegaConf.load(folder / CONFIG_FILE)
+    cfg = upgrade_saved_config(OmegaConf.load(folder / CONFIG_FILE))  # old runs in new keys
     test = evaluated(folder)
     state = load_checkpoint(folder / BEST)
     unique = {t.data_ptr(): t.numel() for t in state["model"].values()}  # tied weights once

@@ -51,7 +51,8 @@ from seq2seq.model.linear import linear, pytorch_products
 from seq2seq.model.registry import ATTENTIONS as REGISTRY
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.runtime.engine import DEVICES, Engine, check_precision
-from seq2seq.runtime.heap import keep_freed_memory
+from seq2seq.runtime.heap import allocator_setting
+from seq2seq.runtime.precision import cpu_flags, native_bf16
 from seq2seq.runtime.profiling import describe, profile_ops
 from seq2seq.training.updater import Updater
 
@@ -186,10 +187,10 @@ def machine_info(engine: Engine) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "cpu": cpu,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "native_bf16": torch.cpu._is_avx512_bf16_supported(),
-        "amx": torch.cpu._is_amx_tile_supported(),
+        "native_bf16": native_bf16(),
+        "amx": "amx_tile" in cpu_flags(),
         "device": engine.describe().split(",")[0],
-        "memory": keep_freed_memory(),  # what Engine.create did with the allocator
+        "memory": allocator_setting(),  # what Engine.create did with the allocator
     }
 
 
@@ -424,6 +425,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.repeats:
         sizes = replace(sizes, windows=args.repeats, passes=args.repeats)
     engine = Engine.create(args.device, Precision.fp32, args.threads, TrainConfig.seed)
+    engine.keep_freed_memory()  # as training does
     if args.precision is None:  # what this device can run
         args.precision = [p for p in PRECISIONS if p != "fp16" or engine.device.type == "cuda"]
     for precision in args.precision:  # an impossible precision fails before any work

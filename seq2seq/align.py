@@ -22,13 +22,13 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from seq2seq.config import AlignConfig
-from seq2seq.config_rules import check_config
+from seq2seq.config_rules import check_config, rename_keys
 from seq2seq.decoding.aer import alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner
 from seq2seq.decoding.inference import TrainedRun, load_run
 from seq2seq.decoding.wordalign import (
     Links,
-    Pair,
+    WordPair,
     extract,
     flipped,
     pharaoh_line,
@@ -42,25 +42,25 @@ from seq2seq.runtime.engine import Engine
 log = logging.getLogger("seq2seq.align")
 
 
-def _pairs(cfg: AlignConfig) -> list[Pair]:
+def _pairs(cfg: AlignConfig) -> list[WordPair]:
     """The input's pairs in the input's own orientation."""
-    files = (cfg.source is not None, cfg.target is not None)
+    files = (cfg.src_file is not None, cfg.tgt_file is not None)
     if (cfg.input is not None) == any(files) or (any(files) and not all(files)):
         raise Seq2SeqError(
             "give the pairs as input=<file of 'source ||| target' lines>, or as "
-            "source=<file> target=<file>"
+            "src_file=<file> tgt_file=<file>"
         )
-    paths = [cfg.input] if cfg.input is not None else [cfg.source, cfg.target]
+    paths = [cfg.input] if cfg.input is not None else [cfg.src_file, cfg.tgt_file]
     for path in paths:
         if not Path(path).is_file():
             raise Seq2SeqError(f"no such file: {path}")
     if cfg.input is not None:
         return read_pairs(cfg.input)
-    return read_parallel_pairs(cfg.source, cfg.target)
+    return read_parallel_pairs(cfg.src_file, cfg.tgt_file)
 
 
 def _direction(
-    run: TrainedRun, engine: Engine, cfg: AlignConfig, pairs: Sequence[Pair], reverse: bool
+    run: TrainedRun, engine: Engine, cfg: AlignConfig, pairs: Sequence[WordPair], reverse: bool
 ) -> tuple[list[Links], list[np.ndarray]]:
     """Links (in the input's orientation) and word attention of one run reading the pairs."""
     flip = reverse != cfg.swap  # this run reads the input's target side
@@ -82,7 +82,9 @@ def _write(path: str | None, lines: Sequence[str]) -> None:
         raise Seq2SeqError(f"cannot write {path}: {e}") from e
 
 
-def _weights_lines(pairs: Sequence[Pair], weights: Sequence[np.ndarray], swap: bool) -> list[str]:
+def _weights_lines(
+    pairs: Sequence[WordPair], weights: Sequence[np.ndarray], swap: bool
+) -> list[str]:
     """JSON lines: the words the run read and its word attention [target][source + EOS]."""
     return [
         json.dumps(
@@ -98,6 +100,7 @@ def _weights_lines(pairs: Sequence[Pair], weights: Sequence[np.ndarray], swap: b
 
 
 def _check(cfg: AlignConfig) -> None:
+    rename_keys(cfg, "align")
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise Seq2SeqError("say which model aligns: run_dir=<a run or release folder>")
     if not 0.0 < cfg.threshold <= 1.0:
@@ -115,8 +118,13 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
     if cfg.reverse_run_dir is not None:
         runs.append(load_run(cfg.reverse_run_dir, cfg.reverse_checkpoint, engine))
     engine.choose_products(runs[0].model)
-    log.info("aligning %d pairs with %s (step %d) on %s", len(pairs), runs[0].checkpoint,
-             runs[0].step, engine.describe())  # fmt: skip
+    log.info(
+        "aligning %d pairs with %s (step %d) on %s",
+        len(pairs),
+        runs[0].checkpoint,
+        runs[0].step,
+        engine.describe(),
+    )
     start = time.perf_counter()
     found = [_direction(run, engine, cfg, pairs, reverse=k == 1) for k, run in enumerate(runs)]
     links = found[0][0]

@@ -64,8 +64,12 @@ def average(cfg: AverageConfig) -> Path:
     }
     out = Path(cfg.out) if cfg.out else run_dir / AVERAGED
     save_checkpoint(out, state)
-    log.info("averaged steps %s (validation BLEU %s) into %s", sorted(chosen),
-             [round(steps[s], 2) for s in sorted(chosen)], out)  # fmt: skip
+    log.info(
+        "averaged steps %s (validation BLEU %s) into %s",
+        sorted(chosen),
+        [round(steps[s], 2) for s in sorted(chosen)],
+        out,
+    )
     return out
 
 

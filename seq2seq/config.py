@@ -14,10 +14,7 @@ from typing import Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from seq2seq.model.config import (
-    ATTENTION_CONFIGS,
-    ModelConfig,
-)
+from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 
@@ -187,6 +184,7 @@ class TrainConfig:
     precision: Optional[Precision] = None  # deprecated: the top-level precision=
     compile: bool = False  # torch.compile the decoder's per-step work (time-step loops)
     threads: int = 0  # torch threads; 0 = $OMP_NUM_THREADS, else this process's share of cores
+    keep_freed_memory: bool = True  # glibc keeps freed blocks for the next batch (faster steps)
     log_every: int = 50  # updates between training-loss scalars
     # guided alignment: a statistical aligner's word links of the training lines (Pharaoh, one
     # line per training line; scripts/statistical_align.py --train-links) pull the attention
@@ -213,6 +211,7 @@ class DecodeConfig:
     # to each finished hypothesis's score (0: none); greedy search has nothing to rerank
     coverage_penalty: float = 0.0
     batch_size: int = 64  # sentences decoded together
+    max_source_len: int = 1000  # subwords per input line at most: longer is refused, never cut
 
 
 @dataclass
@@ -221,8 +220,9 @@ class LogConfig:
     progress: bool = True  # tqdm progress bar
     # word alignment at every validation: "source ||| target" pairs and their gold links
     # ("i-j" sure, "ipj" possible, 1-based) -> valid/aer, valid/alignment_precision and _recall
-    alignment_gold: Optional[str] = None
+    alignment_pairs: Optional[str] = None
     alignment_links: Optional[str] = None
+    alignment_gold: Optional[str] = None  # deprecated spelling of alignment_pairs (one release)
 
 
 @dataclass
@@ -235,6 +235,8 @@ class Config:
     model: ModelConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    # the libraries a run trained with, recorded by training with its concrete choices
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -260,11 +262,13 @@ class EvaluateConfig(InferenceConfig):
     """`seq2seq-evaluate`: decode a split of the run's corpus (or two files) and score it."""
 
     split: str = "test"  # a split name of the run's corpus, or train/valid/test = the run's own
-    source: Optional[str] = None  # where Multi30k is, for split= (default: the run's data.source)
+    data_source: Optional[str] = None  # where Multi30k is, for split= (default: data.source's)
+    source: Optional[str] = None  # deprecated spelling of data_source (one release)
     input: Optional[str] = None  # source file to translate instead of a split (needs reference)
     reference: Optional[str] = None  # its reference translations, one per line
     bleu_tokenize: Optional[str] = None  # sacreBLEU's tokenizer; None: the run's (by language)
     log_attention: int = 0  # heatmaps of the first K sentences into the run's TensorBoard
+    out: Optional[str] = None  # folder of the outputs and events; None: the run's eval/
 
 
 @dataclass
@@ -336,7 +340,9 @@ class AlignConfig:
     run_dir: str = MISSING  # a run (or release) translating the input's source into its target
     checkpoint: str = "best"
     input: Optional[str] = None  # "source ||| target" lines, words separated by spaces
-    source: Optional[str] = None  # or two parallel files, one sentence per line
+    src_file: Optional[str] = None  # or two parallel files, one sentence per line
+    tgt_file: Optional[str] = None
+    source: Optional[str] = None  # deprecated spellings of src_file and tgt_file (one release)
     target: Optional[str] = None
     swap: bool = False  # the input's sides are the other way round: run_dir reads its target
     output: Optional[str] = None  # Pharaoh links "i-j" (0-based), a line per pair; None: stdout

@@ -17,28 +17,88 @@ from seq2seq.model.config import ATTENTION_CONFIGS
 log = logging.getLogger("seq2seq.config")
 
 _POSITIVE = (
-    "model.emb_size", "model.hidden_size", "model.encoder_size", "model.encoder_layers",
-    "model.attention.size", "model.attention.heads", "model.attention.window", "data.max_len",
-    "data.train_limit", "data.valid_limit", "data.tokenizer.vocab_size",
+    "model.emb_size",
+    "model.hidden_size",
+    "model.encoder_size",
+    "model.encoder_layers",
+    "model.attention.size",
+    "model.attention.heads",
+    "model.attention.window",
+    "data.max_len",
+    "data.train_limit",
+    "data.valid_limit",
+    "data.tokenizer.vocab_size",
     "data.tokenizer.character_coverage",
-    "train.max_epochs", "train.max_steps", "train.max_minutes", "train.batch_tokens",
-    "train.accumulate", "train.lr", "train.clip_grad_norm", "train.patience",
-    "train.val_beam_size", "train.val_batch_size", "train.log_every", "train.validate_every",
-    "beam_size", "nbest", "batch_size", "port", "max_body_bytes", "max_sentences", "max_chars",
-    "max_beam", "batch_sentences", "max_queue_sentences", "request_timeout_s",
-)  # fmt: skip
+    "train.max_epochs",
+    "train.max_steps",
+    "train.max_minutes",
+    "train.batch_tokens",
+    "train.accumulate",
+    "train.lr",
+    "train.clip_grad_norm",
+    "train.patience",
+    "train.val_beam_size",
+    "train.val_batch_size",
+    "train.log_every",
+    "train.validate_every",
+    "beam_size",
+    "nbest",
+    "batch_size",
+    "max_source_len",
+    "port",
+    "max_body_bytes",
+    "max_sentences",
+    "max_chars",
+    "max_beam",
+    "batch_sentences",
+    "max_queue_sentences",
+    "request_timeout_s",
+)
 _FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
 _NOT_NEGATIVE = (
-    "train.threads", "train.scheduler.warmup", "alpha", "max_len_a", "max_len_b", "data.workers",
-    "data.valid_size", "data.test_size", "train.guided_weight", "train.coverage_weight",
+    "train.threads",
+    "train.scheduler.warmup",
+    "alpha",
+    "max_len_a",
+    "max_len_b",
+    "data.workers",
+    "data.valid_size",
+    "data.test_size",
+    "train.guided_weight",
+    "train.coverage_weight",
     "coverage_penalty",
-)  # fmt: skip
+)
+
+
+# keys renamed so that one name has one meaning: read under their old names for one release
+RENAMED = {
+    "train": {"log.alignment_gold": "log.alignment_pairs"},
+    "evaluate": {"source": "data_source"},
+    "align": {"source": "src_file", "target": "tgt_file"},
+}
+
+
+def rename_keys(cfg: Any, command: str) -> None:
+    """Take ``command``'s old key names (RENAMED) as today's, with one warning line each; an
+    old and a new name given with different values are refused."""
+    for old, new in RENAMED[command].items():
+        value = OmegaConf.select(cfg, old, default=None)
+        if value is None:
+            continue
+        given = OmegaConf.select(cfg, new, default=None)
+        if given is not None and given != value:
+            raise Seq2SeqError(f"{old}={value} and {new}={given} disagree; give {new}= only")
+        log.warning("%s= is deprecated: it is %s=%s", old, new, value)
+        with open_dict(cfg):
+            OmegaConf.update(cfg, new, value)
+            OmegaConf.update(cfg, old, None)
 
 
 def upgrade_config(cfg: Any) -> None:
     """Old spellings keep working, with one warning line: ``train.precision`` is ``precision``
-    (a run folder's config.yaml written before the change is read the same way), and Luong's
-    ``score=scaled_dot`` is ``score=dot`` with ``scale=true``."""
+    (a run folder's config.yaml written before the change is read the same way), Luong's
+    ``score=scaled_dot`` is ``score=dot`` with ``scale=true``, and RENAMED's training keys."""
+    rename_keys(cfg, "train")
     score = OmegaConf.select(cfg, "model.attention.score", default=None)
     if getattr(score, "value", score) == "scaled_dot":
         log.warning(
@@ -66,7 +126,8 @@ def upgrade_saved_config(cfg: Any) -> Any:
     """A run's saved config (config.yaml, a checkpoint's) in today's keys: written before
     ``data.kind`` (``data.name`` said it), before ``precision`` (``train.precision``), or before
     ``input_feed`` moved from the model to the attentions whose data flow has it, or before
-    Luong's dot and general scores were scaled by default (such a run keeps its unscaled score)."""
+    Luong's dot and general scores were scaled by default (such a run keeps its unscaled score),
+    or before ``log.alignment_gold`` was ``log.alignment_pairs``."""
     with open_dict(cfg):
         attention = cfg.model.attention
         if attention.name == "luong" and "scale" not in attention:
@@ -75,6 +136,8 @@ def upgrade_saved_config(cfg: Any) -> Any:
             cfg.data.kind = OmegaConf.select(cfg, "data.name", default="custom")
         if OmegaConf.select(cfg, "precision") is None:
             cfg.precision = OmegaConf.select(cfg, "train.precision", default=None) or "fp32"
+        if OmegaConf.select(cfg, "log.alignment_gold", default=None) is not None:
+            cfg.log.alignment_pairs = cfg.log.pop("alignment_gold")
         if "input_feed" in cfg.model:
             feed = cfg.model.pop("input_feed")
             schema = ATTENTION_CONFIGS.get(cfg.model.attention.name)
@@ -133,8 +196,13 @@ def _warn_dot_as_general(cfg: Any) -> None:
             "model.attention.score=%s with a memory of %d (2 x encoder_size) and a decoder of %d: "
             "the memory is projected to %d first, which makes it the general score; "
             "model.encoder_size=%d gives a plain %s score",
-            score, memory, model.hidden_size, model.hidden_size, model.hidden_size // 2, score,
-        )  # fmt: skip
+            score,
+            memory,
+            model.hidden_size,
+            model.hidden_size,
+            model.hidden_size // 2,
+            score,
+        )
 
 
 def _cross_key_problems(cfg: Any) -> list[str]:
@@ -143,22 +211,28 @@ def _cross_key_problems(cfg: Any) -> list[str]:
     precision = OmegaConf.select(cfg, "precision", default=None)
     training = OmegaConf.select(cfg, "train", default=None) is not None
     if training and precision is not None and Precision(precision) is Precision.int8:
-        problems.append("precision=int8 is for inference (seq2seq-evaluate, -translate, "
-                        "-serve): train in fp32 or bf16")  # fmt: skip
+        problems.append(
+            "precision=int8 is for inference (seq2seq-evaluate, -translate, "
+            "-serve): train in fp32 or bf16"
+        )
     if not training and precision is not None and Precision(precision) is Precision.auto:
-        problems.append("precision=auto is chosen when training: give fp32, bf16, fp16 or "
-                        "int8")  # fmt: skip
+        problems.append("precision=auto is chosen when training: give fp32, bf16, fp16 or int8")
     queue = OmegaConf.select(cfg, "max_queue_sentences", default=None)
     largest = OmegaConf.select(cfg, "max_sentences", default=None)
     if queue is not None and largest is not None and queue < largest:
-        problems.append(f"max_queue_sentences={queue} is below max_sentences={largest}: a "
-                        "request of the largest size could never be admitted")  # fmt: skip
+        problems.append(
+            f"max_queue_sentences={queue} is below max_sentences={largest}: a "
+            "request of the largest size could never be admitted"
+        )
     alpha = OmegaConf.select(cfg, "data.sampling_alpha", default=0.0)
     if OmegaConf.select(cfg, "train.guided_alignment", default=None) is not None and alpha:
-        problems.append("train.guided_alignment needs data.sampling_alpha=0: its links fit "
-                        "the cached segmentation, not sampled subwords")  # fmt: skip
+        problems.append(
+            "train.guided_alignment needs data.sampling_alpha=0: its links fit "
+            "the cached segmentation, not sampled subwords"
+        )
     gold = [OmegaConf.select(cfg, f"log.alignment_{k}", default=None) for k in ("gold", "links")]
     if (gold[0] is None) != (gold[1] is None):
-        problems.append("log.alignment_gold=<pairs> and log.alignment_links=<gold links> go "
-                        "together")  # fmt: skip
+        problems.append(
+            "log.alignment_gold=<pairs> and log.alignment_links=<gold links> go together"
+        )
     return problems

@@ -20,12 +20,14 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.config import EvaluateConfig, Precision
+from seq2seq.config import DecodeConfig, EvaluateConfig, Precision
+from seq2seq.config_rules import rename_keys
 from seq2seq.data.corpus import read_parallel, split_files, split_name
 from seq2seq.data.sources import FileSource, open_source
 from seq2seq.data.stream import PairStream
 from seq2seq.decoding.alignment import AttentionSample, alignment_record, attention_samples, pharaoh
 from seq2seq.decoding.inference import (
+    InputTooLong,
     TrainedRun,
     Translation,
     Translator,
@@ -35,14 +37,16 @@ from seq2seq.decoding.inference import (
 )
 from seq2seq.decoding.nbest import moses_lines
 from seq2seq.errors import DataError, Seq2SeqError
-from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.engine import Engine, engine_choices
 from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR, split_file
 from seq2seq.training.monitor import Monitor, run_hparams
 
 log = logging.getLogger("seq2seq.evaluate")
 
 
-def _split_pairs(run: TrainedRun, data: DictConfig, split: str) -> tuple[str, Path, Path]:
+def _split_pairs(
+    run: TrainedRun, data: DictConfig, split: str, out_dir: Path
+) -> tuple[str, Path, Path]:
     """(split name, source file, reference file) of a split of the run's own corpus: the run
     folder's copy where training left one (tab-separated and Hugging Face corpora), else the
     corpus's files.
@@ -60,7 +64,7 @@ def _split_pairs(run: TrainedRun, data: DictConfig, split: str) -> tuple[str, Pa
     if all(path.is_file() for path in kept):
         return split, kept[0], kept[1]
     if not isinstance(source, FileSource):
-        return split, *_written(source.stream(split), run.run_dir, split, data)
+        return split, *_written(source.stream(split), out_dir, split, data)
     name = split_name(data, split)
     try:
         src, ref = split_files(data, split)
@@ -78,18 +82,18 @@ def _split_pairs(run: TrainedRun, data: DictConfig, split: str) -> tuple[str, Pa
     return name, src, ref
 
 
-def _written(pairs: PairStream, run_dir: Path, split: str, data: DictConfig) -> tuple[Path, Path]:
-    """A split of a dataset (not one training kept) written beside the run's evaluations."""
-    out = run_dir / EVAL_DIR
-    out.mkdir(exist_ok=True)
-    paths = tuple(out / f"{split}.{lang}" for lang in (data.src_lang, data.tgt_lang))
+def _written(pairs: PairStream, out_dir: Path, split: str, data: DictConfig) -> tuple[Path, Path]:
+    """A split of a dataset (not one training kept) written beside the evaluations."""
+    paths = tuple(out_dir / f"{split}.{lang}" for lang in (data.src_lang, data.tgt_lang))
     src, tgt = pairs.lists()
     for path, lines in zip(paths, (src, tgt), strict=True):
         _write(path, lines)
     return paths
 
 
-def _inputs(cfg: EvaluateConfig, run: TrainedRun) -> tuple[str | None, str, Path, Path]:
+def _inputs(
+    cfg: EvaluateConfig, run: TrainedRun, out_dir: Path
+) -> tuple[str | None, str, Path, Path]:
     """(split name or None, a short name for files and tags, source file, reference file)."""
     if (cfg.input is None) != (cfg.reference is None):
         raise Seq2SeqError("input=<source file> and reference=<reference file> go together")
@@ -97,9 +101,9 @@ def _inputs(cfg: EvaluateConfig, run: TrainedRun) -> tuple[str | None, str, Path
         src, ref = Path(cfg.input), Path(cfg.reference)
         return None, src.name, src, ref
     data = run.cfg.data
-    if cfg.source is not None:
-        data = OmegaConf.merge(data, {"source": cfg.source})
-    split, src, ref = _split_pairs(run, data, cfg.split)
+    if cfg.data_source is not None:
+        data = OmegaConf.merge(data, {"source": cfg.data_source})
+    split, src, ref = _split_pairs(run, data, cfg.split, out_dir)
     return split, Path(split).name, src, ref
 
 
@@ -111,6 +115,7 @@ def _write(path: Path, lines: Sequence[str]) -> None:
 
 
 def _log_tensorboard(
+    folder: Path,
     run: TrainedRun,
     split: str | None,
     name: str,
@@ -123,7 +128,7 @@ def _log_tensorboard(
     Logged at the checkpoint's step; a single model's score on the run's own test split also as
     ``hparams/test_bleu`` (an ensemble's is not the run's own).
     """
-    with Monitor(run.run_dir) as monitor:
+    with Monitor(folder) as monitor:
         if split is not None and split in ("test", run.cfg.data.test) and not ensemble:
             monitor.hparams(run.step, run_hparams(run.cfg), {"hparams/test_bleu": scores["bleu"]})
         monitor.scalars(run.step, {f"eval/{name}_{key}": value for key, value in scores.items()})
@@ -165,53 +170,64 @@ def _translate(
         engine.describe(),
     )
     start = time.perf_counter()
-    translations = translator.translate(sources)
+    try:
+        translations = translator.translate(sources)
+    except InputTooLong as e:
+        raise Seq2SeqError(e.describe(f"{src_path}, line {e.index + 1},")) from None
     seconds = time.perf_counter() - start
-    if cut := sum(t.truncated for t in translations):
-        log.warning(
-            "%d input lines had more than %d subwords; each was cut there", cut, translator.max_len
-        )
     return translations, seconds
 
 
 def _names(cfg: EvaluateConfig, run: TrainedRun, name: str, members: int) -> tuple[str, str]:
     """(name of the TensorBoard tags, stem of the output files), e.g. test_2016_flickr and
-    test_2016_flickr.best.beam5; an ensemble of n runs gets its own, ``<name>.ensemble<n>``, and
-    a precision other than fp32 its own files (``...beam5.int8``) beside fp32's, and a coverage
-    penalty its own (``...beam5.cp0.2``)."""
+    test_2016_flickr.best.beam5: every decoding setting that differs from its default has its
+    own part, so no setting's files overwrite another's (``...beam5.int8``, ``.cp0.2``,
+    ``.alpha1``, ``.len2x+10``, ``.nbest3``); an ensemble of n runs is ``<name>.ensemble<n>``."""
     checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else run.checkpoint.stem
     if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
         name = f"{name}.ensemble{members}"
+    default = DecodeConfig()
     precision = Precision(cfg.precision)
     suffix = "" if precision == Precision.fp32 else f".{precision.value}"
     if cfg.coverage_penalty and cfg.beam_size > 1:  # greedy search has nothing to rerank
         suffix += f".cp{cfg.coverage_penalty:g}"
+    if cfg.alpha != default.alpha and cfg.beam_size > 1:  # greedy search does not normalise
+        suffix += f".alpha{cfg.alpha:g}"
+    if (cfg.max_len_a, cfg.max_len_b) != (default.max_len_a, default.max_len_b):
+        suffix += f".len{cfg.max_len_a:g}x+{cfg.max_len_b}"
+    if cfg.nbest > 1:
+        suffix += f".nbest{cfg.nbest}"
     return name, f"{name}.{checkpoint}.beam{cfg.beam_size}{suffix}"
 
 
 def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     """Translate, score, write the files and TensorBoard events; return the result object."""
+    rename_keys(cfg, "evaluate")
     if cfg.log_attention < 0:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
     engine, run = open_model(cfg, "evaluate")
-    max_len = int(run.cfg.data.max_len)  # what the model was trained on; longer input is cut
-    translator = Translator.from_run(run, cfg, max_len, engine)
-    split, name, src_path, ref_path = _inputs(cfg, run)
+    translator = Translator.from_run(run, cfg, engine)
+    out_dir = Path(cfg.out) if cfg.out is not None else run.run_dir / EVAL_DIR
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        hint = "choose out=<a folder>"
+        raise Seq2SeqError(f"cannot write into {out_dir}: {e.strerror or e}; {hint}") from None
+    split, name, src_path, ref_path = _inputs(cfg, run, out_dir)
     sources, references = read_parallel(src_path, ref_path)
     translations, seconds = _translate(translator, run, engine, sources, src_path)
     tokenize = run_bleu_tokenizer(run.cfg.data, cfg.bleu_tokenize)
     result_scores = score([translator.best_text(t) for t in translations], references, tokenize)
     scores = {"bleu": result_scores.bleu, "chrf": result_scores.chrf}
 
-    out_dir = run.run_dir / EVAL_DIR
-    out_dir.mkdir(exist_ok=True)
     members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
     name, stem = _names(cfg, run, name, len(members))
     paths = _write_outputs(out_dir, stem, translator, translations)
     samples = attention_samples(
         sources, references, translations, run.src_tok, run.tgt_tok, cfg.log_attention
     )
-    _log_tensorboard(run, split, name, scores, samples, ensemble=bool(cfg.ensemble))
+    folder = out_dir if cfg.out is not None else run.run_dir  # whose TensorBoard
+    _log_tensorboard(folder, run, split, name, scores, samples, ensemble=bool(cfg.ensemble))
 
     result = {
         **scores,
@@ -229,9 +245,11 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         "step": run.step,
         "beam_size": cfg.beam_size,
         "alpha": cfg.alpha,
+        "max_len_a": cfg.max_len_a,
+        "max_len_b": cfg.max_len_b,
+        "nbest": cfg.nbest,
         "coverage_penalty": cfg.coverage_penalty if cfg.beam_size > 1 else 0.0,
-        "device": str(engine.device),
-        "precision": engine.precision.value,
+        **engine_choices(engine),  # device, precision, threads, products, int8_engine
         "sentences": len(sources),
         "seconds": round(seconds, 3),  # decoding only
         "sentences_per_second": round(len(sources) / max(seconds, 1e-9), 2),

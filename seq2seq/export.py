@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ import hydra
 import safetensors.torch
 from omegaconf import OmegaConf
 
-from seq2seq.config import ExportConfig, Multi30kConfig
+from seq2seq.config import DecodeConfig, ExportConfig, Multi30kConfig
 from seq2seq.data.sources import open_source
 from seq2seq.decoding.inference import TrainedRun, load_run
 from seq2seq.errors import Seq2SeqError
@@ -53,17 +52,29 @@ OTHER_LICENCE = (
 )
 
 
+def _default_search(result: dict[str, Any]) -> bool:
+    """Whether an evaluation used the default length penalty and length rule."""
+    default = DecodeConfig()
+    settings = ("alpha", "max_len_a", "max_len_b")
+    return all(result.get(key, getattr(default, key)) == getattr(default, key) for key in settings)
+
+
 def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
     """What the model card states: language pair, data, recipe, size, scores, training."""
     cfg, folder = run.cfg, run.run_dir
     overrides = folder / ".hydra" / "overrides.yaml"
-    recipe = [o for o in OmegaConf.to_container(OmegaConf.load(overrides))
-              if not o.startswith(("data.source", "data.root", "data.cache_dir", "data.file",
-                                   "data.path", "hydra."))
-              ] if overrides.is_file() else []  # fmt: skip
+    recipe = (
+        [
+            o
+            for o in OmegaConf.to_container(OmegaConf.load(overrides))
+            if not o.startswith(
+                ("data.source", "data.root", "data.cache_dir", "data.file", "data.path", "hydra.")
+            )
+        ]
+        if overrides.is_file()
+        else []
+    )
     last = load_checkpoint(folder / LAST) if (folder / LAST).is_file() else {}
-    log_text = (folder / "train.log").read_text() if (folder / "train.log").is_file() else ""
-    device = re.search(r"- on (.+?); each update", log_text)
     name = checkpoint if checkpoint in CHECKPOINTS else Path(checkpoint).stem
     tests = {}
     for result in sorted((folder / EVAL_DIR).glob(f"*.{name}.beam*.json")):
@@ -72,7 +83,7 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
             continue
         if scores.get("precision", "fp32") != "fp32":  # the card gives the model's own score
             continue
-        if scores.get("coverage_penalty"):  # ... of the plain beam search
+        if scores.get("coverage_penalty") or not _default_search(scores):  # ... of the plain search
             continue
         keys = ("bleu", "signature", "chrf", "chrf_signature", "beam_size", "sentences")
         tests[result.stem.split(".")[0]] = {key: scores[key] for key in keys}
@@ -87,7 +98,7 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
         "step": run.step,
         "best_valid_bleu": last.get("best_bleu"),
         "training_minutes": round(last["seconds"] / 60, 1) if "seconds" in last else None,
-        "device": device.group(1) if device else None,
+        "device": last.get("device"),  # checkpoints from before it was kept: unknown
         "recipe": " ".join(["seq2seq-train", *recipe]),
         "test": tests,
         "licence": licence,

@@ -43,13 +43,29 @@ def bleu_tokenizer(lang: str, override: str | None = None) -> str:
     return override or _BLEU_TOKENIZERS.get(_base(lang), "13a")
 
 
+def _known_tokenizers() -> list[str] | None:
+    """The names of sacreBLEU's BLEU tokenizers (its private table), None where it has none."""
+    try:
+        from sacrebleu.metrics.bleu import _TOKENIZERS
+    except ImportError:
+        return None
+    return sorted(_TOKENIZERS)
+
+
 def check_bleu_tokenizer(name: str) -> None:
     """Refuse, in one line, a tokenizer sacreBLEU does not know or cannot load here."""
-    from sacrebleu.metrics.bleu import _TOKENIZERS
+    known = _known_tokenizers()
+    if known is not None and name not in known:
+        raise Seq2SeqError(f"unknown BLEU tokenizer {name!r}; sacreBLEU has: {', '.join(known)}")
+    if known is None:  # a sacreBLEU without the list: ask it to build the tokenizer
+        from sacrebleu.metrics.bleu import BLEU
 
-    if name not in _TOKENIZERS:
-        known = ", ".join(sorted(_TOKENIZERS))
-        raise Seq2SeqError(f"unknown BLEU tokenizer {name!r}; sacreBLEU has: {known}")
+        try:
+            BLEU(tokenize=name)
+        except KeyError:
+            raise Seq2SeqError(f"unknown BLEU tokenizer {name!r} for this sacreBLEU") from None
+        except (ImportError, RuntimeError, OSError):
+            pass  # known, but it needs an extra: said below
     if name in _EXTRAS:
         from sacrebleu.metrics.bleu import BLEU
 

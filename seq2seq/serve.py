@@ -32,11 +32,21 @@ def serve(cfg: ServeConfig) -> None:
     """Load the runs or releases and serve them until SIGINT/SIGTERM."""
     engine, models = open_models(cfg)
     for model in models:
-        log.info("model %r: %s (%s attention, step %d)", model.name, model.run.run_dir,
-                 model.card["attention_label"], model.run.step)  # fmt: skip
-    log.info("serving on %s at http://%s:%d/ (queue: %d sentences, deadline %g s)",
-             engine.describe(), cfg.host, cfg.port, cfg.max_queue_sentences,
-             cfg.request_timeout_s)  # fmt: skip
+        log.info(
+            "model %r: %s (%s attention, step %d)",
+            model.name,
+            model.run.run_dir,
+            model.card["attention_label"],
+            model.run.step,
+        )
+    log.info(
+        "serving on %s at http://%s:%d/ (queue: %d sentences, deadline %g s)",
+        engine.describe(),
+        cfg.host,
+        cfg.port,
+        cfg.max_queue_sentences,
+        cfg.request_timeout_s,
+    )
     owner = MainThreadExecutor()
     app = create_app(models, engine, cfg, owner)
     config = uvicorn.Config(

@@ -38,7 +38,12 @@ def _main(cfg: Config) -> None:
         open_source(cfg.data).check()
         tcfg = cfg.train
         engine = Engine.create(
-            cfg.device, cfg.precision, tcfg.threads, tcfg.seed, True, products=cfg.products
+            cfg.device,
+            cfg.precision,
+            tcfg.threads,
+            tcfg.seed,
+            True,
+            products=cfg.products,
         )
         if not engine.is_main:  # rank 0 speaks for every rank; the others only warn
             logging.getLogger().setLevel(logging.WARNING)
@@ -50,8 +55,7 @@ def _main(cfg: Config) -> None:
         sys.exit(1)
     except OSError as e:  # a full disk, a folder that went away: which file, in one line
         where = f"{e.filename}: " if e.filename else ""
-        log.error("stopped: %s%s; checkpoints already written are intact", where,
-                  e.strerror or e)  # fmt: skip
+        log.error("stopped: %s%s; checkpoints already written are intact", where, e.strerror or e)
         sys.exit(1)
     finally:
         if engine is not None:

@@ -21,7 +21,7 @@ import hydra
 
 from seq2seq.config import TranslateConfig
 from seq2seq.decoding.alignment import best_alignment_view
-from seq2seq.decoding.inference import Translation, Translator, open_model
+from seq2seq.decoding.inference import InputTooLong, Translator, open_model
 from seq2seq.decoding.nbest import NBEST_SEPARATOR, scored_lines
 from seq2seq.errors import Seq2SeqError
 
@@ -29,16 +29,6 @@ log = logging.getLogger("seq2seq.translate")
 
 HISTORY_FILE = Path("~/.seq2seq_history")
 QUIT_COMMANDS = (":q", ":quit")
-
-
-def _warn_truncated(translation: Translation, where: str, max_len: int) -> None:
-    if translation.truncated:
-        log.warning(
-            "%s has %d subwords; translating only the first %d (the model's data.max_len)",
-            where,
-            translation.source_length,
-            max_len,
-        )
 
 
 def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, str]) -> None:
@@ -73,8 +63,11 @@ def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, 
                 continue
             if line in QUIT_COMMANDS:
                 return
-            (translation,) = translator.translate([line])
-            _warn_truncated(translation, "this sentence", translator.max_len)
+            try:
+                (translation,) = translator.translate([line])
+            except InputTooLong as e:
+                log.error("%s", e.describe("this sentence"))
+                continue
             if cfg.nbest > 1:
                 print("\n".join(scored_lines(translator, translation)))
             else:
@@ -134,9 +127,12 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
     number = 0
     for lines in line_batches(sys.stdin.buffer, cfg.batch_size):
         out = []
-        for translation in translator.translate(lines):
+        try:
+            translations = translator.translate(lines)
+        except InputTooLong as e:
+            raise Seq2SeqError(e.describe(f"line {number + e.index + 1}")) from None
+        for translation in translations:
             number += 1
-            _warn_truncated(translation, f"line {number}", translator.max_len)
             if not translation.hypotheses:
                 out.append("")
                 continue
@@ -154,7 +150,7 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
 def run_app(cfg: TranslateConfig) -> None:
     """Load the run named by `run_dir` and translate the terminal's or the pipe's lines."""
     engine, run = open_model(cfg, "translate with")
-    translator = Translator.from_run(run, cfg, int(run.cfg.data.max_len), engine)
+    translator = Translator.from_run(run, cfg, engine)
     log.info("loaded %s (step %d) on %s", run.checkpoint, run.step, engine.describe())
     if sys.stdin.isatty():
         interactive(translator, cfg, (run.cfg.data.src_lang, run.cfg.data.tgt_lang))

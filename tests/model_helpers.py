@@ -50,7 +50,7 @@ def tiny_model(dropout: float = 0.0, **settings) -> Seq2Seq:
     return build_model(OmegaConf.structured(cfg), SRC_VOCAB, TGT_VOCAB).eval()
 
 
-class Batch:
+class HandBatch:
     """Hand-built stand-in for seq2seq.data.batching.Batch (same field names)."""
 
     def __init__(self, seed: int = 0) -> None:
@@ -67,7 +67,9 @@ class Batch:
         self.ntokens = int(tgt_lengths.sum())
 
 
-def loss_of(model: Seq2Seq, batch: Batch, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+def loss_of(
+    model: Seq2Seq, batch: HandBatch, smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(smoothed loss sum, NLL sum) from the model's forward, as the training step calls it."""
     return model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, smoothing)
 

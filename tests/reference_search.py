@@ -61,7 +61,12 @@ def greedy_search(
             active, prev = active[keep], prev[keep]
             state, enc = state.index_select(keep), enc.index_select(keep)
     return [
-        _hypothesis(tokens[i, : lengths[i] - 1], float(scores[i]), attention[i, : lengths[i]], n)
+        _hypothesis(
+            tokens[i, : lengths[i] - 1],
+            float(scores[i]) / length_penalty(int(lengths[i]), cfg.alpha),
+            attention[i, : lengths[i]],
+            n,
+        )
         for i, n in enumerate(src_lengths.tolist())
     ]
 

@@ -95,7 +95,7 @@ def test_parallel_files_swap_and_both_directions(smoke_run: Path, multi30k_dir, 
     de.write_text("".join(x.split(" ||| ")[0] + "\n" for x in lines), encoding="utf-8")
     en.write_text("".join(x.split(" ||| ")[1] + "\n" for x in lines), encoding="utf-8")
     one = run_align(f"run_dir={smoke_run}", f"input={pairs}", cwd=tmp_path)
-    files = run_align(f"run_dir={smoke_run}", f"source={de}", f"target={en}", cwd=tmp_path)
+    files = run_align(f"run_dir={smoke_run}", f"src_file={de}", f"tgt_file={en}", cwd=tmp_path)
     assert one.stdout.splitlines()[:-1] == files.stdout.splitlines()[:-1]
     # the same pairs written en ||| de, read with swap=true: the same links, flipped
     swapped = tmp_path / "swapped.txt"
@@ -122,7 +122,7 @@ def test_parallel_files_swap_and_both_directions(smoke_run: Path, multi30k_dir, 
     [
         ((), "say which model aligns"),
         (("input=missing.txt",), "no such file: missing.txt"),
-        (("input=pairs.txt", "source=pairs.txt"), "give the pairs as input="),
+        (("input=pairs.txt", "src_file=pairs.txt"), "give the pairs as input="),
         (("input=pairs.txt", "gold=short.talp"), "1 lines of links for 40 sentence pairs"),
         (("input=pairs.txt", "threshold=0"), "threshold must be in (0, 1]"),
         (("input=pairs.txt", "methd=argmax"), "methd"),
@@ -147,7 +147,7 @@ def test_training_logs_aer_at_every_validation(multi30k_dir, data_dirs, tmp_path
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "data.train_limit=500",
            "train.max_steps=6", "train.validate_every=3", "log.progress=false",
-           f"log.alignment_gold={pairs}", f"log.alignment_links={gold}",
+           f"log.alignment_pairs={pairs}", f"log.alignment_links={gold}",
            f"hydra.run.dir={run}", *data_dirs]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -163,7 +163,7 @@ def test_training_logs_aer_at_every_validation(multi30k_dir, data_dirs, tmp_path
 
 @pytest.mark.slow
 def test_training_refuses_half_a_gold_pair(data_dirs, tmp_path) -> None:
-    cmd = [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "log.alignment_gold=x",
+    cmd = [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "log.alignment_pairs=x",
            f"hydra.run.dir={tmp_path / 'run'}", *data_dirs]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1 and "go together" in proc.stdout + proc.stderr

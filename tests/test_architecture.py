@@ -12,7 +12,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from seq2seq.model.config import ATTENTION_CONFIGS
+from seq2seq.model import build_model
+from seq2seq.model.attention import Attention
 from seq2seq.model.registry import ATTENTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,10 +59,20 @@ def test_the_library_folders_import_downward_only_and_never_a_command() -> None:
     assert not wrong, wrong
 
 
-def test_the_registry_is_the_one_list_of_attention_variants() -> None:
-    assert list(ATTENTIONS) == list(ATTENTION_CONFIGS)
-    for name, kind in ATTENTIONS.items():
-        assert kind.config is ATTENTION_CONFIGS[name] and kind.config.name == name
+def _subclasses(cls: type) -> set[type]:
+    return {sub for child in cls.__subclasses__() for sub in {child, *_subclasses(child)}}
+
+
+def test_every_attention_class_is_chosen_through_the_registry() -> None:
+    """No attention class outside the registry, and each name of Hydra's model/attention group
+    builds its own class and data flow: a new variant cannot enter as a special case."""
+    assert _subclasses(Attention) == {kind.attention for kind in ATTENTIONS.values()}
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        for name, kind in ATTENTIONS.items():
+            cfg = compose("config", [f"model/attention={name}"])
+            model = build_model(cfg.model, 20, 20)
+            assert type(model.decoder.attention) is kind.attention, name
+            assert type(model.decoder.flow) is kind.step, name
 
 
 def test_the_attention_comparison_covers_every_variant_of_the_registry() -> None:

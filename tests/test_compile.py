@@ -10,7 +10,7 @@ import copy
 
 import pytest
 import torch
-from model_helpers import SETUPS, Batch, assert_same, loss_of, tiny_model
+from model_helpers import SETUPS, HandBatch, assert_same, loss_of, tiny_model
 from torch._dynamo.utils import counters
 
 from seq2seq.config import DecodeConfig
@@ -22,14 +22,14 @@ from seq2seq.runtime.engine import Engine
 def trained_once(model: Seq2Seq) -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
     """(loss, NLL) of a batch and every parameter's gradient (dropout is 0)."""
     model.train()
-    loss, nll = loss_of(model, Batch(), 0.1)
+    loss, nll = loss_of(model, HandBatch(), 0.1)
     loss.backward()
     return (loss.detach(), nll), [p.grad for p in model.parameters()]
 
 
 def searched(model: Seq2Seq) -> list[list]:
     model.eval()
-    batch = Batch(seed=3)
+    batch = HandBatch(seed=3)
     cfg = DecodeConfig(beam_size=3, alpha=0.6, nbest=3, max_len_a=1.0, max_len_b=4)
     greedy = greedy_search(model, batch.src, batch.src_lengths, cfg)
     return [[h] for h in greedy] + beam_search(model, batch.src, batch.src_lengths, cfg)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import SETUPS, Batch, loss_of, tiny_model
+from model_helpers import SETUPS, HandBatch, loss_of, tiny_model
+from omegaconf import OmegaConf
 
+from seq2seq.model import build_model
+from seq2seq.model.config import LuongConfig, ModelConfig
 from seq2seq.model.decoder import BahdanauStep, ConditionalBahdanauStep, LuongStep
 
 
 @pytest.mark.parametrize("name", SETUPS)
 def test_teacher_forcing_equals_stepping(name: str) -> None:
-    model, batch = tiny_model(**SETUPS[name]), Batch()
+    model, batch = tiny_model(**SETUPS[name]), HandBatch()
     with torch.no_grad():
         enc = model.encode(batch.src, batch.src_lengths)
         features, weights = model.decoder(batch.tgt_in, enc)
@@ -41,7 +44,7 @@ def test_tied_embeddings_share_one_tensor() -> None:
     assert decoder.output_layer[-1].weight is decoder.embedding.weight
     n_params = sum(p.numel() for p in tied.parameters())
     assert n_params < sum(p.numel() for p in untied.parameters())
-    loss, _ = loss_of(tied, Batch(), 0.1)
+    loss, _ = loss_of(tied, HandBatch(), 0.1)
     loss.backward()
     before = decoder.embedding.weight.detach().clone()
     with torch.no_grad():
@@ -49,18 +52,46 @@ def test_tied_embeddings_share_one_tensor() -> None:
     assert not torch.equal(before, decoder.output_layer[-1].weight)
 
 
+def test_a_tied_output_layer_starts_at_the_scale_of_an_untied_one() -> None:
+    """The shared embedding starts as N(0, 1/E), not nn.Embedding's N(0, 1), so the output
+    layer it becomes gives logits of the untied layer's order, and PAD's row is zero."""
+
+    def output_layer(tie: bool) -> torch.nn.Module:
+        torch.manual_seed(0)
+        attention = LuongConfig(size=256)
+        cfg = ModelConfig(emb_size=256, hidden_size=256, attention=attention, tie_embeddings=tie)
+        return build_model(OmegaConf.structured(cfg), 500, 500).decoder
+
+    tied, untied = output_layer(True), output_layer(False)
+    weight = tied.embedding.weight
+    assert abs(float(weight[1:].std()) - 256**-0.5) < 0.005 and not weight[0].any()
+    features = torch.randn(64, 256)
+    with torch.no_grad():
+        scale = tied.output_layer(features).std() / untied.output_layer(features).std()
+    assert scale < 3  # N(0, 1) made it about 16 (sqrt(256)) times the untied layer's
+
+
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_loss_matches_cross_entropy_on_real_tokens(smoothing: float) -> None:
-    model, batch = tiny_model(**SETUPS["bahdanau"]), Batch()
+    """The fused loss equals cross-entropy against the smoothed target, gradients too."""
+    model, batch = tiny_model(**SETUPS["bahdanau"]), HandBatch()
     loss, nll = loss_of(model, batch, smoothing)
     logits = model.decoder.output_layer(
         model.features(batch.src, batch.src_lengths, batch.tgt_in)[0]
     )
     flat_logits, flat_target = logits.flatten(0, 1), batch.tgt_out.flatten()
-    expected = F.cross_entropy(
-        flat_logits, flat_target, ignore_index=0, label_smoothing=smoothing, reduction="sum"
-    )
+    real = flat_target != 0
+    log_probs = torch.log_softmax(flat_logits[real], -1)
+    # the smoothed target: 1 - eps on the word, eps spread over the ids other than PAD and BOS
+    wanted = torch.full_like(log_probs, smoothing / (log_probs.size(1) - 2))
+    wanted[:, [0, 2]] = 0.0
+    wanted[torch.arange(len(wanted)), flat_target[real]] += 1.0 - smoothing
+    expected = -(wanted * log_probs).sum()
     torch.testing.assert_close(loss, expected)
+    if smoothing == 0:  # then it is plain cross-entropy
+        torch.testing.assert_close(
+            loss, F.cross_entropy(flat_logits, flat_target, reduction="sum", ignore_index=0)
+        )
     torch.testing.assert_close(
         nll, F.cross_entropy(flat_logits, flat_target, reduction="sum", ignore_index=0)
     )
@@ -73,7 +104,7 @@ def test_loss_matches_cross_entropy_on_real_tokens(smoothing: float) -> None:
 
 
 def test_loss_without_autograd() -> None:
-    model, batch = tiny_model(**SETUPS["multihead"]), Batch()
+    model, batch = tiny_model(**SETUPS["multihead"]), HandBatch()
     loss, nll = loss_of(model, batch, 0.1)
     with torch.inference_mode():  # validation computes the loss like this
         loss_eval, nll_eval = loss_of(model, batch, 0.1)
@@ -81,21 +112,21 @@ def test_loss_without_autograd() -> None:
 
 
 def test_loss_ignores_padded_target_positions() -> None:
-    model, batch = tiny_model(**SETUPS["luong-feed"]), Batch()
+    model, batch = tiny_model(**SETUPS["luong-feed"]), HandBatch()
     loss, _ = loss_of(model, batch, 0.1)
     batch.tgt_in[batch.tgt_out == 0] = 5  # garbage after each sentence's end
     torch.testing.assert_close(loss_of(model, batch, 0.1)[0], loss)
 
 
 def test_dropout_only_in_training() -> None:
-    model, batch = tiny_model(dropout=0.5, **SETUPS["bahdanau"]), Batch()
+    model, batch = tiny_model(dropout=0.5, **SETUPS["bahdanau"]), HandBatch()
     assert torch.equal(loss_of(model, batch, 0.0)[0], loss_of(model, batch, 0.0)[0])
     model.train()
     assert not torch.equal(loss_of(model, batch, 0.0)[0], loss_of(model, batch, 0.0)[0])
 
 
 def test_coverage_is_the_sum_of_the_earlier_steps_weights() -> None:
-    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), Batch()
+    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), HandBatch()
     with torch.no_grad():
         enc = model.encode(batch.src, batch.src_lengths)
         state = model.decoder.init_state(enc)
@@ -110,7 +141,7 @@ def test_coverage_is_the_sum_of_the_earlier_steps_weights() -> None:
 def test_coverage_loss_is_sees_min_of_weight_and_coverage() -> None:
     from seq2seq.model.seq2seq import coverage_loss
 
-    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), Batch()
+    model, batch = tiny_model(**SETUPS["bahdanau-coverage"]), HandBatch()
     with torch.no_grad():
         _, weights = model.features(batch.src, batch.src_lengths, batch.tgt_in)
     real = batch.tgt_out != 0
@@ -135,7 +166,7 @@ def test_the_conditional_gru_queries_with_the_previous_word() -> None:
     """With conditional=true the attention's query at step t is GRU_1(s_{t-1}, E y_{t-1}): the
     weights of the first step change with the first input word; Bahdanau's own do not."""
     for name, changes in (("bahdanau-conditional", True), ("bahdanau", False)):
-        model, batch = tiny_model(**SETUPS[name]), Batch()
+        model, batch = tiny_model(**SETUPS[name]), HandBatch()
         with torch.no_grad():
             enc = model.encode(batch.src, batch.src_lengths)
             state = model.decoder.init_state(enc)
@@ -144,3 +175,14 @@ def test_the_conditional_gru_queries_with_the_previous_word() -> None:
         assert (not torch.allclose(one, other)) == changes, name
     flow = tiny_model(**SETUPS["bahdanau-conditional"]).decoder.flow
     assert isinstance(flow, ConditionalBahdanauStep) and flow.rnn.input_size == 8  # E only
+
+
+def test_search_steps_give_fp32_log_probs_under_bf16_autocast() -> None:
+    """Beam search sums the steps' log-probabilities: in bf16 (8 bits of mantissa) a sum of
+    twenty of them would drift; the step's log-softmax is taken in fp32 whatever the autocast."""
+    model, batch = tiny_model(**SETUPS["luong-feed"]), HandBatch()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        enc = model.encode(batch.src, batch.src_lengths)
+        log_probs, _, _ = model.decoder.step(batch.tgt_in[:, 0], model.decoder.init_state(enc), enc)
+    assert log_probs.dtype == torch.float32
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(3))

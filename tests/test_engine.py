@@ -62,6 +62,8 @@ def test_topology_comes_from_torchrun_variables(monkeypatch) -> None:
 
 
 def test_prefetch_prepares_one_item_ahead_in_order() -> None:
+    """The next item is prepared before the consumer gets the current one (on CUDA that starts
+    its copy while the current update runs: the overlap itself is the GPU tests' to see)."""
     engine = Engine.create("cpu")
     prepared: list[int] = []
 
@@ -69,19 +71,30 @@ def test_prefetch_prepares_one_item_ahead_in_order() -> None:
         prepared.append(item)
         return item * 10
 
+    stream = engine.prefetch(range(4), prepare)
+    assert prepared == []  # nothing before the first item is asked for
     seen = []
-    for value in engine.prefetch(range(4), prepare):
+    for value in stream:
         seen.append(value)
-        assert prepared[-1] == min(len(seen), 3)  # the next item is ready before it is asked for
-    assert seen == [0, 10, 20, 30] and prepared == [0, 1, 2, 3]
+        assert prepared == list(range(min(len(seen) + 1, 4)))  # exactly one item ahead
+    assert seen == [0, 10, 20, 30]
     assert list(engine.prefetch([], prepare)) == []
 
 
-def test_to_host_copies_every_tensor_inside() -> None:
+def test_to_host_copies_every_tensor_inside_when_asked() -> None:
     state = {"a": torch.ones(2), "b": [torch.zeros(1), (torch.arange(3), 4)], "c": "text"}
+    tensors = [state["a"], state["b"][0], state["b"][1][0]]
     host = to_host(state)
     assert host["b"][1][1] == 4 and host["c"] == "text" and isinstance(host["b"][1], tuple)
-    assert all(t.device == HOST for t in (host["a"], host["b"][0], host["b"][1][0]))
+    moved = [host["a"], host["b"][0], host["b"][1][0]]
+    assert all(t.device == HOST for t in moved)
+    # already on the host: the same storage, no needless copy
+    assert all(m.data_ptr() == t.data_ptr() for m, t in zip(moved, tensors, strict=True))
+    copied = to_host(state, copy=True)
+    copies = [copied["a"], copied["b"][0], copied["b"][1][0]]
+    assert all(c.data_ptr() != t.data_ptr() for c, t in zip(copies, tensors, strict=True))
+    state["a"].add_(1)  # a later change to the original does not reach the copy
+    assert torch.equal(copied["a"], torch.ones(2)) and torch.equal(host["a"], state["a"])
 
 
 def test_process_group_calls_are_no_ops_for_one_process() -> None:

@@ -142,6 +142,9 @@ def test_int8_decodes_with_the_chosen_engine_and_says_which(
     assert len(said) == 1
     why = "timed on a decoding probe" if engine == "auto" else "int8_engine=fbgemm"
     assert why in said[0] and ("fbgemm" in said[0] or engine == "auto")
+    # the record says what ran: the engine chosen, the threads, the fp32 products
+    assert result["int8_engine"] in said[0] and result["threads"] >= 1
+    assert result["products"] in ("onednn", "pytorch") and result["precision"] == "int8"
 
 
 def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
@@ -197,3 +200,31 @@ def test_pharaoh_aligns_each_target_subword_to_its_strongest_source_subword() ->
         ]
     )
     assert pharaoh(attention) == "0-0 1-2"
+
+
+@pytest.mark.slow
+def test_each_decoding_setting_has_its_own_files_and_out_takes_them(
+    smoke_run: Path, tmp_path: Path
+) -> None:
+    """Another alpha or length rule never overwrites an earlier result, and out= takes every
+    output (and the TensorBoard events) away from the run folder."""
+    src, ref = tmp_path / "few.de", tmp_path / "few.en"
+    src.write_text("Ein Hund läuft .\nZwei Männer spielen Fußball .\n", encoding="utf-8")
+    ref.write_text("A dog runs .\nTwo men play soccer .\n", encoding="utf-8")
+    out = tmp_path / "results"
+    common = [f"run_dir={smoke_run}", f"input={src}", f"reference={ref}", f"out={out}"]
+    first = result_of(run_evaluate(*common, "beam_size=2", cwd=tmp_path))
+    other = ["alpha=1.0", "max_len_a=2", "max_len_b=10", "nbest=2"]
+    second = result_of(run_evaluate(*common, "beam_size=2", *other, cwd=tmp_path))
+    assert Path(first["hypotheses"]).name == "few.de.best.beam2.hyp"
+    assert Path(second["hypotheses"]).name == "few.de.best.beam2.alpha1.len2x+10.nbest2.hyp"
+    assert (second["alpha"], second["max_len_a"], second["max_len_b"]) == (1.0, 2.0, 10)
+    for result in (first, second):
+        assert all(Path(result[key]).parent == out for key in ("hypotheses", "attention"))
+    assert (out / "few.de.best.beam2.json").is_file() and (out / "tensorboard").is_dir()
+    assert not list((smoke_run / "eval").glob("few.de.*"))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    refused = run_evaluate(*common[:3], f"out={blocked / 'x'}", cwd=tmp_path)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"cannot write into {blocked / 'x'}" in refused.stderr

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from seq2seq.model.linear import KERNEL_CACHE_VARIABLE
 from seq2seq.runtime import heap
 
 # minor page faults of allocating and freeing a 64 MB tensor 20 times, after one warm-up round
@@ -58,3 +59,52 @@ def test_the_environments_allocator_setting_wins(monkeypatch) -> None:
 def test_the_setting_is_made_once_per_process(monkeypatch) -> None:
     monkeypatch.setattr(heap, "_done", "done before")
     assert heap.keep_freed_memory({}) == "done before"
+
+
+IMPORT_ALL = """
+import importlib, os, pkgutil, sys, seq2seq
+before = dict(os.environ)
+for module in pkgutil.walk_packages(seq2seq.__path__, "seq2seq."):
+    if module.name.split(".")[-1] not in ("__main__",):
+        importlib.import_module(module.name)
+print(sorted(set(os.environ.items()) ^ set(before.items())))
+"""
+
+
+def test_importing_the_package_changes_no_process_setting() -> None:
+    """Every module of seq2seq imported: the environment is as it was (process settings are
+    made by the commands, logged)."""
+    env = {k: v for k, v in os.environ.items() if k != KERNEL_CACHE_VARIABLE}
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL], capture_output=True, text=True, env=env, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+ENGINE = """
+import os, sys
+from seq2seq.model.linear import KERNEL_CACHE_VARIABLE
+from seq2seq.runtime import heap
+from seq2seq.runtime.engine import Engine
+engine = Engine.create("cpu")
+if sys.argv[1] == "keep":
+    engine.keep_freed_memory()
+print(os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"), heap._done)
+"""
+
+
+@pytest.mark.skipif(heap._glibc() is None, reason="glibc's malloc only: this C library is not")
+def test_the_engine_makes_the_process_settings_a_command_asks_for() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "ONEDNN_"))}
+
+    def settings(mode: str) -> str:
+        cmd = [sys.executable, "-c", ENGINE, mode]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+
+    assert settings("keep").split(maxsplit=1) == [
+        "64",
+        "freed memory kept for reuse " + ("(glibc malloc: no mmap, no trimming)\n"),
+    ]
+    assert settings("defaults").split() == ["64", "None"]  # the allocator left alone
+    env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = "8"
+    assert settings("defaults").split()[0] == "8"  # the environment's value wins

@@ -17,7 +17,8 @@ from omegaconf import OmegaConf
 from run_helpers import REPO, composed, run, scalars
 from torch.utils.tensorboard import SummaryWriter
 
-from seq2seq.config_rules import upgrade_config, upgrade_saved_config
+from seq2seq.config import AlignConfig, EvaluateConfig
+from seq2seq.config_rules import rename_keys, upgrade_config, upgrade_saved_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint
 from seq2seq.storage.rundir import KEPT_DIR, kept_checkpoint
@@ -60,7 +61,7 @@ def test_recipes_compose() -> None:
     assert params["+compare"].split(",") == list(rows) and params["train.seed"] == "1,2"
     en_fr = composed("experiment=attention_comparison_en_fr", "+compare=local_p")
     assert (en_fr.data.src_lang, en_fr.data.tgt_lang, en_fr.model.hidden_size) == ("en", "fr", 256)
-    assert en_fr.log.alignment_gold is not None
+    assert en_fr.log.alignment_pairs is not None
 
 
 @pytest.mark.slow
@@ -221,3 +222,30 @@ def test_a_run_config_written_before_the_renames_reads_in_todays_keys() -> None:
     old["model"]["attention"]["name"] = "bahdanau"  # its data flow has no input feeding
     cfg = upgrade_saved_config(OmegaConf.create(old))
     assert "input_feed" not in cfg.model and "input_feed" not in cfg.model.attention
+
+
+def test_old_key_names_are_read_as_todays_with_one_warning(caplog) -> None:
+    """One name, one meaning: align's src_file/tgt_file, evaluate's data_source and training's
+    log.alignment_pairs; the old spellings work for a release, with a warning each."""
+    cfg = OmegaConf.structured(AlignConfig(run_dir="r", source="a.en", target="b.fr"))
+    with caplog.at_level(logging.WARNING, logger="seq2seq.config"):
+        rename_keys(cfg, "align")
+    assert (cfg.src_file, cfg.tgt_file, cfg.source, cfg.target) == ("a.en", "b.fr", None, None)
+    assert "source= is deprecated: it is src_file=a.en" in caplog.text
+    train = composed("experiment=smoke", "log.alignment_gold=pairs.txt")
+    upgrade_config(train)
+    assert train.log.alignment_pairs == "pairs.txt" and train.log.alignment_gold is None
+    both = OmegaConf.structured(EvaluateConfig(run_dir="r", source="x", data_source="y"))
+    with pytest.raises(Seq2SeqError, match="source=x and data_source=y disagree"):
+        rename_keys(both, "evaluate")
+    saved = upgrade_saved_config(
+        OmegaConf.create(
+            {
+                "model": {"attention": {"name": "bahdanau"}},
+                "data": {"kind": "custom"},
+                "precision": "fp32",
+                "log": {"alignment_gold": "p.txt"},
+            }
+        )
+    )
+    assert saved.log.alignment_pairs == "p.txt" and "alignment_gold" not in saved.log

@@ -289,7 +289,7 @@ def test_logs_in_a_file_have_no_progress_bar(tmp_path: Path, data_dirs) -> None:
 
 @pytest.fixture(scope="module")
 def translator(smoke_run: Path) -> Translator:
-    return Translator.from_run(load_run(smoke_run), DecodeConfig(beam_size=2), max_len=100)
+    return Translator.from_run(load_run(smoke_run), DecodeConfig(beam_size=2))
 
 
 @settings(

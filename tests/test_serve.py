@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from serve_helpers import (
     SENTENCES,
     call,
@@ -174,8 +175,11 @@ def test_a_release_reproduces_the_run_and_holds_no_pickle(
         assert path.name == "model.safetensors" or path.read_bytes()[:2] not in (b"PK", b"\x80\x02")
     card = (release / "README.md").read_text()
     assert "de→en" in card and "non-commercial" in card and "seq2seq-translate" in card
+    facts = json.loads((release / "release.json").read_text())
+    assert facts["device"] == torch.load(smoke_run / "last.pt", weights_only=True)["device"]
+    assert facts["device"].startswith("cpu, fp32")  # from the checkpoint, not the log
     # the release keeps no path of the training machine: say where Multi30k is
-    on_release = evaluate(release, f"source={multi30k_url}")
+    on_release = evaluate(release, f"data_source={multi30k_url}")
     assert on_release["bleu"] == evaluate(smoke_run)["bleu"]  # exactly
 
 

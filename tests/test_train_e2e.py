@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,10 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 from PIL import Image
 from run_helpers import TRAIN_TIMEOUT, events, finish, poll, request, scalars, tensorboard_server
 
 from seq2seq.data.corpus import read_parallel
+from seq2seq.storage.manifest import damage
 from seq2seq.storage.rundir import TENSORBOARD_DIR
 from seq2seq.training.monitor import Monitor, _markdown_cell
 
@@ -254,6 +257,27 @@ def test_interrupted_run_resumes_where_it_stopped(
 
 
 @pytest.mark.slow
+def test_resume_keeps_the_epoch_plan_and_validates_a_step_once(
+    tmp_path: Path, data_dirs: list[str]
+) -> None:
+    """Another batch size is refused in the middle of an epoch and taken from an epoch's end;
+    a run stopped by train.max_steps on an epoch's last update is not validated twice there."""
+    run = tmp_path / "run"
+    out = train(run, *data_dirs, "train.max_steps=5")
+    per_epoch = int(re.search(r"(\d+) updates per epoch", out).group(1))
+    other = ["train.resume=true", "train.max_steps=10", "train.batch_tokens=999"]
+    proc = train(run, *data_dirs, *other, wait=False)
+    out = finish(proc, TRAIN_TIMEOUT)
+    assert proc.returncode == 1 and "Traceback" not in out, out
+    assert "5 updates into epoch 1" in out and "train.batch_tokens 1500 (now 999)" in out
+    train(run, *data_dirs, "train.resume=true", f"train.max_steps={per_epoch}")
+    out = train(run, *data_dirs, *other[:1], f"train.max_steps={per_epoch + 3}", *other[2:])
+    assert "epoch 2 starts with a new plan: train.batch_tokens 1500 (now 999)" in out
+    steps = [step for step, _ in scalars(run, "valid/loss")]
+    assert steps == [5, per_epoch, per_epoch + 3]
+
+
+@pytest.mark.slow
 def test_precision_auto_is_chosen_logged_and_kept_on_resume(
     tmp_path: Path, data_dirs: list[str]
 ) -> None:
@@ -263,9 +287,24 @@ def test_precision_auto_is_chosen_logged_and_kept_on_resume(
     chosen = torch.load(run / "last.pt", weights_only=True)
     assert chosen["precision"] in ("fp32", "bf16") and f"auto: {chosen['precision']}" in line
     assert chosen["config"]["precision"] == chosen["precision"]  # what ran, not "auto"
+    # config.yaml says what ran too: every choice made at the start, and the libraries
+    recorded = OmegaConf.load(run / "config.yaml")
+    assert recorded.precision == chosen["precision"] and recorded.device == "cpu"
+    assert recorded.products in ("onednn", "pytorch") and recorded.train.threads >= 1
+    assert recorded.versions.torch == torch.__version__ and damage(run / "manifest.json") == []
     out = train(run, *data_dirs, "precision=auto", "train.max_steps=4", "train.resume=true")
     assert f"auto: {chosen['precision']} (the run's choice before it was resumed)" in out
     assert torch.load(run / "last.pt", weights_only=True)["precision"] == chosen["precision"]
+    # training again from the run's own config.yaml takes the same paths without choosing
+    again = tmp_path / "again"
+    rerun = [sys.executable, "-m", "seq2seq.train", "--config-path", str(run)]
+    rerun += ["--config-name", "config", f"hydra.run.dir={again}", "train.max_steps=2"]
+    proc = subprocess.Popen(rerun, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = finish(proc, TRAIN_TIMEOUT)
+    assert proc.returncode == 0, out
+    assert "precision=auto" not in out and "timed on the model's shapes" not in out
+    assert OmegaConf.load(again / "config.yaml") == recorded
+    assert scalars(again, "valid/loss")[0] == scalars(run, "valid/loss")[0]  # step 2, to the float
 
 
 def test_existing_run_is_not_overwritten(tmp_path: Path, data_dirs: list[str]) -> None:

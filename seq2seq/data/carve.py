@@ -25,7 +25,7 @@ from itertools import compress
 from pathlib import Path
 
 from seq2seq.data.corpus import parallel_batches
-from seq2seq.data.stream import Batch, PairStream, fingerprint
+from seq2seq.data.stream import PairStream, TextChunk, fingerprint
 from seq2seq.errors import DataError
 from seq2seq.storage.manifest import damage, write_manifest
 
@@ -66,7 +66,7 @@ class Carved:
         held = self.groups["valid"] | self.groups["test"]
         key = fingerprint("carved-train", corpus.fingerprint, self.directory.name)
 
-        def batches() -> Iterator[Batch]:
+        def batches() -> Iterator[TextChunk]:
             for src, tgt in corpus.batches():
                 keep = [group_hash(s, seed) not in held for s in src]
                 yield list(compress(src, keep)), list(compress(tgt, keep))
@@ -83,8 +83,9 @@ def carve(corpus: PairStream, sizes: dict[str, int], seed: int, cache_dir: Path)
         problems = damage(directory / _MANIFEST)
         if not problems:
             return _load(directory)
-        log.warning("carved splits %s are damaged (%s): carving again", directory,
-                    "; ".join(problems))  # fmt: skip
+        log.warning(
+            "carved splits %s are damaged (%s): carving again", directory, "; ".join(problems)
+        )
         shutil.rmtree(directory, ignore_errors=True)
     groups = _select(corpus, sizes, seed)
     _write(directory, corpus, groups, seed)
@@ -136,8 +137,9 @@ def _write(directory: Path, corpus: PairStream, groups: dict[str, set[int]], see
             os.rename(tmp, directory)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log.info("carved %d validation and %d test pairs into %s", pairs["valid"], pairs["test"],
-             directory)  # fmt: skip
+    log.info(
+        "carved %d validation and %d test pairs into %s", pairs["valid"], pairs["test"], directory
+    )
 
 
 def _write_held_out(

@@ -8,8 +8,8 @@ from pathlib import Path
 from seq2seq.config import DataConfig
 from seq2seq.data.download import MULTI30K_SHA256, fetch
 from seq2seq.data.stream import (
-    Batch,
     PairStream,
+    TextChunk,
     file_digest,
     fingerprint,
     line_blocks,
@@ -68,7 +68,7 @@ def file_stream(src: Path, tgt: Path, limit: int | None = None) -> PairStream:
     return PairStream(name, key, lambda: parallel_batches(Path(src), Path(tgt), limit))
 
 
-def parallel_batches(src: Path, tgt: Path, limit: int | None = None) -> Iterator[Batch]:
+def parallel_batches(src: Path, tgt: Path, limit: int | None = None) -> Iterator[TextChunk]:
     """Batches of line pairs; both whole files are validated (UTF-8, equal line counts) even
     with a ``limit``, so a broken file is found whatever part of it is used."""
     with open_binary(src) as src_file, open_binary(tgt) as tgt_file:

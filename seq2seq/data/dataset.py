@@ -117,16 +117,24 @@ def encode_corpus(
         if not problems:
             log.info("reusing cached token ids %s", directory)
         else:
-            log.warning("cached token ids %s are damaged (%s): encoding again", directory,
-                        "; ".join(problems))  # fmt: skip
+            log.warning(
+                "cached token ids %s are damaged (%s): encoding again",
+                directory,
+                "; ".join(problems),
+            )
             shutil.rmtree(directory, ignore_errors=True)
     if not directory.is_dir():
         _encode_into(directory, pairs, (src_tok, tgt_tok), max_len, drop_invalid, workers)
     if drop_invalid:
         counts = json.loads((directory / "counts.json").read_text())
         dropped = counts["empty"] + counts["long"]
-        log.info("dropped %d of %d pairs (%d empty, %d longer than max_len)", dropped,
-                 counts["pairs"], counts["empty"], counts["long"])  # fmt: skip
+        log.info(
+            "dropped %d of %d pairs (%d empty, %d longer than max_len)",
+            dropped,
+            counts["pairs"],
+            counts["empty"],
+            counts["long"],
+        )
     return TokenizedCorpus(directory)
 
 
@@ -200,8 +208,10 @@ def _write_arrays(
     limit = np.inf if max_len is None else max_len + 1  # lengths include the EOS
     ends = {"src": 0, "tgt": 0}  # ids written so far
     with contextlib.ExitStack() as stack:
-        writers = {name: stack.enter_context(NpyWriter(folder / f"{name}.npy", dtype))
-                   for name, dtype in _ARRAYS.items()}  # fmt: skip
+        writers = {
+            name: stack.enter_context(NpyWriter(folder / f"{name}.npy", dtype))
+            for name, dtype in _ARRAYS.items()
+        }
         for side in ends:
             writers[f"{side}_offsets"].append(np.zeros(1, np.int64))
         for (src_ids, src_len), (tgt_ids, tgt_len) in _encoded_chunks(pairs, toks, workers):

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from seq2seq.data.stream import Batch, PairStream, fingerprint
+from seq2seq.data.stream import PairStream, TextChunk, fingerprint
 from seq2seq.errors import DataError
 
 _BATCH = 10_000  # rows per Arrow record batch
@@ -88,14 +88,15 @@ def _columns(cfg: Any, dataset: Any) -> tuple[str, ...]:
     return cfg.column, cfg.src_lang, cfg.tgt_lang
 
 
-def _batches(dataset: Any, columns: tuple[str, ...]) -> Iterator[Batch]:
+def _batches(dataset: Any, columns: tuple[str, ...]) -> Iterator[TextChunk]:
     """Stripped pairs, read from Arrow record batches (no Python dict per row)."""
     rows = dataset.select_columns([columns[0]] if len(columns) == 3 else list(columns))
     for table in rows.with_format("arrow").iter(batch_size=_BATCH):
         if len(columns) == 3:  # the languages of one struct column
             chunks = table.column(columns[0]).chunks
-            sides = [[text for c in chunks for text in c.field(name).to_pylist()]
-                     for name in columns[1:]]  # fmt: skip
+            sides = [
+                [text for c in chunks for text in c.field(name).to_pylist()] for name in columns[1:]
+            ]
         else:
             sides = [table.column(name).to_pylist() for name in columns]
         yield tuple([_line(text) for text in side] for side in sides)

@@ -54,8 +54,10 @@ class SubwordSampler:
         cached = (self.corpus.src, self.corpus.tgt)
         for side, (text, tok) in enumerate(zip(self.texts, self.tokenizers, strict=True)):
             pieces = tok.sample_batch([text[i] for i in lines], self.alpha, draw + side)
-            sides.append([
-                p if len(p) <= self.max_len else cached[side](i)[:-1].tolist()
-                for p, i in zip(pieces, ids, strict=True)
-            ])  # fmt: skip
+            sides.append(
+                [
+                    p if len(p) <= self.max_len else cached[side](i)[:-1].tolist()
+                    for p, i in zip(pieces, ids, strict=True)
+                ]
+            )
         return collate_sequences(*sides, ids)

@@ -72,8 +72,11 @@ class CarvingSource:
 
     @cached_property
     def carved(self) -> Carved | None:
-        sizes = {s: getattr(self.cfg, f"{s}_size") for s in ("valid", "test")
-                 if getattr(self.cfg, s) is None}  # fmt: skip
+        sizes = {
+            s: getattr(self.cfg, f"{s}_size")
+            for s in ("valid", "test")
+            if getattr(self.cfg, s) is None
+        }
         sizes = {s: sizes.get(s, 0) for s in ("valid", "test")}
         if not any(sizes.values()):
             return None
@@ -140,9 +143,10 @@ class HfSource(CarvingSource):
                 raise DataError(
                     f"{self.cfg.path} has no split {name!r} (data.{split}); it has: "
                     f"{', '.join(splits)}; data.{split}=null carves it out of the training split"
-                    if split != "train" else f"{self.cfg.path} has no split {name!r} "
+                    if split != "train"
+                    else f"{self.cfg.path} has no split {name!r} "
                     f"(data.train); it has: {', '.join(splits)}"
-                )  # fmt: skip
+                )
 
     def whole(self) -> PairStream:
         return hf_stream(self.cfg, self.cfg.train)

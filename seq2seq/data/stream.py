@@ -22,8 +22,8 @@ from typing import IO
 
 from seq2seq.errors import DataError
 
-Pair = tuple[str, str]
-Batch = tuple[list[str], list[str]]  # sources and targets of consecutive pairs
+TextPair = tuple[str, str]
+TextChunk = tuple[list[str], list[str]]  # sources and targets of consecutive pairs
 BATCH = 10_000  # pairs per batch where a reader does not choose
 _BLOCK = 1 << 20  # bytes read at once
 _DIGESTS: dict[tuple, str] = {}  # file digests of this process, by (path, size, mtime, inode)
@@ -36,14 +36,14 @@ class PairStream:
 
     name: str  # for messages, e.g. "corpus/train.{de,en}"
     fingerprint: str  # hex key of the pairs' content
-    batches: Callable[[], Iterator[Batch]]
+    batches: Callable[[], Iterator[TextChunk]]
     size: int | None = None  # pairs, where known without a pass
 
-    def __iter__(self) -> Iterator[Pair]:
+    def __iter__(self) -> Iterator[TextPair]:
         for src, tgt in self.batches():
             yield from zip(src, tgt, strict=True)
 
-    def lists(self) -> Batch:
+    def lists(self) -> TextChunk:
         """Both sides as lists (for the small splits: validation, test)."""
         src: list[str] = []
         tgt: list[str] = []
@@ -93,7 +93,7 @@ def from_lists(src: Sequence[str], tgt: Sequence[str], name: str = "pairs") -> P
         digest.update(hashlib.sha256("\n".join(side).encode()).digest())
     digest.update(str(len(src)).encode())
 
-    def batches() -> Iterator[Batch]:
+    def batches() -> Iterator[TextChunk]:
         for i in range(0, len(src), BATCH):
             yield list(src[i : i + BATCH]), list(tgt[i : i + BATCH])
 
@@ -175,7 +175,7 @@ def limited(stream: PairStream, limit: int | None) -> PairStream:
     if limit is None:
         return stream
 
-    def batches() -> Iterator[Batch]:
+    def batches() -> Iterator[TextChunk]:
         left = limit
         for src, tgt in stream.batches():
             if left <= 0:

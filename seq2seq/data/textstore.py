@@ -46,8 +46,9 @@ def text_store(stream: PairStream, cache_dir: Path) -> tuple[SideText, SideText]
     """Both sides of ``stream`` as SideTexts, written into ``cache_dir/text/<key>`` once."""
     directory = Path(cache_dir) / "text" / fingerprint("text", stream.fingerprint)[:16]
     if directory.is_dir() and (problems := damage(directory / _MANIFEST)):
-        log.warning("cached text %s is damaged (%s): writing it again", directory,
-                    "; ".join(problems))  # fmt: skip
+        log.warning(
+            "cached text %s is damaged (%s): writing it again", directory, "; ".join(problems)
+        )
         shutil.rmtree(directory, ignore_errors=True)
     if not directory.is_dir():
         _write(directory, stream)

@@ -142,8 +142,12 @@ def _usable(path: Path, label: str) -> bool:
     if not problems:
         log.info("reusing cached %s tokenizer %s", label, path)
         return True
-    log.warning("cached %s tokenizer %s is damaged (%s): training it again", label, path,
-                "; ".join(problems))  # fmt: skip
+    log.warning(
+        "cached %s tokenizer %s is damaged (%s): training it again",
+        label,
+        path,
+        "; ".join(problems),
+    )
     return False
 
 
@@ -161,8 +165,10 @@ def _sample_files(
             masks[side] = np.zeros(n, dtype=bool)
             masks[side][np.random.default_rng(0).choice(n, limit, replace=False)] = True
     with contextlib.ExitStack() as files:
-        out = {s: files.enter_context(open(directory / f"{s}.txt", "w", encoding="utf-8"))
-               for s in sides}  # fmt: skip
+        out = {
+            s: files.enter_context(open(directory / f"{s}.txt", "w", encoding="utf-8"))
+            for s in sides
+        }
         start = 0
         for src, tgt in train.batches():
             for side in sides:
@@ -191,14 +197,23 @@ def _train(
     with tempfile.TemporaryDirectory(dir=cache, prefix=".text-") as tmp:
         samples = _sample_files(train, list(settings), limit, Path(tmp))
         for side, (text, lines) in samples.items():
-            log.info("training %s %s tokenizer (vocab_size=%d) on %d lines", side,
-                     settings[side]["model_type"], settings[side]["vocab_size"], lines)  # fmt: skip
+            log.info(
+                "training %s %s tokenizer (vocab_size=%d) on %d lines",
+                side,
+                settings[side]["model_type"],
+                settings[side]["vocab_size"],
+                lines,
+            )
             with ProcessPoolExecutor(1, mp_context=context) as trainer:
                 model = trainer.submit(_train_one, text, lines, settings[side], side).result()
             pieces = spm.SentencePieceProcessor(model_proto=model).get_piece_size()
             if pieces < settings[side]["vocab_size"]:
-                log.info("%s tokenizer has %d pieces, fewer than vocab_size=%d", side, pieces,
-                         settings[side]["vocab_size"])  # fmt: skip
+                log.info(
+                    "%s tokenizer has %d pieces, fewer than vocab_size=%d",
+                    side,
+                    pieces,
+                    settings[side]["vocab_size"],
+                )
             path = paths[side]
             tmp_model = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             tmp_model.write_bytes(model)

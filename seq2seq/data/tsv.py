@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from seq2seq.data.stream import Batch, PairStream, file_digest, fingerprint, line_blocks
+from seq2seq.data.stream import PairStream, TextChunk, file_digest, fingerprint, line_blocks
 from seq2seq.data.stream import open_binary as open_plain
 from seq2seq.errors import DataError
 
@@ -22,9 +22,10 @@ def _zip_member(archive: zipfile.ZipFile, path: Path) -> str:
     names = [
         n.filename
         for n in archive.infolist()
-        if not n.is_dir() and not Path(n.filename).name.startswith(("_", "."))
+        if not n.is_dir()
+        and not Path(n.filename).name.startswith(("_", "."))
         and not n.filename.startswith("__MACOSX/")
-    ]  # fmt: skip
+    ]
     if len(names) != 1:
         found = ", ".join(names) or "none"
         raise DataError(f"{path} should hold one text file besides notes; it holds: {found}")
@@ -75,7 +76,7 @@ def tsv_stream(
     src_col, tgt_col = column_indices(columns, src_lang, tgt_lang, path)
     key = fingerprint("tsv", file_digest(path), src_col, tgt_col, limit)
 
-    def batches() -> Iterator[Batch]:
+    def batches() -> Iterator[TextChunk]:
         return _batches(path, src_col, tgt_col, limit, len(columns))
 
     return PairStream(str(path), key, batches)
@@ -83,7 +84,7 @@ def tsv_stream(
 
 def _batches(
     path: Path, src_col: int, tgt_col: int, limit: int | None, named: int
-) -> Iterator[Batch]:
+) -> Iterator[TextChunk]:
     """Pairs of every line, a block at a time; a line with fewer fields than it needs is a
     DataError naming it. A blank line is an empty pair (dropped from training like any other)."""
     need = max(src_col, tgt_col) + 1

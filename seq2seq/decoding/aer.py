@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.decoding.wordalign import Links, Pair
+from seq2seq.decoding.wordalign import Links, WordPair
 from seq2seq.errors import DataError
 
 _LINK = re.compile(r"^(\d+)([-p])(\d+)$")
@@ -48,7 +48,7 @@ def parse_gold(line: str, one_based: bool = True, where: str = "gold") -> Gold:
 
 
 def read_gold(
-    path: str | Path, pairs: Sequence[Pair] | None = None, one_based: bool = True
+    path: str | Path, pairs: Sequence[WordPair] | None = None, one_based: bool = True
 ) -> list[Gold]:
     """The gold links of a file, one line per pair; with ``pairs``, checked against their words."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()

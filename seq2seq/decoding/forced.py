@@ -12,7 +12,7 @@ import torch
 
 from seq2seq.data.batching import collate_sequences
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.wordalign import Pair, word_weights
+from seq2seq.decoding.wordalign import WordPair, word_weights
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import Engine
 
@@ -77,7 +77,7 @@ class ForcedAligner:
                     out[k] = weights[row, :steps, :cols]
         return out
 
-    def word_attention(self, pairs: Sequence[Pair], shift: int = 0) -> list[np.ndarray]:
+    def word_attention(self, pairs: Sequence[WordPair], shift: int = 0) -> list[np.ndarray]:
         """Per pair: [target words, source words + 1] (see `word_weights`); a pair with an empty
         side gets an empty matrix."""
         sources = [segment(self.src_tok, src) for src, _ in pairs]

@@ -21,7 +21,7 @@ class Hypothesis:
     """One translation: target ids without BOS/EOS, its score and where it attended."""
 
     tokens: list[int]
-    score: float  # greedy: sum of log-probs; beam: that sum / GNMT length penalty (+ coverage)
+    score: float  # sum of log-probs / GNMT length penalty (+ beam's coverage penalty)
     attention: Tensor  # [len(tokens) + 1, src_len] mean over heads, last row = EOS
     head_attention: Tensor | None = None  # [heads, len(tokens) + 1, src_len] for multi-head
 

@@ -165,8 +165,11 @@ def read_config(path: Path) -> DictConfig:
     except Exception as e:  # yaml's and omegaconf's many errors
         raise Seq2SeqError(f"{path} is damaged ({type(e).__name__}: {e}); {what}") from None
     needed = ("model.attention.name", "model.hidden_size", "data.src_lang", "data.tgt_lang")
-    missing = [key for key in needed if not isinstance(cfg, DictConfig) or
-               OmegaConf.select(cfg, key) is None]  # fmt: skip
+    missing = [
+        key
+        for key in needed
+        if not isinstance(cfg, DictConfig) or OmegaConf.select(cfg, key) is None
+    ]
     if missing:
         raise Seq2SeqError(f"{path} is not a run's config (no {', '.join(missing)}); {what}")
     return upgrade_saved_config(cfg)
@@ -178,19 +181,39 @@ class Translation:
 
     source_ids: list[int]  # pieces + EOS; empty for a blank line
     hypotheses: list[Hypothesis]  # best first; empty for a blank line
-    source_length: int  # subwords of the whole line, before truncation
 
-    @property
-    def truncated(self) -> bool:
-        """Whether the model read fewer subwords than the line has."""
-        return bool(self.source_ids) and self.source_length > len(self.source_ids) - 1
+
+class InputTooLong(Seq2SeqError):
+    """An input line over the search's ``max_source_len`` subwords: refused, never cut."""
+
+    def __init__(self, index: int, length: int, limit: int) -> None:
+        self.index, self.length, self.limit = index, length, limit  # index: 0-based, in a batch
+        super().__init__(self.describe(f"input line {index + 1}"))
+
+    def describe(self, where: str) -> str:
+        """The one-line refusal, naming the line as the caller knows it."""
+        return (
+            f"{where} has {self.length:,} subwords; at most {self.limit:,} are translated "
+            "(max_source_len=...)"
+        )
+
+
+def encode_sources(tok: Tokenizer, lines: Sequence[str], limit: int) -> list[list[int]]:
+    """The subword ids of each line (lone surrogates, undecodable terminal bytes, become "?":
+    sentencepiece takes only UTF-8); InputTooLong for the first line over ``limit``."""
+    text = [line.encode("utf-8", "replace").decode("utf-8").strip() for line in lines]
+    encoded = tok.encode_batch(text)
+    for index, ids in enumerate(encoded):
+        if len(ids) > limit:
+            raise InputTooLong(index, len(ids), limit)
+    return [ids if line else [] for ids, line in zip(encoded, text, strict=True)]
 
 
 class Translator:
     """A model with its tokenizers, ready for raw sentences: subwords in, detokenized text out.
 
-    Decoding runs under the engine's autocast. With `max_len`, longer inputs are cut to their
-    first `max_len` subwords (see `Translation.truncated`).
+    Decoding runs under the engine's autocast. Every line is read whole; one over the search's
+    ``max_source_len`` is refused (InputTooLong) before anything is decoded.
     """
 
     def __init__(
@@ -199,10 +222,9 @@ class Translator:
         src_tok: Tokenizer,
         tgt_tok: Tokenizer,
         search: DecodeConfig,
-        max_len: int | None = None,
         engine: Engine | None = None,
     ) -> None:
-        for key in ("beam_size", "nbest", "batch_size"):
+        for key in ("beam_size", "nbest", "batch_size", "max_source_len"):
             if getattr(search, key) < 1:
                 raise Seq2SeqError(f"{key} must be at least 1, not {getattr(search, key)}")
         if search.nbest > search.beam_size:
@@ -210,28 +232,24 @@ class Translator:
                 f"nbest={search.nbest} needs at least as many beams: add beam_size={search.nbest}"
             )
         self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
-        self.search, self.max_len, self.engine = search, max_len, engine
+        self.search, self.engine = search, engine
 
     @classmethod
     def from_run(
         cls,
         run: TrainedRun,
         search: DecodeConfig,
-        max_len: int | None = None,
         engine: Engine | None = None,
     ) -> Translator:
-        return cls(run.model, run.src_tok, run.tgt_tok, search, max_len, engine)
+        return cls(run.model, run.src_tok, run.tgt_tok, search, engine)
 
     def translate(self, lines: Sequence[str]) -> list[Translation]:
         """Decode the non-blank lines together (in length-sorted batches); order is kept."""
-        # Lone surrogates (undecodable terminal bytes) become "?": sentencepiece takes only UTF-8.
-        text = [line.encode("utf-8", "replace").decode("utf-8").strip() for line in lines]
-        encoded = self.src_tok.encode_batch(text)
-        results = [Translation([], [], 0) for _ in lines]
-        todo = [i for i, line in enumerate(text) if line]
+        encoded = encode_sources(self.src_tok, lines, self.search.max_source_len)
+        results = [Translation([], []) for _ in lines]
+        todo = [i for i, ids in enumerate(encoded) if ids]
         for i in todo:
-            pieces = encoded[i][: self.max_len] if self.max_len is not None else encoded[i]
-            results[i] = Translation([*pieces, EOS], [], len(encoded[i]))
+            results[i] = Translation([*encoded[i], EOS], [])
         sources = [results[i].source_ids for i in todo]
         with self.engine.autocast() if self.engine else contextlib.nullcontext():
             nbest = decode_sources(self.model, sources, self.search)

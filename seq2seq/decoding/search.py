@@ -50,8 +50,8 @@ def greedy_search(
     check_every: int | None = None,
 ) -> list[Hypothesis]:
     """Most probable next token at every step, for a batch src [B, S] at once, within the length
-    limit of ``cfg`` (its beam settings are not used); the loop looks at the device every
-    ``check_every`` steps (None: `check_interval` of the device)."""
+    limit of ``cfg``; scores as beam search gives them (over ``cfg.alpha``'s length penalty); the
+    loop looks at the device every ``check_every`` steps (None: `check_interval` of the device)."""
     enc = model.encode(src, src_lengths)
     state = model.decoder.init_state(enc)
     batch, src_len = src.shape
@@ -89,7 +89,10 @@ def greedy_search(
     tokens, attention, scores, lengths = (x.cpu() for x in (tokens, attention, scores, lengths))
     return [
         make_hypothesis(
-            tokens[i, : lengths[i] - 1], float(scores[i]), attention[i, : lengths[i]], n
+            tokens[i, : lengths[i] - 1],
+            float(scores[i]) / length_penalty(int(lengths[i]), cfg.alpha),  # as beam search's
+            attention[i, : lengths[i]],
+            n,
         )
         for i, n in enumerate(src_lengths.tolist())
     ]

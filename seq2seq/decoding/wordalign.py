@@ -16,11 +16,11 @@ from seq2seq.config import AlignMethod, Symmetrize
 from seq2seq.data.corpus import read_parallel
 from seq2seq.errors import DataError
 
-Pair = tuple[list[str], list[str]]  # (source words, target words)
+WordPair = tuple[list[str], list[str]]  # (source words, target words)
 Links = set[tuple[int, int]]  # {(source word, target word)}
 
 
-def read_pairs(path: str | Path) -> list[Pair]:
+def read_pairs(path: str | Path) -> list[WordPair]:
     """``source ||| target`` lines -> (source words, target words) per line."""
     pairs = []
     with open(path, encoding="utf-8") as f:
@@ -32,7 +32,7 @@ def read_pairs(path: str | Path) -> list[Pair]:
     return pairs
 
 
-def read_parallel_pairs(source: str | Path, target: str | Path) -> list[Pair]:
+def read_parallel_pairs(source: str | Path, target: str | Path) -> list[WordPair]:
     """Two files (plain or .gz) of as many lines, the words of line n in one aligned to those of
     line n."""
     sources, targets = read_parallel(Path(source), Path(target))

@@ -340,6 +340,11 @@ class Decoder(nn.Module):
         self.bridge = Linear(memory_size, hidden_size)
         self.flow = flow
         if tie_embeddings:  # readout -> emb_size, then the transposed target embedding
+            # N(0, 1/E), not nn.Embedding's N(0, 1): as the output layer's weights that gives
+            # logits of unit scale, not sqrt(E) times more (a saturated softmax at the start)
+            nn.init.normal_(self.embedding.weight, std=emb_size**-0.5)
+            with torch.no_grad():
+                self.embedding.weight[PAD].zero_()
             projection = Linear(emb_size, vocab_size)
             projection.weight = self.embedding.weight
             self.output_layer = nn.Sequential(Linear(hidden_size, emb_size, bias=False), projection)
@@ -371,5 +376,6 @@ class Decoder(nn.Module):
         """prev_tokens [B] -> (log_probs [B, V], state, weights [B, heads, S])."""
         emb = self.dropout(self.embedding(prev_tokens))  # [B, E]
         features, state, weights = self.flow.step(emb, state, enc)
-        log_probs = torch.log_softmax(self.output_layer(self.dropout(features)), dim=-1)
+        logits = self.output_layer(self.dropout(features))  # [B, V], bf16 under bf16 autocast
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # search adds them up: in fp32
         return log_probs, state, weights

@@ -21,10 +21,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 # oneDNN keeps a compiled kernel with its buffers for every matrix shape it meets, up to 1024 of
-# them: with the many row counts of training batches that grew a run by 0.5-0.7 GB (bf16 too).
-# 64 kept the speed (measured) at a fraction of the memory. Read at oneDNN's first product; a
-# setting in the environment wins.
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+# them; 64 keeps the speed at a fraction of the memory (docs/performance.md)
+KERNEL_CACHE = 64
+KERNEL_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 
 _ONEDNN_OP = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
 _enabled = bool(_ONEDNN_OP is not None and torch.backends.mkldnn.is_available())
@@ -32,6 +31,17 @@ _enabled = bool(_ONEDNN_OP is not None and torch.backends.mkldnn.is_available())
 # saves: about 2^21 was the break-even on the AMD EPYC above
 MIN_WORK = 2**22
 _compiling = getattr(torch.compiler, "is_compiling", lambda: False)  # torch < 2.3 lacks it
+
+
+def limit_kernel_cache(environ: dict[str, str] | None = None) -> str:
+    """Keep oneDNN's kernels for at most KERNEL_CACHE shapes: a process setting, made by a
+    command (the engine) before its first product, not at import; the environment's own value
+    wins. What was done, for the log."""
+    environ = os.environ if environ is None else environ
+    if KERNEL_CACHE_VARIABLE in environ:
+        return f"kernels of {environ[KERNEL_CACHE_VARIABLE]} shapes kept (the environment's)"
+    environ[KERNEL_CACHE_VARIABLE] = str(KERNEL_CACHE)
+    return f"kernels of {KERNEL_CACHE} shapes kept ({KERNEL_CACHE_VARIABLE}={KERNEL_CACHE})"
 
 
 def _plain(matrix: Tensor) -> Tensor:

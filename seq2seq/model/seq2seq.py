@@ -12,14 +12,18 @@ from seq2seq.model.config import ModelConfig
 from seq2seq.model.decoder import Decoder, EncoderOutput
 from seq2seq.model.encoder import Encoder
 from seq2seq.model.registry import attention_type, build_attention
-from seq2seq.vocab import PAD
+from seq2seq.vocab import BOS, PAD
+
+# ids no target is ever: label smoothing gives them nothing (search never emits them either)
+NEVER_TARGETS = (PAD, BOS)
 
 
 class SmoothedCrossEntropy(torch.autograd.Function):
     """Summed label-smoothed cross-entropy and plain NLL from one log-softmax, fused backward.
 
-    Same value as ``F.cross_entropy(logits, target, label_smoothing=eps, reduction="sum")``; the
-    gradient ``softmax - (1 - eps) onehot - eps / V`` is written in one pass over [N, V].
+    The smoothed target is ``(1 - eps) onehot + eps / K`` on the K = V - 2 ids that can be
+    targets (not PAD or BOS), as OpenNMT-py and Joey NMT do; the gradient
+    ``softmax - (1 - eps) onehot - eps / K`` (but 0 on PAD and BOS) is written in one pass.
     """
 
     @staticmethod
@@ -27,16 +31,19 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         dtype = torch.promote_types(logits.dtype, torch.float32)  # bf16 logits -> fp32 loss
         log_probs = torch.log_softmax(logits.to(dtype), dim=-1)  # [N, V]
         nll = -log_probs.gather(1, target.unsqueeze(1)).sum()
-        loss = (1.0 - eps) * nll - eps / log_probs.size(1) * log_probs.sum()
+        share = eps / (log_probs.size(1) - len(NEVER_TARGETS))
+        smoothed = log_probs.sum() - log_probs[:, list(NEVER_TARGETS)].sum()
+        loss = (1.0 - eps) * nll - share * smoothed
         ctx.save_for_backward(log_probs, target)
-        ctx.eps, ctx.logits_dtype = eps, logits.dtype
+        ctx.eps, ctx.share, ctx.logits_dtype = eps, share, logits.dtype
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:
         log_probs, target = ctx.saved_tensors
-        grad = torch.exp(log_probs).sub_(ctx.eps / log_probs.size(1))  # [N, V]
+        grad = torch.exp(log_probs).sub_(ctx.share)  # [N, V]
+        grad[:, list(NEVER_TARGETS)] += ctx.share
         rows = torch.arange(target.size(0), device=target.device)
         grad[rows, target] -= 1.0 - ctx.eps
         return grad.mul_(grad_loss).to(ctx.logits_dtype), None, None

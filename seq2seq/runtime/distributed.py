@@ -66,8 +66,13 @@ def follower_argv(argv: Sequence[str]) -> list[str]:
     """The command line of a rank other than 0: no Hydra output folder or log file of its own
     (rank 0 owns the run folder and tells the others where it is)."""
     kept = [arg for arg in argv if not arg.startswith("hydra.run.dir=")]
-    return [*kept, "hydra.run.dir=.", "hydra.output_subdir=null",
-            "hydra/job_logging=stderr", "hydra/hydra_logging=stderr"]  # fmt: skip
+    return [
+        *kept,
+        "hydra.run.dir=.",
+        "hydra.output_subdir=null",
+        "hydra/job_logging=stderr",
+        "hydra/hydra_logging=stderr",
+    ]
 
 
 class ProcessGroup:

@@ -19,7 +19,12 @@ from torch import Tensor, nn
 from seq2seq.config import Int8Engine, Precision, Products
 from seq2seq.data.batching import Batch
 from seq2seq.errors import Seq2SeqError
-from seq2seq.model.linear import choose_products, current_products, use_products
+from seq2seq.model.linear import (
+    choose_products,
+    current_products,
+    limit_kernel_cache,
+    use_products,
+)
 from seq2seq.model.quantize import (
     choose_int8_engine,
     int8_available,
@@ -28,8 +33,8 @@ from seq2seq.model.quantize import (
     use_int8_engine,
 )
 from seq2seq.runtime.distributed import ProcessGroup, Topology, join
-from seq2seq.runtime.heap import keep_freed_memory
-from seq2seq.runtime.precision import choose_precision
+from seq2seq.runtime.heap import allocator_setting, keep_freed_memory
+from seq2seq.runtime.precision import choose_precision, native_bf16
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +108,7 @@ def check_precision(precision: Precision, device: torch.device) -> None:
         return
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise Seq2SeqError(f"{torch.cuda.get_device_name(device)} has no bf16: use fp16")
-    if device.type == "cpu" and not torch.cpu._is_avx512_bf16_supported():
+    if device.type == "cpu" and not native_bf16():
         log.warning("this CPU has no native bf16 (no AVX512-BF16/AMX): bf16 will be slow")
 
 
@@ -136,19 +141,28 @@ class Engine(ProcessGroup):
         products: Products | str = Products.auto,
         int8_engine: Int8Engine | str = Int8Engine.auto,
     ) -> Engine:
-        """Threads, device and precision checked; with ``distributed``, join torchrun's group."""
+        """Threads, device and precision checked; with ``distributed``, join torchrun's group.
+        The process settings of a command on the CPU, logged: oneDNN's kernel cache, and the
+        allocator as it is (training keeps freed memory later: ``keep_freed_memory``)."""
         topology = Topology.from_env() if distributed else Topology()
         torch.set_num_threads(threads or default_threads(topology.local_world_size))
         dev = resolve_device(device, topology)
         check_precision(Precision(precision), dev)
         if dev.type == "cpu":  # the host's allocator serves the tensors
-            log.info("memory: %s", keep_freed_memory())
+            log.info("memory: %s", allocator_setting())
+            log.info("oneDNN: %s", limit_kernel_cache())
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         host_group = join(topology, dev)
         if seed is not None:
             torch.manual_seed(seed)
         return cls(dev, Precision(precision), topology, host_group, products, int8_engine)
+
+    def keep_freed_memory(self) -> None:
+        """From now on keep freed memory for reuse (the CPU's training steps; data preparation
+        before it keeps the allocator's smaller footprint); logged."""
+        if self.device.type == "cpu":
+            log.info("memory: %s", keep_freed_memory())
 
     def describe(self) -> str:
         """One line for the log: device, precision, processes and threads."""
@@ -290,3 +304,15 @@ class Engine(ProcessGroup):
         """torch.compile the model's per-step work, shapes dynamic (every batch size and
         source length share one compiled unit); the first batches pay for compiling."""
         model.compile_steps(lambda fn: torch.compile(fn, dynamic=True))
+
+
+def engine_choices(engine: Engine) -> dict[str, Any]:
+    """What a process runs with, for a command's record: device, precision, threads, the fp32
+    products and (once chosen) the int8 engine."""
+    return {
+        "device": str(engine.device),
+        "precision": engine.precision.value,
+        "threads": torch.get_num_threads(),
+        "products": current_products(),
+        "int8_engine": engine._int8_name,
+    }

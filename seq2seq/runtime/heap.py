@@ -6,7 +6,8 @@ tensors (the logits, their softmax, their gradient) again, about 2 us a page. Sw
 malloc's mmap off and its trimming up keeps those pages in the heap for reuse; the resident size
 stays near the peak of the work instead of following it. On two cores of an AMD EPYC (Zen 5) the
 quick start trained 1.17x faster; decoding, whose blocks are smaller, was unchanged
-(docs/performance.md). A ``MALLOC_*`` variable, ``GLIBC_TUNABLES`` for malloc or a preloaded
+(docs/performance.md). Training asks for it (``train.keep_freed_memory``); the other commands keep
+the allocator's defaults. A ``MALLOC_*`` variable, ``GLIBC_TUNABLES`` for malloc or a preloaded
 allocator (jemalloc, tcmalloc, mimalloc) in the environment wins; other C libraries are left
 alone.
 """
@@ -68,3 +69,9 @@ def keep_freed_memory(environ: dict[str, str] | None = None) -> str:
     else:
         _done = "glibc's allocator (mallopt refused the settings)"
     return _done
+
+
+def allocator_setting() -> str:
+    """What this process's allocator does, in words: keep_freed_memory's answer once it ran,
+    else the C library's defaults."""
+    return _done or "the C library's allocator defaults"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -29,9 +30,32 @@ TOKENS = 1024  # at most this many target pieces per timed step: a few seconds i
 SLOW = 4.0
 
 
+# the CPU flags of native bf16 products, as Linux's /proc/cpuinfo names them
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The flags of the first CPU in ``cpuinfo`` (empty where it cannot be read)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
 def native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX)."""
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX): torch's own probes
+    where this torch has them (private functions), else the CPU's flags."""
+    probes = [getattr(torch.cpu, name, None) for name in CPU_PROBES]
+    if all(callable(probe) for probe in probes):
+        return any(bool(probe()) for probe in probes)
+    return bool(cpu_flags() & set(BF16_FLAGS))
+
+
+CPU_PROBES = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch's, private
 
 
 def _batch(vocab: tuple[int, int], tokens: int) -> tuple[torch.Tensor, ...]:

@@ -64,8 +64,10 @@ def parse(body: bytes, cfg: ServeConfig, models: Sequence[str]) -> Query:
             )
         if "\n" in sentence or "\r" in sentence:
             raise BadRequest(422, f"sentence {i} has a line break: send one sentence per item")
-    beam, nbest, alignment = (options.get(k, d) for k, d in (
-        ("beam_size", cfg.beam_size), ("nbest", 1), ("alignment", False)))  # fmt: skip
+    beam, nbest, alignment = (
+        options.get(k, d)
+        for k, d in (("beam_size", cfg.beam_size), ("nbest", 1), ("alignment", False))
+    )
     for name, value, top in (("beam_size", beam, cfg.max_beam), ("nbest", nbest, beam)):
         if type(value) is not int or not 1 <= value <= top:
             raise BadRequest(422, f"{name} must be a whole number from 1 to {top}")

@@ -27,8 +27,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.config import ServeConfig
+from seq2seq.decoding.inference import InputTooLong, encode_sources
 from seq2seq.runtime.engine import Engine
-from seq2seq.serving.api import BadRequest, answer, authorised, error, parse, read_body
+from seq2seq.serving.api import BadRequest, Query, answer, authorised, error, parse, read_body
 from seq2seq.serving.batcher import Batcher, Job, Overloaded
 from seq2seq.serving.metrics import MISSING, Metrics
 from seq2seq.serving.models import ServedModel
@@ -62,8 +63,14 @@ class AccessLog:
             seconds = time.perf_counter() - start
             self.metrics.request(scope["path"], status, seconds)
             sentences = scope.get("state", {}).get("sentences", 0)
-            access_log.info("%s %s %d %d sentences %.1f ms", scope["method"], scope["path"],
-                            status, sentences, seconds * 1000)  # fmt: skip
+            access_log.info(
+                "%s %s %d %d sentences %.1f ms",
+                scope["method"],
+                scope["path"],
+                status,
+                sentences,
+                seconds * 1000,
+            )
 
 
 async def _hung_up(request: Request) -> None:
@@ -117,6 +124,7 @@ class Service:
             body = await read_body(request, self.cfg.max_body_bytes)
             query = parse(body, self.cfg, list(self.models))
             request.state.sentences = len(query.sentences)
+            self._check_lengths(query)
             job = self.batcher.submit(query.sentences, query.model, query.beam_size, query.nbest)
             translator, translations = await _outcome(self.batcher, job, request)
         except BadRequest as e:
@@ -130,6 +138,14 @@ class Service:
             return error(CLOSED, "the client closed the connection")
         items = [answer(translator, t, query.nbest, query.alignment) for t in translations]
         return JSONResponse({"model": query.model, "translations": items})
+
+    def _check_lengths(self, query: Query) -> None:
+        """413 for a sentence over max_source_len subwords, before it joins a shared batch."""
+        tokenizer = self.models[query.model].run.src_tok
+        try:
+            encode_sources(tokenizer, query.sentences, self.cfg.max_source_len)
+        except InputTooLong as e:
+            raise BadRequest(413, e.describe(f"sentence {e.index}")) from None
 
     async def health(self, request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -191,8 +207,11 @@ def create_app(
 
 async def _not_found(request: Request, exc: Exception) -> JSONResponse:
     """404 as JSON, naming the routes there are."""
-    return error(404, f"no {request.url.path} here: POST /translate, GET /health, GET /ready, "
-                 "GET /metrics, GET /model, GET /models")  # fmt: skip
+    return error(
+        404,
+        f"no {request.url.path} here: POST /translate, GET /health, GET /ready, "
+        "GET /metrics, GET /model, GET /models",
+    )
 
 
 async def _not_allowed(request: Request, exc: Exception) -> JSONResponse:

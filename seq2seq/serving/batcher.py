@@ -80,8 +80,15 @@ class Batcher:
             raise Overloaded(self.queued, min(60, max(1, math.ceil(drain))))
         loop = asyncio.get_running_loop()
         now = loop.time()
-        job = Job(sentences, model, beam_size, nbest, now + self.cfg.request_timeout_s,
-                  loop.create_future(), admitted=now)  # fmt: skip
+        job = Job(
+            sentences,
+            model,
+            beam_size,
+            nbest,
+            now + self.cfg.request_timeout_s,
+            loop.create_future(),
+            admitted=now,
+        )
         self.waiting.append(job)
         self.queued += len(sentences)
         self.metrics.queue_sentences.set(self.queued)
@@ -128,8 +135,9 @@ class Batcher:
             except asyncio.TimeoutError:
                 break
         jobs, size = [], 0
-        while self.waiting and (not jobs or size + len(self.waiting[0].sentences)
-                                <= self.cfg.batch_sentences):  # fmt: skip
+        while self.waiting and (
+            not jobs or size + len(self.waiting[0].sentences) <= self.cfg.batch_sentences
+        ):
             job = self.waiting.popleft()
             self._left(job)
             job.started = True  # in a batch now: decoded, even if its group waits a moment
@@ -182,9 +190,9 @@ class Batcher:
             max_len_a=self.cfg.max_len_a,
             max_len_b=self.cfg.max_len_b,
             batch_size=self.cfg.batch_size,
+            max_source_len=self.cfg.max_source_len,
         )
-        run = self.runs[model]
-        return Translator.from_run(run, search, int(run.cfg.data.max_len), self.engine)
+        return Translator.from_run(self.runs[model], search, self.engine)
 
     def close(self) -> None:
         """Let the decoding thread finish its batch and end."""

@@ -59,24 +59,43 @@ class Metrics:
         self.content_type = CONTENT_TYPE_LATEST
         self.registry = reg = CollectorRegistry()
         ProcessCollector(registry=reg)  # process_resident_memory_bytes, CPU seconds, open fds
-        self.requests = Counter("seq2seq_requests", "HTTP requests answered, by route and status",
-                                ["route", "status"], registry=reg)  # fmt: skip
-        self.latency = Histogram("seq2seq_request_seconds", "Time from request to answer",
-                                 ["route"], buckets=LATENCY, registry=reg)  # fmt: skip
-        self.queue_seconds = Histogram("seq2seq_queue_seconds", "Time a request waited to be "
-                                       "decoded", buckets=LATENCY, registry=reg)  # fmt: skip
+        self.requests = Counter(
+            "seq2seq_requests",
+            "HTTP requests answered, by route and status",
+            ["route", "status"],
+            registry=reg,
+        )
+        self.latency = Histogram(
+            "seq2seq_request_seconds",
+            "Time from request to answer",
+            ["route"],
+            buckets=LATENCY,
+            registry=reg,
+        )
+        self.queue_seconds = Histogram(
+            "seq2seq_queue_seconds",
+            "Time a request waited to be decoded",
+            buckets=LATENCY,
+            registry=reg,
+        )
         self.sentences = Counter(
             "seq2seq_sentences_decoded", "Sentences decoded, by model", ["model"], registry=reg
         )
         self.batches = Counter(
             "seq2seq_batches_decoded", "Batches decoded, by model", ["model"], registry=reg
         )
-        self.batch_size = Histogram("seq2seq_batch_sentences", "Sentences per decoded batch",
-                                    buckets=SIZES, registry=reg)  # fmt: skip
-        self.queue_sentences = Gauge("seq2seq_queue_sentences", "Sentences waiting to be decoded",
-                                     registry=reg)  # fmt: skip
-        self.dropped = Counter("seq2seq_dropped_sentences", "Sentences taken out of the queue "
-                               "undecoded, by reason", ["reason"], registry=reg)  # fmt: skip
+        self.batch_size = Histogram(
+            "seq2seq_batch_sentences", "Sentences per decoded batch", buckets=SIZES, registry=reg
+        )
+        self.queue_sentences = Gauge(
+            "seq2seq_queue_sentences", "Sentences waiting to be decoded", registry=reg
+        )
+        self.dropped = Counter(
+            "seq2seq_dropped_sentences",
+            "Sentences taken out of the queue undecoded, by reason",
+            ["reason"],
+            registry=reg,
+        )
         self.model = Info("seq2seq_model", "The models served", ["model"], registry=reg)
 
     def request(self, path: str, status: int, seconds: float) -> None:

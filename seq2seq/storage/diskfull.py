@@ -31,8 +31,12 @@ def _dropper(handler: logging.FileHandler, logger: logging.Logger):
             return
         logger.removeHandler(handler)
         reason = getattr(error, "strerror", None) or error
-        print(f"cannot write the log file {handler.baseFilename} ({reason}): log lines go to "
-              "the terminal only", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"cannot write the log file {handler.baseFilename} ({reason}): log lines go to "
+            "the terminal only",
+            file=sys.stderr,
+            flush=True,
+        )
         with contextlib.suppress(Exception):
             handler.close()
 

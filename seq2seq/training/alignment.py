@@ -1,6 +1,6 @@
 """Alignment quality during training: at every validation the model reads gold-aligned pairs
 (forced decoding) and its argmax links are scored (AER), so TensorBoard shows the alignment
-forming next to BLEU (``log.alignment_gold`` / ``log.alignment_links``)."""
+forming next to BLEU (``log.alignment_pairs`` / ``log.alignment_links``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from seq2seq.config import AlignMethod
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.aer import Gold, alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner
-from seq2seq.decoding.wordalign import Pair, extract, read_pairs
+from seq2seq.decoding.wordalign import WordPair, extract, read_pairs
 from seq2seq.errors import DataError
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import Engine
@@ -22,13 +22,13 @@ from seq2seq.runtime.engine import Engine
 class AlignmentProbe:
     """Pairs and their human links, read once when training starts."""
 
-    pairs: list[Pair]
+    pairs: list[WordPair]
     gold: list[Gold]
 
     @classmethod
     def from_config(cls, log_cfg: Any) -> AlignmentProbe | None:
-        """The probe ``log.alignment_gold`` and ``log.alignment_links`` name; None without."""
-        pairs_path, links_path = log_cfg.alignment_gold, log_cfg.alignment_links
+        """The probe ``log.alignment_pairs`` and ``log.alignment_links`` name; None without."""
+        pairs_path, links_path = log_cfg.alignment_pairs, log_cfg.alignment_links
         if pairs_path is None and links_path is None:
             return None
         for path in (pairs_path, links_path):

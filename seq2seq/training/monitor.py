@@ -73,6 +73,15 @@ def run_hparams(cfg: Any) -> dict[str, HParam]:
     }
 
 
+def event_file(writer: Any) -> Any:
+    """The event file a SummaryWriter writes into (its ``file_writer``; a torch without it:
+    the private ``_get_file_writer()``); None where neither exists."""
+    found = getattr(writer, "file_writer", None)
+    if found is None and callable(getattr(writer, "_get_file_writer", None)):
+        found = writer._get_file_writer()
+    return found
+
+
 class Monitor:
     """TensorBoard events of one run folder, in ``<run_dir>/tensorboard``.
 
@@ -160,8 +169,11 @@ class Monitor:
             plain = {key: _plain_hparam(value) for key, value in params.items()}
             declared = dict.fromkeys([*HPARAM_METRICS, *metrics], 0.0)
             # Into this run's own event file, unlike SummaryWriter.add_hparams' timestamped subrun.
+            writer = event_file(self.writer)
+            if writer is None:
+                log.warning("this TensorBoard's writer has no event file to add hparams to")
+                return
             with self._writing():
-                writer = self.writer._get_file_writer()
                 for summary in hparams_summaries(plain, declared):
                     writer.add_summary(summary, step)
                 self._hparams_written = True

@@ -71,8 +71,11 @@ class Report:
         if self.monitor is None:
             return
         if skipped:
-            log.warning("%d of the last %d updates were skipped (non-finite gradients)",
-                        skipped, self.cfg.train.log_every)  # fmt: skip
+            log.warning(
+                "%d of the last %d updates were skipped (non-finite gradients)",
+                skipped,
+                self.cfg.train.log_every,
+            )
         scalars = {"loss": loss, "lr": lr, "tokens_per_s": tok_s, "grad_norm": last.grad_norm}
         self.monitor.scalars(p.step, {f"train/{name}": v for name, v in scalars.items()})
         if not bar.disable:

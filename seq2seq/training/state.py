@@ -4,13 +4,17 @@ The files themselves: `seq2seq.runtime.checkpoint`."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
+from seq2seq.data.dataset import TokenizedCorpus
+from seq2seq.errors import Seq2SeqError
 from seq2seq.model.linear import current_products
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.rundir import LAST
@@ -31,6 +35,57 @@ class Progress:
     bad_validations: int = 0  # in a row, without a better BLEU
     stopped_early: bool = False
     seconds: float = 0.0  # wall-clock seconds of training so far (validation included)
+    validated_step: int = -1  # the step of the latest validation (an epoch's end validates once)
+
+
+def epoch_plan(cfg: DictConfig, engine: Engine, train: TokenizedCorpus) -> dict[str, Any]:
+    """What decides which pairs each update of an epoch holds: a resumed run must have the same
+    in the middle of an epoch (else pairs would be dropped or repeated), and may change it at
+    an epoch's end."""
+    lengths = np.stack([train.src_lengths, train.tgt_lengths]).astype(np.int32)
+    digest = hashlib.sha256(lengths.tobytes()).hexdigest()[:12]
+    return {
+        "train.seed": cfg.train.seed,
+        "train.batch_tokens": cfg.train.batch_tokens,
+        "train.accumulate": cfg.train.accumulate,
+        "data.sampling_alpha": cfg.data.sampling_alpha,
+        "processes": engine.world_size,
+        "training pairs": f"{len(train):,} (lengths {digest})",
+    }
+
+
+def _saved_plan(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's epoch plan; what an older checkpoint (without "plan") says of it."""
+    if "plan" in state:
+        return state["plan"]
+    config = state.get("config", {})
+    train, data = config.get("train", {}), config.get("data", {})
+    return {
+        "train.seed": train.get("seed"),
+        "train.batch_tokens": train.get("batch_tokens"),
+        "train.accumulate": state.get("accumulate", 1),
+        "data.sampling_alpha": data.get("sampling_alpha", 0.0),
+        "processes": state.get("world_size", 1),
+    }
+
+
+def check_plan(saved: dict[str, Any], plan: dict[str, Any], progress: Progress) -> None:
+    """Refuse a resume whose epoch plan differs from the checkpoint's in the middle of an
+    epoch, naming what differs; at an epoch's end the new plan starts with the next epoch."""
+    changed = [
+        f"{key} {saved[key]} (now {value})"
+        for key, value in plan.items()
+        if key in saved and saved[key] != value
+    ]
+    if not changed:
+        return
+    where = f"{LAST} stopped {progress.batch_in_epoch} updates into epoch {progress.epoch + 1}"
+    if progress.batch_in_epoch:
+        raise Seq2SeqError(
+            f"train.resume=true: {where} with other settings: {'; '.join(changed)}. Resume "
+            "with the run's own settings (nothing is dropped or repeated), or start a new run"
+        )
+    train_log.warning("epoch %d starts with a new plan: %s", progress.epoch + 1, "; ".join(changed))
 
 
 def training_state(
@@ -41,9 +96,10 @@ def training_state(
     vocab: list[int],
     engine: Engine,
     cfg: DictConfig,
+    plan: dict[str, Any],
 ) -> dict[str, Any]:
     """What last.pt and best.pt hold: weights, optimizer, schedule, every rank's random state
-    (``rng``), vocabulary sizes, progress, how updates were split, and the run's config."""
+    (``rng``), vocabulary sizes, progress, the epoch plan, and the run's config."""
     return {
         "model": updater.module.state_dict(),
         **updater.state_dict(),
@@ -53,8 +109,10 @@ def training_state(
         **asdict(progress),
         "world_size": engine.world_size,
         "accumulate": cfg.train.accumulate,
+        "plan": plan,
         "products": current_products(),  # fp32 products on the CPU; a resumed run keeps them
         "precision": engine.precision.value,  # precision=auto's choice; kept as well
+        "device": engine.describe(),  # where it trained, for the model card
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
     }
 
@@ -68,23 +126,22 @@ def kept_precision(state: dict[str, Any]) -> str | None:
 
 
 def restore_training(
-    state: dict[str, Any], updater: Updater, schedule: LearningRate, engine: Engine, accumulate: int
+    state: dict[str, Any],
+    updater: Updater,
+    schedule: LearningRate,
+    engine: Engine,
+    plan: dict[str, Any],
 ) -> Progress:
     """Put a resumed run's ``training_state`` back (this rank's random state where the number
-    of ranks is the same); returns its progress, from the epoch's start if updates are split
-    otherwise now (``accumulate``, the number of ranks)."""
+    of ranks is the same); its progress, once ``check_plan`` has accepted today's ``plan``."""
+    defaults = asdict(Progress())  # keys a checkpoint from an older version may lack
+    progress = Progress(**{key: state.get(key, value) for key, value in defaults.items()})
+    check_plan(_saved_plan(state), plan, progress)
     updater.module.load_state_dict(state["model"])
     updater.load_state_dict(state)
     schedule.load_state_dict(state["scheduler"])
-    defaults = asdict(Progress())  # keys a checkpoint from an older version may lack
-    progress = Progress(**{key: state.get(key, value) for key, value in defaults.items()})
     if len(state["rng"]) == engine.world_size:
         engine.set_rng_state(state["rng"][engine.rank])
-    split = (state.get("world_size", 1), state.get("accumulate", 1))
-    if split != (engine.world_size, accumulate):
-        # its position counts updates of another split of the epoch
-        train_log.warning("%s: %d processes, accumulate=%d; epoch starts over", LAST, *split)
-        progress.batch_in_epoch = 0
     train_log.info(
         "resumed from %s: step %d, epoch %d, batch %d, best BLEU %.2f",
         LAST,

@@ -18,7 +18,6 @@ from typing import Any
 from omegaconf import DictConfig
 from tqdm import tqdm
 
-from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import Batch, TokenBatchSampler, Update, collate, plan_updates
 from seq2seq.data.guidance import AlignmentTargets
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, write_splits
@@ -42,11 +41,12 @@ from seq2seq.storage.rundir import (
 from seq2seq.training.alignment import AlignmentProbe
 from seq2seq.training.monitor import Monitor
 from seq2seq.training.progress import Report, Window
+from seq2seq.training.record import choose_and_record
 from seq2seq.training.schedule import LearningRate
-from seq2seq.training.state import Progress, kept_precision, restore_training, training_state
+from seq2seq.training.state import Progress, epoch_plan, restore_training, training_state
 from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
 from seq2seq.training.updater import NonFiniteGuard, Updater
-from seq2seq.training.validation import validate
+from seq2seq.training.validation import validate, validation_search
 
 log = logging.getLogger("seq2seq.train")
 
@@ -125,6 +125,18 @@ class Epochs:
         return int(self.engine.sum_over_ranks([sum(b.ntokens for b in batches)])[0])
 
 
+def epoch_bar(total: int, done: int, epoch: int, shown: bool) -> tqdm:
+    """The progress bar of one epoch's updates (on a terminal, rank 0)."""
+    return tqdm(
+        total=total,
+        initial=done,
+        desc=f"epoch {epoch + 1}",
+        disable=not shown,
+        dynamic_ncols=True,
+        leave=False,
+    )
+
+
 class Trainer:
     """The training loop of one run: updates, validation, early stopping and checkpoints."""
 
@@ -136,19 +148,16 @@ class Trainer:
         self.lock = RunLock(run_dir)
         state = engine.from_main(self._claim)
         self.data = prepare_data(cfg, run_dir, engine, resuming=state is not None)
+        if tcfg.keep_freed_memory:  # for the steps; data preparation keeps the smaller footprint
+            engine.keep_freed_memory()
         self.epochs = Epochs(self.data, cfg, engine)
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
-        kept = state or {}
-        engine.choose_products(model, kept=kept.get("products"))
-        engine.choose_precision(model, self._vocab(), tcfg.batch_tokens, kept_precision(kept))
-        cfg.precision = engine.precision.value  # the checkpoints' config says what ran
+        choose_and_record(cfg, engine, model, state or {}, self._vocab(), run_dir)
         self.updater = Updater(engine, model, tcfg)
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
-        self.progress = Progress()
+        self.plan, self.progress = epoch_plan(cfg, engine, self.data.train), Progress()
         if state is not None:
-            self.progress = restore_training(
-                state, self.updater, self.schedule, engine, tcfg.accumulate
-            )
+            self.progress = restore_training(state, self.updater, self.schedule, engine, self.plan)
         # Resuming hides whatever the interrupted run logged after the step of its last.pt.
         purge = self.progress.step + 1 if state is not None else None
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
@@ -179,7 +188,14 @@ class Trainer:
         if self.engine.is_main:
             vocab = self._vocab()
             state = training_state(
-                self.updater, self.schedule, self.progress, rng, vocab, self.engine, self.cfg
+                self.updater,
+                self.schedule,
+                self.progress,
+                rng,
+                vocab,
+                self.engine,
+                self.cfg,
+                self.plan,
             )
             self.writer.save([self.run_dir / name for name in names], state)
 
@@ -247,14 +263,8 @@ class Trainer:
         plan = self.epochs.plan(p.epoch, engine.rank)
         todo = plan[p.batch_in_epoch :]
         self.updater.model.train()
-        bar = tqdm(
-            total=len(plan),
-            initial=p.batch_in_epoch,
-            desc=f"epoch {p.epoch + 1}",
-            disable=not (self.cfg.log.progress and engine.is_main and sys.stderr.isatty()),
-            dynamic_ncols=True,
-            leave=False,
-        )
+        shown = self.cfg.log.progress and engine.is_main and sys.stderr.isatty()
+        bar = epoch_bar(len(plan), p.batch_in_epoch, p.epoch, shown)
         window = Window()
         with bar:
             prepare = functools.partial(self.epochs.device_batches, epoch=p.epoch)
@@ -277,11 +287,13 @@ class Trainer:
                     self._validate_and_checkpoint()
                     self.updater.model.train()
                 stop = agreed_stop(engine, request)
-                if stop or end or p.stopped_early:
+                if stop or ((end or p.stopped_early) and p.batch_in_epoch < len(plan)):
                     return stop
+                if end or p.stopped_early:
+                    break  # on the epoch's last update: the epoch is done, and so marked
         p.epoch += 1
         p.batch_in_epoch = 0
-        if not tcfg.validate_every:
+        if not tcfg.validate_every and p.validated_step != p.step:  # once per step, resumed too
             self._validate_and_checkpoint()
         return agreed_stop(engine, request)
 
@@ -298,14 +310,14 @@ class Trainer:
                 self.data,
                 self.engine,
                 tcfg.batch_tokens,
-                DecodeConfig(beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size),
+                validation_search(tcfg),
                 self.cfg.log.attention_samples,
-                self.cfg.data.max_len,
                 bleu_tokenizer(self.cfg.data.tgt_lang, self.cfg.data.bleu_tokenize),
                 self.probe,
             )
         bleu = self.engine.broadcast(result.metrics["bleu"] if result else None)
         p = self.progress
+        p.validated_step = p.step
         improved = bleu > p.best_bleu
         if improved:
             p.best_bleu, p.bad_validations = bleu, 0

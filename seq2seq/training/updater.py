@@ -148,5 +148,5 @@ class NonFiniteGuard:
                     f"{' and '.join(kept)} keep the last validated state"
                     if kept
                     else "no checkpoint was written yet"
-                )  # fmt: skip
+                )
             )

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.batching import TokenBatchSampler, collate
 from seq2seq.data.prepare import TrainingData
 from seq2seq.decoding.alignment import (
@@ -31,6 +31,16 @@ class Validation:
     samples: list[AttentionSample]  # the first sentences, for heatmaps and the samples table
 
 
+EVERY_LENGTH = 2**31 - 1  # a max_source_len no line reaches: validation reads every line whole
+
+
+def validation_search(tcfg: TrainConfig) -> DecodeConfig:
+    """The search of validation's translations (greedy unless train.val_beam_size says)."""
+    return DecodeConfig(
+        beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size, max_source_len=EVERY_LENGTH
+    )
+
+
 @torch.inference_mode()
 def validate(
     model: Seq2Seq,
@@ -39,13 +49,12 @@ def validate(
     batch_tokens: int,
     search: DecodeConfig,
     samples: int,
-    max_len: int,
     bleu_tokenize: str = "13a",
     probe: AlignmentProbe | None = None,
 ) -> Validation:
     """Loss and perplexity over ``data.valid``; BLEU (sacreBLEU's ``bleu_tokenize``), chrF and
-    attention statistics of ``data.valid_src`` translated with ``search`` (lines cut at
-    ``max_len`` subwords, as seq2seq-evaluate does), whose first ``samples`` become samples;
+    attention statistics of ``data.valid_src`` translated with ``search`` (as seq2seq-evaluate
+    does), whose first ``samples`` become samples;
     with a ``probe``, the AER of the model's attention on its gold-aligned pairs."""
     model.eval()
     loss_sum = nll_sum = 0.0
@@ -59,7 +68,7 @@ def validate(
             loss, nll = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
         loss_sum, nll_sum = loss_sum + float(loss), nll_sum + float(nll)
         ntokens += batch.ntokens
-    translator = Translator(model, data.src_tok, data.tgt_tok, search, max_len, engine)
+    translator = Translator(model, data.src_tok, data.tgt_tok, search, engine)
     translations = translator.translate(data.valid_src)
     hypotheses = [translator.best_text(t) for t in translations]
     scores = score(hypotheses, data.valid_refs, bleu_tokenize)

@@ -1,0 +1,84 @@
+"""What a run records of itself: the concrete choices made at its start (device, precision,
+matrix products, threads) and the library versions, written into its config.yaml, so that
+training again from that file takes the same paths (docs/training.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from seq2seq.model.linear import current_products
+from seq2seq.runtime.engine import Engine
+from seq2seq.storage.manifest import write_manifest
+from seq2seq.storage.rundir import CONFIG_FILE, MANIFEST
+from seq2seq.training.state import kept_precision
+
+log = logging.getLogger("seq2seq.train")
+
+# the distributions whose behaviour a run's numbers depend on
+LIBRARIES = ("seq2seq", "torch", "numpy", "sentencepiece", "sacrebleu", "hydra-core", "entmax")
+
+
+def library_versions() -> dict[str, str]:
+    """Python's version and each installed one of LIBRARIES'."""
+    found = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def record_choices(cfg: DictConfig, engine: Engine) -> list[str]:
+    """Write the engine's concrete choices and today's library versions into ``cfg``; the
+    versions that differ from those ``cfg`` named already (a rerun of a recorded run), as
+    "name recorded -> now"."""
+    recorded = dict(cfg.versions or {})
+    cfg.device = engine.device.type if engine.distributed else str(engine.device)
+    cfg.precision = engine.precision.value
+    cfg.products = current_products()
+    cfg.train.threads = torch.get_num_threads()
+    cfg.versions = library_versions()
+    return [
+        f"{name} {recorded[name]} -> {now}"
+        for name, now in cfg.versions.items()
+        if name in recorded and recorded[name] != now
+    ]
+
+
+def choose_and_record(
+    cfg: DictConfig,
+    engine: Engine,
+    model: nn.Module,
+    kept: dict[str, Any],
+    vocab: list[int],
+    run_dir: Path,
+) -> None:
+    """The engine's start-up choices for ``model`` (a resumed run's ``kept`` ones), written
+    into ``cfg`` and, by rank 0, into the run's config.yaml."""
+    engine.choose_products(model, kept=kept.get("products"))
+    engine.choose_precision(model, vocab, cfg.train.batch_tokens, kept_precision(kept))
+    if changed := record_choices(cfg, engine):
+        log.warning("the config names other library versions: %s", ", ".join(changed))
+    engine.from_main(lambda: save_config(cfg, run_dir))
+
+
+def save_config(cfg: DictConfig, run_dir: Path) -> None:
+    """config.yaml written again, atomically, and the run's manifest made to match it."""
+    path = run_dir / CONFIG_FILE
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    OmegaConf.save(cfg, tmp, resolve=True)
+    os.replace(tmp, path)
+    manifest = run_dir / MANIFEST
+    if manifest.is_file():
+        write_manifest(manifest, [run_dir / name for name in json.loads(manifest.read_text())])

@@ -1,0 +1,48 @@
+"""Resuming and the epoch plan: the same plan in the middle of an epoch (else refused, naming
+what differs), a new one from an epoch's end; older checkpoints read the same way."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from seq2seq.errors import Seq2SeqError
+from seq2seq.training.state import Progress, _saved_plan, check_plan
+
+PLAN = {"train.seed": 1, "train.batch_tokens": 2000, "processes": 1, "training pairs": "29,000"}
+
+
+def test_the_same_plan_resumes_anywhere() -> None:
+    check_plan(PLAN, dict(PLAN), Progress(step=7, batch_in_epoch=7))
+
+
+def test_another_plan_in_the_middle_of_an_epoch_is_refused_naming_each_key() -> None:
+    changed = PLAN | {"train.batch_tokens": 3000, "processes": 2}
+    with pytest.raises(Seq2SeqError) as refused:
+        check_plan(PLAN, changed, Progress(step=7, epoch=1, batch_in_epoch=7))
+    message = str(refused.value)
+    assert "7 updates into epoch 2" in message and "\n" not in message
+    assert "train.batch_tokens 2000 (now 3000)" in message and "processes 1 (now 2)" in message
+    assert "train.seed" not in message
+
+
+def test_another_plan_at_an_epochs_end_starts_with_the_next_epoch(caplog) -> None:
+    changed = PLAN | {"training pairs": "28,500"}
+    with caplog.at_level(logging.WARNING, logger="seq2seq.train"):
+        check_plan(PLAN, changed, Progress(step=56, epoch=1, batch_in_epoch=0))
+    assert "epoch 2 starts with a new plan: training pairs 29,000 (now 28,500)" in caplog.text
+
+
+def test_a_checkpoint_without_a_plan_is_read_from_its_config() -> None:
+    old = {"world_size": 2, "accumulate": 4, "config": {"train": {"seed": 3, "batch_tokens": 900}}}
+    saved = _saved_plan(old)
+    assert saved == {
+        "train.seed": 3,
+        "train.batch_tokens": 900,
+        "train.accumulate": 4,
+        "data.sampling_alpha": 0.0,
+        "processes": 2,
+    }
+    with pytest.raises(Seq2SeqError, match="processes 2 \\(now 1\\)"):
+        check_plan(saved, saved | {"processes": 1}, Progress(step=3, batch_in_epoch=3))
