@@ -230,9 +230,9 @@ def _cross_key_problems(cfg: Any) -> list[str]:
             "train.guided_alignment needs data.sampling_alpha=0: its links fit "
             "the cached segmentation, not sampled subwords"
         )
-    gold = [OmegaConf.select(cfg, f"log.alignment_{k}", default=None) for k in ("gold", "links")]
+    gold = [OmegaConf.select(cfg, f"log.alignment_{k}", default=None) for k in ("pairs", "links")]
     if (gold[0] is None) != (gold[1] is None):
         problems.append(
-            "log.alignment_gold=<pairs> and log.alignment_links=<gold links> go together"
+            "log.alignment_pairs=<pairs> and log.alignment_links=<gold links> go together"
         )
     return problems

@@ -247,7 +247,6 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         "alpha": cfg.alpha,
         "max_len_a": cfg.max_len_a,
         "max_len_b": cfg.max_len_b,
-        "nbest": cfg.nbest,
         "coverage_penalty": cfg.coverage_penalty if cfg.beam_size > 1 else 0.0,
         **engine_choices(engine),  # device, precision, threads, products, int8_engine
         "sentences": len(sources),

@@ -4,6 +4,7 @@ training again from that file takes the same paths (docs/training.md)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -77,7 +78,9 @@ def save_config(cfg: DictConfig, run_dir: Path) -> None:
     """config.yaml written again, atomically, and the run's manifest made to match it."""
     path = run_dir / CONFIG_FILE
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    OmegaConf.save(cfg, tmp, resolve=True)
+    saved = copy.deepcopy(cfg)
+    saved.train.resume = False  # how this start was asked for, not a setting of the run
+    OmegaConf.save(saved, tmp, resolve=True)
     os.replace(tmp, path)
     manifest = run_dir / MANIFEST
     if manifest.is_file():

@@ -3,6 +3,7 @@ translated and scored the way seq2seq-evaluate does it (one `Translator`, one `s
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ import torch
 from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.batching import TokenBatchSampler, collate
 from seq2seq.data.prepare import TrainingData
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.alignment import (
     AttentionSample,
     attention_samples,
@@ -31,14 +33,20 @@ class Validation:
     samples: list[AttentionSample]  # the first sentences, for heatmaps and the samples table
 
 
-EVERY_LENGTH = 2**31 - 1  # a max_source_len no line reaches: validation reads every line whole
+log = logging.getLogger("seq2seq.train")
 
 
 def validation_search(tcfg: TrainConfig) -> DecodeConfig:
     """The search of validation's translations (greedy unless train.val_beam_size says)."""
-    return DecodeConfig(
-        beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size, max_source_len=EVERY_LENGTH
-    )
+    return DecodeConfig(beam_size=tcfg.val_beam_size, batch_size=tcfg.val_batch_size)
+
+
+def within_limit(tok: Tokenizer, lines: list[str], limit: int) -> tuple[list[str], int]:
+    """The lines, those over ``limit`` subwords blanked (left untranslated: validation goes on,
+    where a command would refuse them), and how many were."""
+    lengths = [len(ids) for ids in tok.encode_batch(lines)]
+    kept = [line if n <= limit else "" for line, n in zip(lines, lengths, strict=True)]
+    return kept, sum(n > limit for n in lengths)
 
 
 @torch.inference_mode()
@@ -69,7 +77,14 @@ def validate(
         loss_sum, nll_sum = loss_sum + float(loss), nll_sum + float(nll)
         ntokens += batch.ntokens
     translator = Translator(model, data.src_tok, data.tgt_tok, search, engine)
-    translations = translator.translate(data.valid_src)
+    sources, blanked = within_limit(data.src_tok, data.valid_src, search.max_source_len)
+    if blanked:
+        log.warning(
+            "%d validation lines have more than max_source_len=%d subwords: not translated",
+            blanked,
+            search.max_source_len,
+        )
+    translations = translator.translate(sources)
     hypotheses = [translator.best_text(t) for t in translations]
     scores = score(hypotheses, data.valid_refs, bleu_tokenize)
     decoded = [i for i, t in enumerate(translations) if t.hypotheses]
