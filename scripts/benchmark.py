@@ -152,8 +152,10 @@ def shape_of(cfg: Any) -> str:
 def benchmarked_models(args: argparse.Namespace) -> list[str]:
     """The reference model with each ``--attention``, then OpenNMT-py's shape, as ``--model``
     asks."""
-    return [*(args.attention if "reference" in args.model else []), *(
-        [PEER] if PEER in args.model else [])]  # fmt: skip
+    return [
+        *(args.attention if "reference" in args.model else []),
+        *([PEER] if PEER in args.model else []),
+    ]
 
 
 def peer_batch_tokens(corpus: TokenizedCorpus, target: int, seed: int) -> int:
@@ -417,6 +419,23 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def model_facts(
+    reference: ModelConfig, data: Multi30kConfig, src_tok: Tokenizer, tgt_tok: Tokenizer
+) -> dict[str, Any]:
+    """The measured model's shape, as the report gives it."""
+    return {
+        "emb_size": reference.emb_size,
+        "hidden_size": reference.hidden_size,
+        "encoder_size": reference.encoder_size or reference.hidden_size,
+        "encoder_layers": reference.encoder_layers,
+        "attention_size": reference.attention.size,
+        "dropout": reference.dropout,
+        "tokenizer": data.tokenizer.model_type.value,
+        "src_vocab": src_tok.vocab_size,
+        "tgt_vocab": tgt_tok.vocab_size,
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every selected measurement; returns the report (the JSON line)."""
     sizes = QUICK if args.quick else FULL
@@ -442,25 +461,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             **machine_info(engine),
             "quick": args.quick,
             "peak_rss_scope": "phase" if per_phase else "process",
-            "model": {
-                "emb_size": reference.emb_size,
-                "hidden_size": reference.hidden_size,
-                "encoder_size": reference.encoder_size or reference.hidden_size,
-                "encoder_layers": reference.encoder_layers,
-                "attention_size": reference.attention.size,
-                "dropout": reference.dropout,
-                "tokenizer": data.tokenizer.model_type.value,
-                "src_vocab": src_tok.vocab_size,
-                "tgt_vocab": tgt_tok.vocab_size,
-            },
+            "model": model_facts(reference, data, src_tok, tgt_tok),
             "train_pairs": len(train),
             "train_target_tokens": int(train.tgt_lengths.sum()),
-            "timing": {
-                "warmup": sizes.warmup,
-                "window": sizes.window,
-                "windows": sizes.windows,
-                "passes": sizes.passes,
-            },
+            "timing": {k: getattr(sizes, k) for k in ("warmup", "window", "windows", "passes")},
         }
         needed = set(args.precision)
         peaks = {
@@ -510,10 +514,58 @@ def training_rows(
             row = measure_training(
                 at, model, tcfg, train, vocab, sizes, peaks[precision], args.profile
             )
-        rows.append({"attention": attention, "precision": precision, "batch": batch,
-                     "products": products, "shape": shape_of(model), **row})  # fmt: skip
+        rows.append(
+            {
+                "attention": attention,
+                "precision": precision,
+                "batch": batch,
+                "products": products,
+                "shape": shape_of(model),
+                **row,
+            }
+        )
         progress(f"{name}: {row['tokens_per_s']:,.0f} target tokens/s")
     return rows
+
+
+def decoding_models(
+    engine: Engine,
+    args: argparse.Namespace,
+    trained: TrainedRun | None,
+    data: Multi30kConfig,
+    sizes: Sizes,
+    tokenizers: tuple[Tokenizer, Tokenizer],
+) -> tuple[list[tuple[str, Any, dict[str, Any]]], list, list[str], Tokenizer]:
+    """The models to decode with (the ``trained`` run, else a random one per attention), the
+    encoded test split, its references and the target tokenizer."""
+    if trained is not None:
+        langs = {"src_lang": trained.cfg.data.src_lang, "tgt_lang": trained.cfg.data.tgt_lang}
+        run_data = replace(data, **langs)
+        test, refs = encode_test_split(run_data, trained.src_tok, trained.tgt_tok, sizes.test_limit)
+        settings = {
+            "model": "trained",
+            "run_dir": str(trained.run_dir),
+            "checkpoint": str(trained.checkpoint),
+            "settings": OmegaConf.to_container(trained.cfg.model),
+            "trained_precision": trained.cfg.precision,
+            "shape": shape_of(trained.cfg.model),
+        }
+        return (
+            [(trained.cfg.model.attention.name, trained.model, settings)],
+            test,
+            refs,
+            trained.tgt_tok,
+        )
+    src_tok, tgt_tok = tokenizers
+    test, refs = encode_test_split(data, src_tok, tgt_tok, sizes.test_limit)
+    models = []
+    for attention in benchmarked_models(args):
+        torch.manual_seed(TrainConfig.seed)
+        cfg = OmegaConf.structured(model_config(attention, sizes))
+        model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size)
+        model.to(engine.device).eval()
+        models.append((attention, model, {"model": "random", "shape": shape_of(cfg)}))
+    return models, test, refs, tgt_tok
 
 
 def decoding_rows(
@@ -527,31 +579,7 @@ def decoding_rows(
 ) -> list[dict[str, Any]]:
     """Greedy and beam rows in each precision for the ``trained`` run, else for each random
     model."""
-    if trained is not None:
-        langs = {"src_lang": trained.cfg.data.src_lang, "tgt_lang": trained.cfg.data.tgt_lang}
-        run_data = replace(data, **langs)
-        test, refs = encode_test_split(run_data, trained.src_tok, trained.tgt_tok, sizes.test_limit)
-        settings = {
-            "model": "trained",
-            "run_dir": str(trained.run_dir),
-            "checkpoint": str(trained.checkpoint),
-            "settings": OmegaConf.to_container(trained.cfg.model),
-            "trained_precision": trained.cfg.precision,
-            "shape": shape_of(trained.cfg.model),
-        }
-        models = [(trained.cfg.model.attention.name, trained.model, settings)]
-        tokenizer = trained.tgt_tok
-    else:
-        src_tok, tgt_tok = tokenizers
-        test, refs = encode_test_split(data, src_tok, tgt_tok, sizes.test_limit)
-        models = []
-        for attention in benchmarked_models(args):
-            torch.manual_seed(TrainConfig.seed)
-            cfg = OmegaConf.structured(model_config(attention, sizes))
-            model = build_model(cfg, src_tok.vocab_size, tgt_tok.vocab_size)
-            model.to(engine.device).eval()
-            models.append((attention, model, {"model": "random", "shape": shape_of(cfg)}))
-        tokenizer = tgt_tok
+    models, test, refs, tokenizer = decoding_models(engine, args, trained, data, sizes, tokenizers)
     rows = []
     for (attention, model, settings), precision, search, products in itertools.product(
         models, args.precision, args.search, args.products
@@ -563,10 +591,19 @@ def decoding_rows(
         beam = SEARCHES[search]
         decoder = at.for_inference(copy.deepcopy(model))  # as evaluate loads it in this precision
         with PRODUCTS[products]():
-            row = measure_decoding(at, decoder, test, refs, tokenizer, beam, sizes,
-                                   peaks[precision], args.profile)  # fmt: skip
-        rows.append({"attention": attention, "precision": precision, "search": search,
-                     "products": products, **settings, **row})  # fmt: skip
+            row = measure_decoding(
+                at, decoder, test, refs, tokenizer, beam, sizes, peaks[precision], args.profile
+            )
+        rows.append(
+            {
+                "attention": attention,
+                "precision": precision,
+                "search": search,
+                "products": products,
+                **settings,
+                **row,
+            }
+        )
         progress(f"{name}: {row['sentences_per_s']:,.1f} sentences/s")
     return rows
 

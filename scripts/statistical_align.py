@@ -145,8 +145,11 @@ def main() -> None:
             continue
         scores = alignment_scores(links, gold)
         result[name] = {key: round(scores[key], 4) for key in ("aer", "precision", "recall")}
-        print(f"{name:20} AER {scores['aer']:.3f}  P {scores['precision']:.3f}  "
-              f"R {scores['recall']:.3f}", file=sys.stderr)  # fmt: skip
+        print(
+            f"{name:20} AER {scores['aer']:.3f}  P {scores['precision']:.3f}  "
+            f"R {scores['recall']:.3f}",
+            file=sys.stderr,
+        )
     result.update(aligner="eflomal", sentences=len(distinct), seconds=round(seconds, 1))
     print(json.dumps(result), flush=True)
 

@@ -137,7 +137,10 @@ def test_fp32_products_are_set_kept_or_timed(monkeypatch) -> None:
     else:
         assert auto.choose_products(model) == "pytorch"
     before = products.current_products()
-    assert Engine.create("cpu", "bf16").choose_products(model) == before  # not fp32: untouched
+    assert auto.products_in_use() == before
+    # other precisions multiply in PyTorch, whatever the fp32 choice, and leave it untouched
+    assert Engine.create("cpu", "bf16").choose_products(model) == "pytorch"
+    assert products.current_products() == before
 
 
 def test_precision_auto_is_set_kept_or_timed(monkeypatch) -> None:

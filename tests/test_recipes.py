@@ -39,6 +39,8 @@ def test_recipes_compose() -> None:
         "luong_nofeed": ("luong", False, True, "softmax", None),
         "luong_concat": ("luong", True, True, "softmax", None),
         "multihead": ("multihead", True, None, "softmax", None),
+        "multihead_1head": ("multihead", True, None, "softmax", None),
+        "multihead_wide": ("multihead", True, None, "softmax", None),
         "local_m": ("local_m", True, True, "softmax", None),
         "local_p": ("local_p", True, True, "softmax", None),
         "sparsemax": ("bahdanau", None, None, "sparsemax", False),
@@ -55,6 +57,12 @@ def test_recipes_compose() -> None:
         assert (attention.name, *found) == expected, row
         assert (cfg.model.hidden_size, cfg.train.max_steps) == (256, 800)  # one footing for all
         assert attention.get("conditional", False) == (row == "bahdanau_conditional")
+        assert attention.get("heads") == {
+            "multihead": 8,
+            "multihead_1head": 1,
+            "multihead_wide": 8,
+        }.get(row)
+        assert attention.size == (512 if row == "multihead_wide" else 256)
         assert cfg.train.coverage_weight == (1.0 if row == "coverage" else 0.0)
     sweep = OmegaConf.load(REPO / "configs/experiment/attention_comparison.yaml")
     params = sweep.hydra.sweeper.params

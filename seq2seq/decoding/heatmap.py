@@ -8,6 +8,7 @@ each head is cheap.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import unicodedata
 import warnings
@@ -26,6 +27,9 @@ _MAX_LABEL_CHARS = 24
 _PAD = 0.12  # inches between parts of the figure
 _CAPTION = 0.22  # inches taken by the "source" / "generated target" captions
 _COLORBAR = 0.15 + 0.45  # inches: the bar and its tick labels
+_SOURCE_CAPTION = {"ha": "center", "va": "top", "fontsize": 9}
+_TARGET_CAPTION = {"rotation": 90, "ha": "left", "va": "center", "fontsize": 9}
+_TITLE = {"ha": "left", "va": "top", "fontsize": 10, "parse_math": False}
 # Tried after DejaVu Sans (matplotlib's own) for glyphs it lacks, when installed.
 _FALLBACK_FONTS = (
     "Noto Sans CJK JP",
@@ -55,6 +59,44 @@ def _label_inches(labels: Sequence[str], points: float) -> float:
     return max(ems, default=0.0) * points / 72
 
 
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where the parts of the figure go, in inches: laid out by hand, as matplotlib's tick and
+    layout machinery costs about five times the drawing."""
+
+    left: float
+    bottom: float
+    grid_w: float
+    grid_h: float
+    width: float
+    height: float
+    points: float  # label size: labels shrink with the cells of long input
+
+    @classmethod
+    def of(cls, src_labels: Sequence[str], tgt_labels: Sequence[str]) -> _Layout:
+        n_src, n_tgt = len(src_labels), len(tgt_labels)
+        left = _PAD + _CAPTION + _label_inches(tgt_labels, _FONT_POINTS) + _PAD
+        top = 2 * _CAPTION + _label_inches(src_labels, _FONT_POINTS) + 2 * _PAD
+        right, bottom = _PAD + _COLORBAR + _PAD, _PAD
+        cell = min(
+            _CELL_INCHES,
+            (_MAX_INCHES - left - right) / max(n_src, 1),
+            (_MAX_INCHES - top - bottom) / max(n_tgt, 1),
+        )
+        grid_w, grid_h = max(n_src * cell, 1.6), max(n_tgt * cell, 1.2)
+        width, height = left + grid_w + right, top + grid_h + bottom
+        points = min(_FONT_POINTS, cell * 72 * 0.9)
+        return cls(left, bottom, grid_w, grid_h, width, height, points)
+
+    def point(self, x: float, y: float) -> tuple[float, float]:
+        """A point given in inches, in figure fractions."""
+        return (x / self.width, y / self.height)
+
+    def box(self, x: float, y: float, w: float, h: float) -> tuple[float, float, float, float]:
+        """A rectangle given in inches, in figure fractions."""
+        return (x / self.width, y / self.height, w / self.width, h / self.height)
+
+
 class Heatmap:
     """A heatmap figure for one sentence pair, redrawn cheaply for several weight matrices.
 
@@ -67,53 +109,49 @@ class Heatmap:
             raise ValueError(f"a heatmap needs source and target tokens, got {n_src} and {n_tgt}")
         src_labels = [_label(t) for t in src_tokens]
         tgt_labels = [_label(t) for t in tgt_tokens]
-        # Laid out by hand in inches: matplotlib's tick and layout machinery costs ~5x the drawing.
-        left = _PAD + _CAPTION + _label_inches(tgt_labels, _FONT_POINTS) + _PAD
-        top = 2 * _CAPTION + _label_inches(src_labels, _FONT_POINTS) + 2 * _PAD
-        right, bottom = _PAD + _COLORBAR + _PAD, _PAD
-        cell = min(
-            _CELL_INCHES,
-            (_MAX_INCHES - left - right) / max(n_src, 1),
-            (_MAX_INCHES - top - bottom) / max(n_tgt, 1),
-        )
-        points = min(_FONT_POINTS, cell * 72 * 0.9)  # labels shrink with the cells of long input
-        grid_w, grid_h = max(n_src * cell, 1.6), max(n_tgt * cell, 1.2)
-        width, height = left + grid_w + right, top + grid_h + bottom
-        text = {"fontfamily": _font_families(), "parse_math": False}
-
-        self.fig = fig = Figure(figsize=(width, height), dpi=_DPI)
+        lay = _Layout.of(src_labels, tgt_labels)
+        self.fig = fig = Figure(figsize=(lay.width, lay.height), dpi=_DPI)
         self.canvas = FigureCanvasAgg(fig)
-        self.ax = ax = fig.add_axes(
-            (left / width, bottom / height, grid_w / width, grid_h / height)
-        )
+        self.ax = ax = fig.add_axes(lay.box(lay.left, lay.bottom, lay.grid_w, lay.grid_h))
         self.image = ax.imshow(
-            np.zeros(self.shape), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto",
-            interpolation="nearest", visible=False,
-        )  # fmt: skip
+            np.zeros(self.shape),
+            cmap="viridis",
+            vmin=0.0,
+            vmax=1.0,
+            aspect="auto",
+            interpolation="nearest",
+            visible=False,
+        )
         ax.set_xticks([])
         ax.set_yticks([])
         ax.spines[:].set_visible(False)  # the cells are repainted last; no frame to cover
-        # Labels sit 0.1 inch from the cells; offsets are in data units (cells) of each axis.
-        gap_x, gap_y = 0.1 * n_src / grid_w, 0.1 * n_tgt / grid_h
-        for j, label in enumerate(src_labels):
-            ax.text(j, -0.5 - gap_y, label, rotation=90, ha="center", va="bottom",
-                    fontsize=points, **text)  # fmt: skip
-        for i, label in enumerate(tgt_labels):
-            ax.text(-0.5 - gap_x, i, label, ha="right", va="center", fontsize=points, **text)
-        fig.text((left + grid_w / 2) / width, 1 - (_PAD + _CAPTION) / height, "source",
-                 ha="center", va="top", fontsize=9)  # fmt: skip
-        fig.text(_PAD / width, (bottom + grid_h / 2) / height, "generated target", rotation=90,
-                 ha="left", va="center", fontsize=9)  # fmt: skip
-        self.title = fig.text(_PAD / width, 1 - _PAD / height, "", ha="left", va="top",
-                              fontsize=10, **text)  # fmt: skip
-        cax = fig.add_axes(
-            ((left + grid_w + _PAD) / width, bottom / height, 0.15 / width, grid_h / height)
+        self._draw_labels(lay, src_labels, tgt_labels)
+        self.title = fig.text(
+            *lay.point(_PAD, lay.height - _PAD), "", fontfamily=_font_families(), **_TITLE
         )
+        cax = fig.add_axes(lay.box(lay.left + lay.grid_w + _PAD, lay.bottom, 0.15, lay.grid_h))
         fig.colorbar(self.image, cax=cax).ax.tick_params(labelsize=8)
         with _quiet_glyphs():
             self.canvas.draw()
         self.background = self.canvas.copy_from_bbox(fig.bbox)
         self.image.set_visible(True)
+
+    def _draw_labels(
+        self, lay: _Layout, src_labels: Sequence[str], tgt_labels: Sequence[str]
+    ) -> None:
+        """Pieces beside the cells (0.1 inch away, in cell units of each axis) and the captions."""
+        n_tgt, n_src = self.shape
+        gap_x, gap_y = 0.1 * n_src / lay.grid_w, 0.1 * n_tgt / lay.grid_h
+        text = {"fontfamily": _font_families(), "parse_math": False, "fontsize": lay.points}
+        for j, label in enumerate(src_labels):
+            self.ax.text(j, -0.5 - gap_y, label, rotation=90, ha="center", va="bottom", **text)
+        for i, label in enumerate(tgt_labels):
+            self.ax.text(-0.5 - gap_x, i, label, ha="right", va="center", **text)
+        mid_x = lay.left + lay.grid_w / 2
+        top_y = lay.height - _PAD - _CAPTION
+        self.fig.text(*lay.point(mid_x, top_y), "source", **_SOURCE_CAPTION)
+        mid_y = lay.bottom + lay.grid_h / 2
+        self.fig.text(*lay.point(_PAD, mid_y), "generated target", **_TARGET_CAPTION)
 
     def render(self, weights: np.ndarray, title: str = "") -> np.ndarray:
         """The figure with `weights` [tgt, src] and `title`, as an RGB uint8 image [H, W, 3]."""

@@ -202,7 +202,7 @@ class Engine(ProcessGroup):
         """The fp32 CPU products for ``model``: the setting's, a resumed run's (``kept``), or the
         faster of the two timed on its shapes by rank 0 (every rank follows); logged with why."""
         if self.device.type != "cpu" or self.precision not in (Precision.fp32, Precision.auto):
-            return current_products()  # other devices and dtypes multiply in PyTorch anyway
+            return self.products_in_use()
         if self.products != Products.auto:
             name, why = self.products.value, f"products={self.products.value}"
         elif kept is not None:
@@ -213,6 +213,13 @@ class Engine(ProcessGroup):
             why = f"timed on the model's shapes: {timed}" if timed else "no oneDNN in this torch"
         use_products(name)
         log.info("fp32 products on the CPU: %s (%s)", name, why)
+        return current_products()
+
+    def products_in_use(self) -> str:
+        """The path of this engine's matrix products: the fp32 CPU choice, else PyTorch's own
+        (other devices and precisions multiply in PyTorch)."""
+        if self.device.type != "cpu" or self.precision != Precision.fp32:
+            return "pytorch"
         return current_products()
 
     def choose_int8_engine(self, model: nn.Module) -> str:
@@ -313,6 +320,6 @@ def engine_choices(engine: Engine) -> dict[str, Any]:
         "device": str(engine.device),
         "precision": engine.precision.value,
         "threads": torch.get_num_threads(),
-        "products": current_products(),
+        "products": engine.products_in_use(),
         "int8_engine": engine._int8_name,
     }

@@ -17,7 +17,6 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from seq2seq.model.linear import current_products
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.manifest import write_manifest
 from seq2seq.storage.rundir import CONFIG_FILE, MANIFEST
@@ -47,7 +46,7 @@ def record_choices(cfg: DictConfig, engine: Engine) -> list[str]:
     recorded = dict(cfg.versions or {})
     cfg.device = engine.device.type if engine.distributed else str(engine.device)
     cfg.precision = engine.precision.value
-    cfg.products = current_products()
+    cfg.products = engine.products_in_use()
     cfg.train.threads = torch.get_num_threads()
     cfg.versions = library_versions()
     return [

@@ -15,7 +15,6 @@ from torch import Tensor
 
 from seq2seq.data.dataset import TokenizedCorpus
 from seq2seq.errors import Seq2SeqError
-from seq2seq.model.linear import current_products
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.rundir import LAST
 from seq2seq.training.schedule import LearningRate
@@ -110,7 +109,7 @@ def training_state(
         "world_size": engine.world_size,
         "accumulate": cfg.train.accumulate,
         "plan": plan,
-        "products": current_products(),  # fp32 products on the CPU; a resumed run keeps them
+        "products": engine.products_in_use(),  # a resumed run keeps them
         "precision": engine.precision.value,  # precision=auto's choice; kept as well
         "device": engine.describe(),  # where it trained, for the model card
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
