@@ -150,8 +150,9 @@ def main() -> None:
     print("\n| run | method | AER | precision | recall |\n|---|---|---|---|---|")
     for name, run in result["runs"].items():
         for method, s in run["methods"].items():
-            print(f"| {name} | {method} | {s['aer']:.3f} | {s['precision']:.3f} | "
-                  f"{s['recall']:.3f} |")  # fmt: skip
+            print(
+                f"| {name} | {method} | {s['aer']:.3f} | {s['precision']:.3f} | {s['recall']:.3f} |"
+            )
     if args.checkpoints:
         result["updates"] = {n: over_updates(d, pairs, gold, engine) for n, d in args.runs.items()}
         if args.plot is not None:

@@ -72,9 +72,12 @@ def phases(prefix: Path, cache: Path, workers: int, sample: int | None) -> dict[
     from seq2seq.data.tokenizer import train_tokenizers
 
     cfg = CustomDataConfig(
-        train=str(prefix / "train"), valid=str(prefix / "val"), cache_dir=str(cache),
-        tokenizer=TokenizerConfig(vocab_size=8000), workers=workers,
-    )  # fmt: skip
+        train=str(prefix / "train"),
+        valid=str(prefix / "val"),
+        cache_dir=str(cache),
+        tokenizer=TokenizerConfig(vocab_size=8000),
+        workers=workers,
+    )
     if sample is not None:
         cfg.tokenizer.input_sentence_size = sample
     stream = open_source(cfg).stream("train")
@@ -178,12 +181,22 @@ TRAIN = (
 def train_command(prefix: Path, cache: Path, run_dir: Path, sample: int | None) -> list[str]:
     extra = [] if sample is None else [f"data.tokenizer.input_sentence_size={sample}"]
     return [
-        *TRAIN, "experiment=smoke", "data=custom", *extra,
-        f"data.train={prefix / 'train'}", f"data.valid={prefix / 'val'}", "data.test=null",
-        "data.train_limit=null", "data.valid_limit=null", "data.tokenizer.vocab_size=8000",
-        f"data.cache_dir={cache}", "train.max_steps=20", "train.log_every=1",
-        "log.progress=false", f"hydra.run.dir={run_dir}",
-    ]  # fmt: skip
+        *TRAIN,
+        "experiment=smoke",
+        "data=custom",
+        *extra,
+        f"data.train={prefix / 'train'}",
+        f"data.valid={prefix / 'val'}",
+        "data.test=null",
+        "data.train_limit=null",
+        "data.valid_limit=null",
+        "data.tokenizer.vocab_size=8000",
+        f"data.cache_dir={cache}",
+        "train.max_steps=20",
+        "train.log_every=1",
+        "log.progress=false",
+        f"hydra.run.dir={run_dir}",
+    ]
 
 
 def cpu() -> dict[str, Any]:
@@ -235,8 +248,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         phases = (
             f"{r['read_pairs_per_s']:,.0f} | {r['tokenizers_s']:.1f} | "
             f"{r['encode_pairs_per_s']:,.0f} | {max(limits):,.0f}"
-            if limits else "- | - | - | -"
-        )  # fmt: skip
+            if limits
+            else "- | - | - | -"
+        )
         starts = " | ".join(
             f"{r[f'{c}_to_first_update_s']} | {r[f'{c}_main_peak_rss_mb']:,} / "
             f"{r[f'{c}_peak_rss_mb']:,} / {r[f'{c}_tree_peak_pss_mb']:,}"
@@ -259,9 +273,11 @@ def main() -> None:
     parser.add_argument("--sample", type=int, help="data.tokenizer.input_sentence_size")
     parser.add_argument("--repeats", type=int, default=3, help="timed starts (median)")
     parser.add_argument(
-        "--no-phases", dest="phases", action="store_false",
+        "--no-phases",
+        dest="phases",
+        action="store_false",
         help="only the training starts (e.g. of an older checkout, through PYTHONPATH)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in re.split(r"[,\s]+", args.sizes.strip()) if s]
     if args.workdir:

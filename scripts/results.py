@@ -279,9 +279,11 @@ def picture_attention(run: Run, path: Path, sentence: int) -> None:
     records = Path(run.test["attention"]).read_text(encoding="utf-8").splitlines()
     record = json.loads(records[sentence])
     image = attention_figure(
-        np.asarray(record["weights"]), record["source"], record["target"],
+        np.asarray(record["weights"]),
+        record["source"],
+        record["target"],
         f"{run.direction} {run.attention}, test sentence {sentence}",
-    )  # fmt: skip
+    )
     Image.fromarray(image).save(path)
 
 

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (the suite runs `-n logical`, a worker per logical core), each worker
+    and every command it starts take their share of the cores unless OMP_NUM_THREADS says
+    otherwise: two workers of two threads each on two cores would wait for each other."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // workers))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with the most slow tests first (each module's own order kept): the workers start
+    the long modules early and finish together."""
+    slow = Counter(item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
 
 
 def _multi30k_path() -> Path:

@@ -61,8 +61,13 @@ def test_forced_attention_is_the_searchs_attention_on_its_own_output(smoke_run: 
 def test_align_writes_links_and_scores_them(smoke_run: Path, multi30k_dir: Path, tmp_path):
     pairs, lines = pairs_of(multi30k_dir, tmp_path)
     out, weights = tmp_path / "links.txt", tmp_path / "weights.jsonl"
-    proc = run_align(f"run_dir={smoke_run}", f"input={pairs}", f"output={out}",
-                     f"weights={weights}", cwd=tmp_path)  # fmt: skip
+    proc = run_align(
+        f"run_dir={smoke_run}",
+        f"input={pairs}",
+        f"output={out}",
+        f"weights={weights}",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["pairs"] == 40 and "aer" not in result
@@ -80,8 +85,13 @@ def test_align_writes_links_and_scores_them(smoke_run: Path, multi30k_dir: Path,
 
     # its own links as sure gold: AER 0; shifted by one word: nothing right
     gold = tmp_path / "gold.talp"
-    gold.write_text("".join(" ".join(f"{int(x.split('-')[0]) + 1}-{int(x.split('-')[1]) + 1}"
-                    for x in line.split()) + "\n" for line in links))  # fmt: skip
+    gold.write_text(
+        "".join(
+            " ".join(f"{int(x.split('-')[0]) + 1}-{int(x.split('-')[1]) + 1}" for x in line.split())
+            + "\n"
+            for line in links
+        )
+    )
     same = run_align(f"run_dir={smoke_run}", f"input={pairs}", f"gold={gold}", cwd=tmp_path)
     scores = json.loads(same.stdout.splitlines()[-1])
     assert scores["aer"] == 0.0 and scores["precision"] == scores["recall"] == 1.0
@@ -101,14 +111,21 @@ def test_parallel_files_swap_and_both_directions(smoke_run: Path, multi30k_dir, 
     swapped = tmp_path / "swapped.txt"
     swapped.write_text("".join(f"{b} ||| {a}\n" for a, b in (x.split(" ||| ") for x in lines)))
     back = run_align(f"run_dir={smoke_run}", f"input={swapped}", "swap=true", cwd=tmp_path)
-    flip = [" ".join(sorted(f"{j}-{i}" for i, j in (x.split("-") for x in line.split())))
-            for line in one.stdout.splitlines()[:-1]]  # fmt: skip
+    flip = [
+        " ".join(sorted(f"{j}-{i}" for i, j in (x.split("-") for x in line.split())))
+        for line in one.stdout.splitlines()[:-1]
+    ]
     assert [" ".join(sorted(x.split())) for x in back.stdout.splitlines()[:-1]] == flip
     # with a reverse run (the same run here): the intersection is inside the union
     found = {}
     for how in ("intersection", "grow_diag_final", "union"):
-        proc = run_align(f"run_dir={smoke_run}", f"input={pairs}", f"reverse_run_dir={smoke_run}",
-                         f"symmetrize={how}", cwd=tmp_path)  # fmt: skip
+        proc = run_align(
+            f"run_dir={smoke_run}",
+            f"input={pairs}",
+            f"reverse_run_dir={smoke_run}",
+            f"symmetrize={how}",
+            cwd=tmp_path,
+        )
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout.splitlines()[-1])["symmetrize"] == how
         found[how] = [set(x.split()) for x in proc.stdout.splitlines()[:-1]]
@@ -141,14 +158,33 @@ def test_bad_input_is_one_line_and_exit_1(smoke_run, multi30k_dir, tmp_path, arg
 def test_training_logs_aer_at_every_validation(multi30k_dir, data_dirs, tmp_path) -> None:
     pairs, lines = pairs_of(multi30k_dir, tmp_path, count=20)
     gold = tmp_path / "gold.talp"  # a diagonal of sure links, as far as both sides reach
-    gold.write_text("".join(" ".join(f"{k}-{k}" for k in range(1, min(
-        len(x.split(" ||| ")[0].split()), len(x.split(" ||| ")[1].split())) + 1)) + "\n"
-        for x in lines))  # fmt: skip
+    gold.write_text(
+        "".join(
+            " ".join(
+                f"{k}-{k}"
+                for k in range(
+                    1, min(len(x.split(" ||| ")[0].split()), len(x.split(" ||| ")[1].split())) + 1
+                )
+            )
+            + "\n"
+            for x in lines
+        )
+    )
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "data.train_limit=500",
-           "train.max_steps=6", "train.validate_every=3", "log.progress=false",
-           f"log.alignment_pairs={pairs}", f"log.alignment_links={gold}",
-           f"hydra.run.dir={run}", *data_dirs]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "seq2seq.train",
+        "experiment=smoke",
+        "data.train_limit=500",
+        "train.max_steps=6",
+        "train.validate_every=3",
+        "log.progress=false",
+        f"log.alignment_pairs={pairs}",
+        f"log.alignment_links={gold}",
+        f"hydra.run.dir={run}",
+        *data_dirs,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     acc = EventAccumulator(str(run / "tensorboard"))
@@ -163,8 +199,15 @@ def test_training_logs_aer_at_every_validation(multi30k_dir, data_dirs, tmp_path
 
 @pytest.mark.slow
 def test_training_refuses_half_a_gold_pair(data_dirs, tmp_path) -> None:
-    cmd = [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "log.alignment_pairs=x",
-           f"hydra.run.dir={tmp_path / 'run'}", *data_dirs]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "seq2seq.train",
+        "experiment=smoke",
+        "log.alignment_pairs=x",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        *data_dirs,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1 and "go together" in proc.stdout + proc.stderr
 
@@ -179,8 +222,16 @@ def test_statistical_aligner_script_scores_with_the_same_aer(tmp_path) -> None:
     gold = tmp_path / "gold.talp"
     gold.write_text("".join(" ".join(f"{k}-{k}" for k in range(1, 6)) + "\n" for _ in lines))
     # the same words, upper-cased, in the same places: the links are the diagonal
-    cmd = [sys.executable, str(ROOT / "scripts" / "statistical_align.py"), "--pairs", str(pairs),
-           "--gold", str(gold), "--out", str(tmp_path / "out")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "statistical_align.py"),
+        "--pairs",
+        str(pairs),
+        "--gold",
+        str(gold),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.splitlines()[-1])
@@ -198,9 +249,20 @@ def test_statistical_aligner_links_training_lines_in_their_own_words(tmp_path) -
     src.write_text("".join(f"{a}, {b} {c} {d}.\n" for a, b, c, d in lines))  # 4 words, 6 tokens
     tgt.write_text("".join(" ".join(x).upper() + "\n" for x in lines))
     out = tmp_path / "out"
-    cmd = [sys.executable, str(ROOT / "scripts" / "statistical_align.py"), "--raw-pairs",
-           str(src), str(tgt), "--train", str(src), str(tgt), "--out", str(out),
-           "--train-links", str(tmp_path / "train.align")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "statistical_align.py"),
+        "--raw-pairs",
+        str(src),
+        str(tgt),
+        "--train",
+        str(src),
+        str(tgt),
+        "--out",
+        str(out),
+        "--train-links",
+        str(tmp_path / "train.align"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     links = (tmp_path / "train.align").read_text().splitlines()
@@ -219,9 +281,18 @@ def test_alignment_table_script(smoke_run: Path, multi30k_dir: Path, tmp_path: P
     pairs, lines = pairs_of(multi30k_dir, tmp_path, count=20)
     gold = tmp_path / "gold.talp"
     gold.write_text("1-1\n" * 20)
-    cmd = [sys.executable, str(ROOT / "scripts" / "alignment_table.py"), "--pairs", str(pairs),
-           "--gold", str(gold), "--run", f"smoke={smoke_run}", "--reverse",
-           f"smoke={smoke_run}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "alignment_table.py"),
+        "--pairs",
+        str(pairs),
+        "--gold",
+        str(gold),
+        "--run",
+        f"smoke={smoke_run}",
+        "--reverse",
+        f"smoke={smoke_run}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.splitlines()[-1])

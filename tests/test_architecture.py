@@ -19,6 +19,7 @@ from seq2seq.model.registry import ATTENTIONS
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "seq2seq"
 MAX_FILE, MAX_FUNCTION, MAX_CLASS = 400, 60, 200  # lines
+HEAVY = ("matplotlib", "torch.utils.tensorboard", "tensorboard")
 
 
 def test_the_model_imports_neither_the_app_config_nor_hydra() -> None:
@@ -26,6 +27,15 @@ def test_the_model_imports_neither_the_app_config_nor_hydra() -> None:
         "import sys, seq2seq.model.registry, seq2seq.model.seq2seq, seq2seq.model.ensemble;"
         "print(sorted(m for m in sys.modules if m in ('seq2seq.config', 'hydra')))"
     )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_commands_load_drawing_and_tensorboard_only_when_they_write() -> None:
+    """matplotlib and TensorBoard take about a second to import: a command that stops on a wrong
+    setting or bad input answers without them."""
+    commands = ", ".join(f"seq2seq.{c}" for c in ("train", "evaluate", "translate", "serve"))
+    code = f"import sys, {commands}; print(sorted(m for m in sys.modules if m in {HEAVY}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import shutil
 import subprocess
 import sys
@@ -63,9 +64,17 @@ def test_mean_spread_and_the_seeds_spread_rule() -> None:
 
 
 @pytest.mark.slow
-def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path) -> None:
+def test_the_table_and_pictures_from_run_folders(
+    smoke_run: Path, multi30k_dir: Path, tmp_path: Path
+) -> None:
     """Two rows (one of them with two seeds) as a sweep leaves them: each run folder is evaluated
-    by the script, the table has a line per row with its seeds, and the pictures are written."""
+    by the script, the table has a line per row with its seeds, and the pictures are written.
+    The runs' test split is the first 60 test sentences, as files: six evaluations in seconds."""
+    test = tmp_path / "test"
+    for lang in ("de", "en"):
+        with gzip.open(multi30k_dir / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+            lines = [next(f) for _ in range(60)]
+        Path(f"{test}.{lang}").write_text("".join(lines), encoding="utf-8")
     sweep = tmp_path / "sweep"
     for folder, row, seed in (("0_a", "bahdanau", 1), ("1_b", "bahdanau", 2), ("2_c", "other", 1)):
         copy = sweep / folder
@@ -74,6 +83,8 @@ def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path
         (copy / ".hydra" / "overrides.yaml").write_text(f"- +compare={row}\n- train.seed={seed}\n")
         cfg = OmegaConf.load(copy / "config.yaml")
         cfg.train.seed = seed
+        data = {k: v for k, v in cfg.data.items() if k not in ("source", "root")}
+        cfg.data = {**data, "kind": "custom", "test": str(test)}
         OmegaConf.save(cfg, copy / "config.yaml")
         write_manifest(
             copy / "manifest.json", [copy / n for n in ("config.yaml", "src.model", "tgt.model")]
@@ -96,8 +107,8 @@ def test_the_table_and_pictures_from_run_folders(smoke_run: Path, tmp_path: Path
     # the entropy table: a line per row; the coverage table: 2 rows x 2 betas
     assert "β" in proc.stdout and len(lines) == 2 + 2 + 2 * 2
     for copy in sweep.iterdir():
-        assert (copy / "eval" / "test_2016_flickr.best.beam5.json").is_file()
-        assert (copy / "eval" / "test_2016_flickr.best.beam5.cp0.5.json").is_file()
+        assert (copy / "eval" / "test.best.beam5.json").is_file()
+        assert (copy / "eval" / "test.best.beam5.cp0.5.json").is_file()
     for name in ("attention_curves.png", "attention_heatmaps.png", "attention_other.de-en.png"):
         assert (tmp_path / name).stat().st_size > 1000
     assert len(record.read_text().splitlines()) == 3

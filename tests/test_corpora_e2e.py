@@ -34,10 +34,21 @@ def test_tsv_run_evaluates_without_its_corpus(tatoeba_dir: Path, tmp_path: Path)
     corpus = tmp_path / "deu-eng.zip"
     shutil.copyfile(tatoeba_dir / "deu-eng.zip", corpus)
     folder = tmp_path / "run"
-    run("train", "experiment=smoke", "data=tsv", f"data.file={corpus}", "data.columns=[en,de]",
-        "data.src_lang=de", "data.tgt_lang=en", "data.valid_size=300", "data.test_size=400",
-        f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=20", "log.progress=false",
-        f"hydra.run.dir={folder}")  # fmt: skip
+    run(
+        "train",
+        "experiment=smoke",
+        "data=tsv",
+        f"data.file={corpus}",
+        "data.columns=[en,de]",
+        "data.src_lang=de",
+        "data.tgt_lang=en",
+        "data.valid_size=300",
+        "data.test_size=400",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "train.max_steps=20",
+        "log.progress=false",
+        f"hydra.run.dir={folder}",
+    )
     assert not damage(folder / "manifest.json")
     assert "splits/test.de" in json.loads((folder / "manifest.json").read_text())
     corpus.unlink()  # the run folder holds its test split
@@ -50,16 +61,36 @@ def test_tsv_run_evaluates_without_its_corpus(tatoeba_dir: Path, tmp_path: Path)
 @pytest.mark.slow
 def test_chinese_recipe_is_scored_with_the_zh_tokenizer(tatoeba_dir: Path, tmp_path: Path) -> None:
     folder = tmp_path / "run"
-    run("train", "experiment=tatoeba_en_zh_smoke", f"data.file={tatoeba_dir / 'cmn-eng.txt.gz'}",
-        f"data.cache_dir={tmp_path / 'cache'}", "data.train_limit=3000", "train.max_epochs=1",
-        "log.progress=false", f"hydra.run.dir={folder}")  # fmt: skip
+    run(
+        "train",
+        "experiment=tatoeba_en_zh_smoke",
+        f"data.file={tatoeba_dir / 'cmn-eng.txt.gz'}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "data.train_limit=3000",
+        "train.max_epochs=1",
+        "log.progress=false",
+        f"hydra.run.dir={folder}",
+    )
     result = last_json(run("evaluate", f"run_dir={folder}", "beam_size=1"))
     assert "tok:zh" in result["signature"] and result["sentences"] >= 1000
     cli = subprocess.run(
-        [sys.executable, "-m", "sacrebleu", result["reference"], "-i", result["hypotheses"],
-         "-tok", "zh", "-b", "-w", "6"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            result["reference"],
+            "-i",
+            result["hypotheses"],
+            "-tok",
+            "zh",
+            "-b",
+            "-w",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert result["bleu"] == pytest.approx(float(cli.stdout), abs=1e-4)
 
 
@@ -67,21 +98,33 @@ def test_chinese_recipe_is_scored_with_the_zh_tokenizer(tatoeba_dir: Path, tmp_p
 def test_hugging_face_dataset_on_disk(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets", reason="the hf extra (pip install 'seq2seq[hf]')")
     words = ["ein", "Hund", "läuft", "eine", "Katze", "schläft", "im", "Park", "Haus"]
-    english = dict(zip(words, ["a", "dog", "runs", "a", "cat", "sleeps", "in", "park", "house"],
-                       strict=True))  # fmt: skip
+    english = dict(
+        zip(words, ["a", "dog", "runs", "a", "cat", "sleeps", "in", "park", "house"], strict=True)
+    )
     rows = []
     for i in range(600):
         de = " ".join(words[(i + k) % len(words)] for k in range(3 + i % 4))
         rows.append({"de": de, "en": " ".join(english[w] for w in de.split())})
     path = tmp_path / "dataset"
-    datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({"translation": rows[:500]}),
-        "test": datasets.Dataset.from_dict({"translation": rows[500:]}),
-    }).save_to_disk(str(path))  # fmt: skip
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict({"translation": rows[:500]}),
+            "test": datasets.Dataset.from_dict({"translation": rows[500:]}),
+        }
+    ).save_to_disk(str(path))
     folder = tmp_path / "run"
-    run("train", "experiment=smoke", "data=hf", f"data.path={path}", "data.valid=null",
-        "data.valid_size=50", f"data.cache_dir={tmp_path / 'cache'}", "train.max_steps=10",
-        "log.progress=false", f"hydra.run.dir={folder}")  # fmt: skip
+    run(
+        "train",
+        "experiment=smoke",
+        "data=hf",
+        f"data.path={path}",
+        "data.valid=null",
+        "data.valid_size=50",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "train.max_steps=10",
+        "log.progress=false",
+        f"hydra.run.dir={folder}",
+    )
     assert (folder / "splits" / "test.en").read_text().count("\n") == 100
     result = last_json(run("evaluate", f"run_dir={folder}", "beam_size=1"))
     assert result["split"] == "test" and result["sentences"] == 100

@@ -92,7 +92,10 @@ def test_workers_of_a_python_m_command_start_without_warnings(tmp_path: Path) ->
     )
     proc = subprocess.run(
         [sys.executable, "-m", "probe.command"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "3", proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr

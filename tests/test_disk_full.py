@@ -58,10 +58,17 @@ def train_with_a_full_disk(tmp_path: Path, data_dirs: list[str], target: str, af
     }
     run_dir = tmp_path / "run"
     cmd = [
-        sys.executable, "-m", "seq2seq.train", "experiment=smoke", "log.progress=false",
-        f"hydra.run.dir={run_dir}", "train.max_steps=20", "train.validate_every=10",
-        "train.log_every=5", *data_dirs,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "seq2seq.train",
+        "experiment=smoke",
+        "log.progress=false",
+        f"hydra.run.dir={run_dir}",
+        "train.max_steps=20",
+        "train.validate_every=10",
+        "train.log_every=5",
+        *data_dirs,
+    ]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
     )

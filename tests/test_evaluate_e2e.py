@@ -129,10 +129,14 @@ def test_int8_decodes_with_the_chosen_engine_and_says_which(
             lines = "".join(next(f) for _ in range(8))
         (tmp_path / f"sample.{lang}").write_text(lines, encoding="utf-8")
     proc = run_evaluate(
-        f"run_dir={smoke_run}", f"input={tmp_path / 'sample.de'}",
-        f"reference={tmp_path / 'sample.en'}", "precision=int8", f"int8_engine={engine}",
-        "beam_size=2", cwd=tmp_path,
-    )  # fmt: skip
+        f"run_dir={smoke_run}",
+        f"input={tmp_path / 'sample.de'}",
+        f"reference={tmp_path / 'sample.en'}",
+        "precision=int8",
+        f"int8_engine={engine}",
+        "beam_size=2",
+        cwd=tmp_path,
+    )
     result = result_of(proc)
     assert result["sentences"] == 8
     assert len(Path(result["hypotheses"]).read_text(encoding="utf-8").splitlines()) == 8

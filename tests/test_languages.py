@@ -55,10 +55,23 @@ def test_chinese_bleu_equals_sacrebleu_zh(tatoeba_dir: Path, tmp_path: Path) -> 
     (tmp_path / "hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     (tmp_path / "ref").write_text("\n".join(refs) + "\n", encoding="utf-8")
     cli = subprocess.run(
-        [sys.executable, "-m", "sacrebleu", str(tmp_path / "ref"), "-i", str(tmp_path / "hyp"),
-         "-tok", "zh", "-b", "-w", "6"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sacrebleu",
+            str(tmp_path / "ref"),
+            "-i",
+            str(tmp_path / "hyp"),
+            "-tok",
+            "zh",
+            "-b",
+            "-w",
+            "6",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert ours.bleu == pytest.approx(float(cli.stdout), abs=1e-4)
     assert "tok:zh" in ours.bleu_signature
     assert score(hyps, refs).bleu < ours.bleu / 2  # 13a sees each sentence as about one word
@@ -71,9 +84,13 @@ def test_cjk_text_round_trips_through_the_tokenizer(tatoeba_dir: Path, tmp_path:
     zh = [z for _, z in chinese_pairs(tatoeba_dir, 2000)]
     ja = ["".join(w) + "。" for w in itertools.permutations(JAPANESE, 4)][:2000]
     cfg = CustomDataConfig(
-        train="x", valid="x", src_lang="ja", tgt_lang="zh", cache_dir=str(tmp_path),
+        train="x",
+        valid="x",
+        src_lang="ja",
+        tgt_lang="zh",
+        cache_dir=str(tmp_path),
         tokenizer=TokenizerConfig(vocab_size=2000),
-    )  # fmt: skip
+    )
     ja_tok, zh_tok = train_tokenizers(cfg, from_lists(ja, zh), tmp_path / "run")
     held_out = ["你好，世界！今天１２３号。", "龘靐齉爩", "我们走吧 ok"]
     for text in zh[:500] + held_out:

@@ -75,8 +75,14 @@ def test_recipes_compose() -> None:
 @pytest.mark.slow
 def test_kept_checkpoints_average_into_one_that_evaluates(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
-    run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={folder}",
-        "train.keep_checkpoints=2", *data_dirs)  # fmt: skip
+    run(
+        "train",
+        "experiment=smoke",
+        "log.progress=false",
+        f"hydra.run.dir={folder}",
+        "train.keep_checkpoints=2",
+        *data_dirs,
+    )
     steps = kept_steps(folder)
     bleu = dict(scalars(folder, "valid/bleu"))
     assert 2 <= len(steps) <= 4 and all(steps[s] == pytest.approx(bleu[s]) for s in steps)
@@ -99,8 +105,9 @@ def test_kept_checkpoints_average_into_one_that_evaluates(tmp_path: Path, data_d
 @pytest.mark.slow
 def test_an_ensemble_of_a_model_with_itself_is_the_model(smoke_run: Path) -> None:
     single = run("evaluate", f"run_dir={smoke_run}", "split=val", "beam_size=3")
-    double = run("evaluate", f"run_dir={smoke_run}", f"ensemble=[{smoke_run}]", "split=val",
-                 "beam_size=3")  # fmt: skip
+    double = run(
+        "evaluate", f"run_dir={smoke_run}", f"ensemble=[{smoke_run}]", "split=val", "beam_size=3"
+    )
     single, double = (json.loads(out.splitlines()[-1]) for out in (single, double))
     assert double["bleu"] == pytest.approx(single["bleu"], abs=1e-9)
     assert double["runs"] == [str(smoke_run.resolve())] * 2
@@ -112,12 +119,22 @@ def test_an_ensemble_of_a_model_with_itself_is_the_model(smoke_run: Path) -> Non
 @pytest.mark.slow
 def test_an_ensemble_needs_the_same_tokenizers(smoke_run: Path, tmp_path, data_dirs) -> None:
     other = tmp_path / "other"
-    run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={other}",
-        "train.max_steps=2", "data.tokenizer.vocab_size=300", *data_dirs)  # fmt: skip
+    run(
+        "train",
+        "experiment=smoke",
+        "log.progress=false",
+        f"hydra.run.dir={other}",
+        "train.max_steps=2",
+        "data.tokenizer.vocab_size=300",
+        *data_dirs,
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "seq2seq.translate", f"run_dir={smoke_run}", f"ensemble=[{other}]"],
-        input="Ein Hund.\n", capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        input="Ein Hund.\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1 and "other tokenizers" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -125,8 +142,14 @@ def test_an_ensemble_needs_the_same_tokenizers(smoke_run: Path, tmp_path, data_d
 @pytest.mark.slow
 def test_a_time_budget_stops_and_validates(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
-    out = run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={folder}",
-              "train.max_minutes=0.05", *data_dirs)  # fmt: skip
+    out = run(
+        "train",
+        "experiment=smoke",
+        "log.progress=false",
+        f"hydra.run.dir={folder}",
+        "train.max_minutes=0.05",
+        *data_dirs,
+    )
     last = load_checkpoint(folder / "last.pt")
     assert 3 <= last["seconds"] < 60 and last["epoch"] < 4, out
     assert [step for step, _ in scalars(folder, "valid/loss")][-1] == last["step"]
@@ -137,11 +160,23 @@ def test_results_table_and_pictures(smoke_run: Path, tmp_path: Path, multi30k_ur
     run("evaluate", f"run_dir={smoke_run}")  # test_2016_flickr, beam 5
     run("evaluate", f"run_dir={smoke_run}", f"ensemble=[{smoke_run}]")
     proc = subprocess.run(
-        [sys.executable, "scripts/results.py", str(smoke_run), str(tmp_path / "not-a-run"),
-         "--pictures", str(tmp_path), "--data-source", multi30k_url,
-         "--data-root", str(tmp_path / "multi30k")],
-        capture_output=True, text=True, timeout=300, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/results.py",
+            str(smoke_run),
+            str(tmp_path / "not-a-run"),
+            "--pictures",
+            str(tmp_path),
+            "--data-source",
+            multi30k_url,
+            "--data-root",
+            str(tmp_path / "multi30k"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     table = proc.stdout.splitlines()
     assert table[0].startswith("| direction | attention | test BLEU")
@@ -166,11 +201,14 @@ def test_results_curve_leaves_out_the_pause_of_a_resume(tmp_path: Path, monkeypa
     tb.mkdir()
     now = time.time()
     for name, start, events in [
-        ("1000.host.1.0", now, [("train/loss", 50, 60), ("valid/bleu", 100, 120),
-                                ("valid/bleu", 200, 240)]),
+        (
+            "1000.host.1.0",
+            now,
+            [("train/loss", 50, 60), ("valid/bleu", 100, 120), ("valid/bleu", 200, 240)],
+        ),
         ("2000.host.2.0", now + 3600, [("train/loss", 150, 30), ("valid/bleu", 200, 90)]),
         ("3000.host.3.0", now + 7200, [("eval/test_bleu", 200, 10)]),  # seq2seq-evaluate's
-    ]:  # fmt: skip
+    ]:
         monkeypatch.setattr(time, "time", lambda start=start: start)  # the file's first event
         with SummaryWriter(str(tmp_path / name)) as writer:
             for tag, step, seconds in events:

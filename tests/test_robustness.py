@@ -66,13 +66,18 @@ def assert_one_line_error(code: int, out: str, *expected: str) -> None:
 @pytest.mark.slow
 def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
-    first = start("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs)
+    first = start("train", *SMOKE, "train.max_epochs=2", f"hydra.run.dir={folder}", *data_dirs)
     wait_for(folder / LOCK, first)
     holder = json.loads((folder / LOCK).read_text())
     assert holder["pid"] == first.pid
-    for extra in ([], ["train.resume=true"]):
-        code, out = run("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs, *extra)
-        assert_one_line_error(code, out, "is in use", f"process {first.pid} on")
+    # both at once, while the first trains: a new start and a resume
+    second = [
+        start("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs, *extra)
+        for extra in ([], ["train.resume=true"])
+    ]
+    for proc in second:
+        out = finish(proc, TRAIN_TIMEOUT)
+        assert_one_line_error(proc.returncode, out, "is in use", f"process {first.pid} on")
     assert finish(first, TRAIN_TIMEOUT) and first.returncode == 0
     assert (folder / LOCK).read_text() == ""  # released
     assert load_checkpoint(folder / "last.pt")["step"] > 0
@@ -81,12 +86,13 @@ def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs
 @pytest.mark.slow
 def test_a_lock_left_by_a_killed_training_is_taken_over(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
-    first = start("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs)
+    short = [*SMOKE, "train.max_epochs=2", f"hydra.run.dir={folder}", *data_dirs]
+    first = start("train", *short)
     wait_for(folder / "last.pt", first)
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert json.loads((folder / LOCK).read_text())["pid"] == first.pid  # left behind
-    code, out = run("train", *SMOKE, f"hydra.run.dir={folder}", *data_dirs, "train.resume=true")
+    code, out = run("train", *short, "train.resume=true")
     assert code == 0, out
     assert f'"pid": {first.pid}' in out and "took over" in out
 
@@ -219,10 +225,16 @@ def test_overlong_and_odd_training_lines_are_dropped_and_counted(
     for lang, lines in (("de", src[:20]), ("en", tgt[:20])):
         (tmp_path / f"val.{lang}").write_text("\n".join(lines) + "\n")
     code, out = run(
-        "train", *SMOKE, "data=custom", f"data.train={tmp_path / 'train'}",
-        f"data.valid={tmp_path / 'val'}", "train.max_steps=3", "data.max_len=400",
-        f"data.cache_dir={tmp_path / 'cache'}", f"hydra.run.dir={tmp_path / 'run'}",
-    )  # fmt: skip
+        "train",
+        *SMOKE,
+        "data=custom",
+        f"data.train={tmp_path / 'train'}",
+        f"data.valid={tmp_path / 'val'}",
+        "train.max_steps=3",
+        "data.max_len=400",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     assert code == 0, out
     assert "dropped 1 of 400 pairs (0 empty, 1 longer than max_len)" in out
 
@@ -275,10 +287,19 @@ def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path: Path, data_d
 def test_logs_in_a_file_have_no_progress_bar(tmp_path: Path, data_dirs) -> None:
     """stderr is a pipe here, as under nohup or a cluster's job log: plain lines, no bars."""
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "train.max_epochs=1",
-         f"hydra.run.dir={tmp_path}", *data_dirs],
-        capture_output=True, text=True, timeout=TRAIN_TIMEOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "seq2seq.train",
+            "experiment=smoke",
+            "train.max_epochs=1",
+            f"hydra.run.dir={tmp_path}",
+            *data_dirs,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "\r" not in proc.stdout + proc.stderr and "\x1b[" not in proc.stdout + proc.stderr
     assert "epoch 1, update 50/56 (step 50): loss" in proc.stdout + proc.stderr

@@ -70,9 +70,18 @@ def test_inverse_sqrt_needs_a_warmup() -> None:
 @pytest.mark.slow
 def test_training_follows_the_schedule(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
-    run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={folder}",
-        "train.max_steps=8", "train.log_every=2", "train.lr=0.004",
-        "train.scheduler.name=inverse_sqrt", "train.scheduler.warmup=4", *data_dirs)  # fmt: skip
+    run(
+        "train",
+        "experiment=smoke",
+        "log.progress=false",
+        f"hydra.run.dir={folder}",
+        "train.max_steps=8",
+        "train.log_every=2",
+        "train.lr=0.004",
+        "train.scheduler.name=inverse_sqrt",
+        "train.scheduler.warmup=4",
+        *data_dirs,
+    )
     rates = dict(scalars(folder, "train/lr"))
     assert rates == pytest.approx(
         {2: 0.002, 4: 0.004, 6: 0.004 * (4 / 6) ** 0.5, 8: 0.004 / 2**0.5}
@@ -84,9 +93,16 @@ def test_training_with_sampled_subwords(tmp_path: Path, data_dirs) -> None:
     """Subword regularisation trains, validates on the cached segmentation, and writes a
     checkpoint whose updates counted the sampled tokens."""
     folder = tmp_path / "run"
-    out = run("train", "experiment=smoke", "log.progress=false", f"hydra.run.dir={folder}",
-              "train.max_steps=6", "train.validate_every=3", "data.sampling_alpha=0.2",
-              *data_dirs)  # fmt: skip
+    out = run(
+        "train",
+        "experiment=smoke",
+        "log.progress=false",
+        f"hydra.run.dir={folder}",
+        "train.max_steps=6",
+        "train.validate_every=3",
+        "data.sampling_alpha=0.2",
+        *data_dirs,
+    )
     losses = [loss for _, loss in scalars(folder, "valid/loss")]
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses), out
     with pytest.raises(Seq2SeqError, match="sampling_alpha=1.5 must be at least 0 and below 1"):

@@ -49,8 +49,9 @@ def test_translations_equal_the_command_lines(served: str, smoke_run: Path) -> N
 
 
 def test_nbest_and_alignment(served: str) -> None:
-    status, data = post(served, {"sentences": SENTENCES[:1], "beam_size": 4, "nbest": 3,
-                                 "alignment": True})  # fmt: skip
+    status, data = post(
+        served, {"sentences": SENTENCES[:1], "beam_size": 4, "nbest": 3, "alignment": True}
+    )
     assert status == 200
     [item] = data["translations"]
     assert len(item["nbest"]) == 3 and item["nbest"][0]["translation"] == item["translation"]
@@ -155,8 +156,10 @@ def release(smoke_run: Path, tmp_path_factory) -> Path:
 def evaluate(run_dir: Path, *overrides: str) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", "seq2seq.evaluate", f"run_dir={run_dir}", *overrides],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -166,8 +169,15 @@ def test_a_release_reproduces_the_run_and_holds_no_pickle(
     smoke_run: Path, release: Path, multi30k_url: str, tmp_path: Path
 ) -> None:
     names = sorted(p.name for p in release.iterdir())
-    assert names == ["README.md", "config.yaml", "manifest.json", "model.safetensors",
-                     "release.json", "src.model", "tgt.model"]  # fmt: skip
+    assert names == [
+        "README.md",
+        "config.yaml",
+        "manifest.json",
+        "model.safetensors",
+        "release.json",
+        "src.model",
+        "tgt.model",
+    ]
     weights = (release / "model.safetensors").read_bytes()
     header = json.loads(weights[8 : 8 + int.from_bytes(weights[:8], "little")])
     assert all(v["dtype"] == "F32" for k, v in header.items() if k != "__metadata__")
@@ -191,8 +201,11 @@ def test_a_tampered_release_is_refused(release: Path, tmp_path: Path) -> None:
     (copy / "model.safetensors").write_bytes(bytes(weights))
     proc = subprocess.run(
         [sys.executable, "-m", "seq2seq.translate", f"run_dir={copy}"],
-        input="Ein Hund.\n", capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        input="Ein Hund.\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "model.safetensors does not match its SHA-256" in proc.stderr
 
@@ -235,10 +248,24 @@ def test_serve_bench_reports(served: str, tmp_path: Path, multi30k_dir: Path) ->
     sources, _ = read_parallel(multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz", 50)
     (tmp_path / "s.de").write_text("\n".join(sources) + "\n")
     proc = subprocess.run(
-        [sys.executable, "scripts/serve_bench.py", served, "--clients", "1,4", "--seconds", "3",
-         "--overload-seconds", "3", "--input", str(tmp_path / "s.de")],
-        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/serve_bench.py",
+            served,
+            "--clients",
+            "1,4",
+            "--seconds",
+            "3",
+            "--overload-seconds",
+            "3",
+            "--input",
+            str(tmp_path / "s.de"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.splitlines()[-1])
     ramp, overload = report["phases"][:2], report["phases"][2]

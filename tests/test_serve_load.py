@@ -50,9 +50,10 @@ def test_a_full_queue_answers_503_and_ready_says_busy(smoke_run: Path) -> None:
             first = pool.submit(post, url, SENTENCES[:2])
             time.sleep(0.5)  # the first request now fills the queue
             request = urllib.request.Request(
-                f"{url}/translate", json.dumps(SENTENCES[2:3]).encode(),
+                f"{url}/translate",
+                json.dumps(SENTENCES[2:3]).encode(),
                 {"Content-Type": "application/json"},
-            )  # fmt: skip
+            )
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(request, timeout=30)
             assert refused.value.code == 503
@@ -94,8 +95,10 @@ def test_a_client_that_hangs_up_is_dropped_from_the_queue(smoke_run: Path) -> No
         host, port = url.removeprefix("http://").split(":")
         body = json.dumps(SENTENCES[:3]).encode()
         with socket.create_connection((host, int(port)), timeout=30) as sock:
-            sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                         b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+            sock.sendall(
+                b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
             time.sleep(0.4)  # admitted, waiting for company
         time.sleep(2.0)  # past the batch's wait
         seen = metrics(url)
@@ -128,10 +131,18 @@ def test_metrics_count_requests_batches_and_describe_the_model(smoke_run: Path) 
 @pytest.mark.slow
 def test_limits_that_cannot_work_are_refused_at_start(smoke_run: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.serve", f"run_dir={smoke_run}",
-         "max_queue_sentences=8", "max_sentences=64"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "seq2seq.serve",
+            f"run_dir={smoke_run}",
+            "max_queue_sentences=8",
+            "max_sentences=64",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert "max_queue_sentences=8 is below max_sentences=64" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -80,9 +80,14 @@ def corpus_lines(groups: int = 150, per_group: int = 3) -> list[str]:
 
 def tsv_config(tmp_path: Path, path: Path, **extra: object) -> TsvDataConfig:
     values = dict(
-        file=str(path), columns=["en", "de"], src_lang="en", tgt_lang="de",
-        cache_dir=str(tmp_path / "cache"), valid_size=20, test_size=30,
-    )  # fmt: skip
+        file=str(path),
+        columns=["en", "de"],
+        src_lang="en",
+        tgt_lang="de",
+        cache_dir=str(tmp_path / "cache"),
+        valid_size=20,
+        test_size=30,
+    )
     return TsvDataConfig(**{**values, **extra})
 
 
@@ -154,10 +159,14 @@ def hf_folder(tmp_path_factory) -> Path:
     datasets = pytest.importorskip("datasets", reason="the hf extra (pip install 'seq2seq[hf]')")
     folder = tmp_path_factory.mktemp("hf") / "dataset"
     rows = [{"de": f"Satz {i}.", "en": f"Sentence {i}."} for i in range(300)]
-    datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({"translation": rows[:250], "id": list(range(250))}),
-        "test": datasets.Dataset.from_dict({"translation": rows[250:], "id": list(range(50))}),
-    }).save_to_disk(str(folder))  # fmt: skip
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {"translation": rows[:250], "id": list(range(250))}
+            ),
+            "test": datasets.Dataset.from_dict({"translation": rows[250:], "id": list(range(50))}),
+        }
+    ).save_to_disk(str(folder))
     return folder
 
 

@@ -37,6 +37,8 @@ ATTENTIONS = [
     ["model/attention=multihead", f"model.attention.heads={HEADS}"],
 ]
 BAHDANAU = ATTENTIONS[0]  # also the default: the resume test reuses its run
+# Half the smoke experiment's epochs: two validations show the loss falling, and resume after one.
+EPOCHS = "train.max_epochs=2"
 SAMPLES = 2  # log.attention_samples of experiment=smoke
 TRAIN_SCALARS = {"train/loss", "train/lr", "train/tokens_per_s", "train/grad_norm"}
 VALID_SCALARS = {
@@ -82,7 +84,7 @@ def smoke_runs(
         name = _name(attention)
         if name not in runs:
             folder = tmp_path_factory.mktemp(name) / "run"
-            train(folder, *data_dirs, *attention)
+            train(folder, *data_dirs, EPOCHS, *attention)
             runs[name] = folder
         return runs[name]
 
@@ -221,11 +223,11 @@ def test_multirun_folders_are_flat_and_tensorboard_compares_them(
 def test_interrupted_run_resumes_where_it_stopped(
     tmp_path: Path, data_dirs: list[str], smoke_runs
 ) -> None:
-    full = smoke_runs(BAHDANAU)  # the default attention: the same run as without overrides
+    full = smoke_runs(BAHDANAU)  # the default attention: the run below, uninterrupted
     expected = torch.load(full / "last.pt", weights_only=True)
 
     run = tmp_path / "run"
-    proc = train(run, *data_dirs, wait=False)
+    proc = train(run, *data_dirs, EPOCHS, wait=False)
     deadline = time.monotonic() + TRAIN_TIMEOUT
     while not (run / "last.pt").exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -242,7 +244,7 @@ def test_interrupted_run_resumes_where_it_stopped(
         for step in (stopped["step"], stopped["step"] + 1):
             monitor.scalars(step, {"test/marker": float(step)})
 
-    out = train(run, *data_dirs, "train.resume=true")
+    out = train(run, *data_dirs, EPOCHS, "train.resume=true")
     assert f"resumed from last.pt: step {stopped['step']}" in out
     final = torch.load(run / "last.pt", weights_only=True)
     assert (final["step"], final["epoch"]) == (expected["step"], expected["epoch"])

@@ -13,16 +13,16 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch.utils.tensorboard import SummaryWriter
-from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
 from seq2seq.decoding.alignment import AttentionSample
-from seq2seq.decoding.heatmap import Heatmap
 from seq2seq.storage.diskfull import quiet_event_writer_threads
 from seq2seq.storage.rundir import TENSORBOARD_DIR
+
+if TYPE_CHECKING:  # TensorBoard and matplotlib load when a monitor first writes (about a second)
+    from torch.utils.tensorboard import SummaryWriter
 
 # Metric tags every run declares to the HParams tab, logged or not yet, so that all runs of a
 # sweep agree (TensorBoard takes the declaration of the first run it reads for all of them).
@@ -92,6 +92,8 @@ class Monitor:
         self.log_dir = Path(run_dir) / TENSORBOARD_DIR
         self.writer: SummaryWriter | None = None
         self._hparams_written = False
+        from torch.utils.tensorboard import SummaryWriter
+
         quiet_event_writer_threads()
         with self._writing():
             self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step)
@@ -129,6 +131,8 @@ class Monitor:
 
     def attention(self, step: int, samples: Sequence[AttentionSample], split: str = "val") -> None:
         """One heatmap per sample as ``attention/<split>_<i>``; multi-head adds ``.../head_<h>``."""
+        from seq2seq.decoding.heatmap import Heatmap
+
         for i, sample in enumerate(samples):
             if self.writer is None:
                 return
@@ -166,6 +170,8 @@ class Monitor:
         if self.writer is None:
             return
         if not self._hparams_written:
+            from torch.utils.tensorboard.summary import hparams as hparams_summaries
+
             plain = {key: _plain_hparam(value) for key, value in params.items()}
             declared = dict.fromkeys([*HPARAM_METRICS, *metrics], 0.0)
             # Into this run's own event file, unlike SummaryWriter.add_hparams' timestamped subrun.
