@@ -17,6 +17,7 @@ def pytest_configure(config: pytest.Config) -> None:
     otherwise: two workers of two threads each on two cores would wait for each other."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        # counted here, not by seq2seq's available_cores: importing it imports torch too early
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         os.environ["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // workers))
 
@@ -24,8 +25,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules with the most slow tests first (each module's own order kept): the workers start
     the long modules early and finish together."""
-    slow = Counter(item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -slow[item.nodeid.split("::")[0]])
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
 
 
 def _multi30k_path() -> Path:

@@ -1,5 +1,6 @@
 """What the end-to-end tests share: running a command as a user would, with a time limit; what
-its run folder's TensorBoard events hold; a real TensorBoard server over a folder."""
+its run folder's TensorBoard events hold; a real TensorBoard server over a folder; the sacrebleu
+command line's scores."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ from seq2seq.storage.rundir import TENSORBOARD_DIR
 # A guard against a hung run: a smoke run takes 1-2 minutes on two idle cores, but several
 # times that on a machine shared with other jobs.
 TRAIN_TIMEOUT = 1200
+
+
+def sacrebleu_cli(reference: str | Path, hypotheses: str | Path, *options: str) -> str:
+    """What the sacrebleu command line prints for a hypotheses file with ``-b`` (the scores
+    alone) and ``options``."""
+    cmd = [sys.executable, "-m", "sacrebleu", str(reference), "-i", str(hypotheses), "-b"]
+    proc = subprocess.run([*cmd, *options], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> str:

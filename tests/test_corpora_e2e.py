@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from run_helpers import composed, run
+from run_helpers import composed, run, sacrebleu_cli
 
 from seq2seq.storage.manifest import damage
 
@@ -73,25 +71,8 @@ def test_chinese_recipe_is_scored_with_the_zh_tokenizer(tatoeba_dir: Path, tmp_p
     )
     result = last_json(run("evaluate", f"run_dir={folder}", "beam_size=1"))
     assert "tok:zh" in result["signature"] and result["sentences"] >= 1000
-    cli = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sacrebleu",
-            result["reference"],
-            "-i",
-            result["hypotheses"],
-            "-tok",
-            "zh",
-            "-b",
-            "-w",
-            "6",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert result["bleu"] == pytest.approx(float(cli.stdout), abs=1e-4)
+    cli = sacrebleu_cli(result["reference"], result["hypotheses"], "-tok", "zh", "-w", "6")
+    assert result["bleu"] == pytest.approx(float(cli), abs=1e-4)
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from run_helpers import events
+from run_helpers import events, sacrebleu_cli
 
 from seq2seq.config import EvaluateConfig
 from seq2seq.decoding.alignment import pharaoh
@@ -31,13 +31,9 @@ def result_of(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-def sacrebleu_cli(reference: str, hypotheses: str) -> list[float]:
+def bleu_and_chrf(reference: str, hypotheses: str) -> list[float]:
     """BLEU and chrF of the sacrebleu command line, 4 decimals."""
-    cmd = [sys.executable, "-m", "sacrebleu", reference, "-i", hypotheses]
-    cmd += ["-m", "bleu", "chrf", "-b", "-w", "4"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return json.loads(sacrebleu_cli(reference, hypotheses, "-m", "bleu", "chrf", "-w", "4"))
 
 
 @pytest.mark.slow
@@ -53,7 +49,7 @@ def test_bleu_matches_sacrebleu_cli_on_the_test_split(smoke_run: Path, tmp_path:
     assert hyp.parent == smoke_run / "eval"
     assert len(hyp.read_text(encoding="utf-8").split("\n")) == 1000 + 1  # trailing newline
     assert json.loads(hyp.with_suffix(".json").read_text(encoding="utf-8")) == result
-    bleu, chrf = sacrebleu_cli(result["reference"], str(hyp))
+    bleu, chrf = bleu_and_chrf(result["reference"], str(hyp))
     assert result["bleu"] == pytest.approx(bleu, abs=5e-5)
     assert result["chrf"] == pytest.approx(chrf, abs=5e-5)
 
@@ -101,7 +97,7 @@ def test_files_nbest_and_attention_heatmaps(
     assert (result["split"], result["beam_size"], result["sentences"]) == (None, 5, 8)
     hypotheses = Path(result["hypotheses"]).read_text(encoding="utf-8").split("\n")[:-1]
     assert len(hypotheses) == 8 and hypotheses[5] == ""
-    bleu, _ = sacrebleu_cli(str(tmp_path / "sample.en"), result["hypotheses"])
+    bleu, _ = bleu_and_chrf(str(tmp_path / "sample.en"), result["hypotheses"])
     assert result["bleu"] == pytest.approx(bleu, abs=5e-5)
 
     nbest: dict[int, list[tuple[str, float]]] = {}

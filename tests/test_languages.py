@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import gzip
 import itertools
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from run_helpers import sacrebleu_cli
 
 from seq2seq.config import CustomDataConfig, TokenizerConfig
 from seq2seq.data.stream import from_lists
@@ -54,25 +53,8 @@ def test_chinese_bleu_equals_sacrebleu_zh(tatoeba_dir: Path, tmp_path: Path) -> 
     ours = score(hyps, refs, bleu_tokenizer("zh"))
     (tmp_path / "hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     (tmp_path / "ref").write_text("\n".join(refs) + "\n", encoding="utf-8")
-    cli = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sacrebleu",
-            str(tmp_path / "ref"),
-            "-i",
-            str(tmp_path / "hyp"),
-            "-tok",
-            "zh",
-            "-b",
-            "-w",
-            "6",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert ours.bleu == pytest.approx(float(cli.stdout), abs=1e-4)
+    cli = sacrebleu_cli(tmp_path / "ref", tmp_path / "hyp", "-tok", "zh", "-w", "6")
+    assert ours.bleu == pytest.approx(float(cli), abs=1e-4)
     assert "tok:zh" in ours.bleu_signature
     assert score(hyps, refs).bleu < ours.bleu / 2  # 13a sees each sentence as about one word
 
