@@ -135,7 +135,9 @@ def _kib(path: str, field: str) -> int:
 def watch(cmd: list[str], memory: bool) -> dict[str, Any]:
     """Run ``cmd``: seconds to its first update, or (``memory``) its peak memory: of the process
     itself (its VmHWM), of its largest process (the kernel's, over it and its children), and the
-    largest sampled sum over the process tree (PSS: pages forked children share count once)."""
+    largest sampled sum over the process tree (PSS: pages forked children share count once); the
+    process's and the tree's also as they stood at the first update (before the steps, whose
+    kept memory grows with the shapes they meet: ``train.keep_freed_memory``)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peaks, done = {"main": 0, "tree": 0}, threading.Event()
@@ -150,11 +152,12 @@ def watch(cmd: list[str], memory: bool) -> dict[str, Any]:
     sampler = threading.Thread(target=sample, daemon=True)
     if memory:
         sampler.start()
-    first, output = None, []
+    first, output, before_steps = None, [], {}
     for line in proc.stdout:
         output.append(line)
         if first is None and "(step 1):" in line:
             first = time.perf_counter() - start
+            before_steps = dict(peaks)  # data preparation, the model and its first update
     _, status, usage = os.wait4(proc.pid, 0)
     done.set()
     if memory:
@@ -167,6 +170,8 @@ def watch(cmd: list[str], memory: bool) -> dict[str, Any]:
         "main_peak_rss_mb": round(peaks["main"] / 1024),
         "peak_rss_mb": round(usage.ru_maxrss / 1024),
         "tree_peak_pss_mb": round(peaks["tree"] / 1024),
+        "first_update_main_peak_rss_mb": round(before_steps["main"] / 1024),
+        "first_update_tree_peak_pss_mb": round(before_steps["tree"] / 1024),
     }
 
 
@@ -178,7 +183,9 @@ TRAIN = (
 )
 
 
-def train_command(prefix: Path, cache: Path, run_dir: Path, sample: int | None) -> list[str]:
+def train_command(
+    prefix: Path, cache: Path, run_dir: Path, sample: int | None, overrides: list[str]
+) -> list[str]:
     extra = [] if sample is None else [f"data.tokenizer.input_sentence_size={sample}"]
     return [
         *TRAIN,
@@ -196,6 +203,7 @@ def train_command(prefix: Path, cache: Path, run_dir: Path, sample: int | None) 
         "train.log_every=1",
         "log.progress=false",
         f"hydra.run.dir={run_dir}",
+        *overrides,
     ]
 
 
@@ -223,14 +231,15 @@ def measure(args: argparse.Namespace, size: int, work: Path) -> dict[str, Any]:
         cache = work / f"cache-{size}-{repeat}"
         for label in ("cold", "cached"):
             run_dir = work / f"run-{size}-{label}-{repeat}"
-            run = watch(train_command(folder, cache, run_dir, args.sample), memory)
+            command = train_command(folder, cache, run_dir, args.sample, args.override)
+            run = watch(command, memory)
             if memory:
                 row.update({f"{label}_{key}": value for key, value in run.items()})
             else:
                 times[label].append(run["to_first_update_s"])
         shutil.rmtree(cache)
-    for label, values in times.items():
-        row[f"{label}_to_first_update_s"] = statistics.median(values)
+    for label, values in times.items():  # --repeats 0: memory only
+        row[f"{label}_to_first_update_s"] = statistics.median(values) if values else None
         row[f"{label}_to_first_update_all_s"] = values
     return row
 
@@ -239,8 +248,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     """One row per size: phase speeds (where measured), then cold and cached starts."""
     head = (
         "| pairs | text MB | read pairs/s | tokenizers s | encode pairs/s | spm limit pairs/s "
-        "| cold: first update s | cold: peak MB, main / largest / tree | cached: first update s "
-        "| cached: peak MB, main / largest / tree |"
+        "| cold: first update s | cold: peak MB, main / largest / tree (at the first update: "
+        "main / tree) | cached: first update s | cached: peak MB, the same |"
     )
     lines = [head, "|" + "---|" * 10]
     for r in rows:
@@ -252,8 +261,10 @@ def table(rows: list[dict[str, Any]]) -> str:
             else "- | - | - | -"
         )
         starts = " | ".join(
-            f"{r[f'{c}_to_first_update_s']} | {r[f'{c}_main_peak_rss_mb']:,} / "
-            f"{r[f'{c}_peak_rss_mb']:,} / {r[f'{c}_tree_peak_pss_mb']:,}"
+            f"{r[f'{c}_to_first_update_s'] or '-'} | {r[f'{c}_main_peak_rss_mb']:,} / "
+            f"{r[f'{c}_peak_rss_mb']:,} / {r[f'{c}_tree_peak_pss_mb']:,} "
+            f"({r[f'{c}_first_update_main_peak_rss_mb']:,} / "
+            f"{r[f'{c}_first_update_tree_peak_pss_mb']:,})"
             for c in ("cold", "cached")
         )
         lines.append(f"| {r['pairs']:,} | {r['text_mb']} | {phases} | {starts} |")
@@ -271,7 +282,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="encoding processes")
     parser.add_argument("--workdir", type=Path, help="where corpora and caches go (default: tmp)")
     parser.add_argument("--sample", type=int, help="data.tokenizer.input_sentence_size")
-    parser.add_argument("--repeats", type=int, default=3, help="timed starts (median)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed starts (median; 0: none)")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="a training override for every start, e.g. train.keep_freed_memory=false (repeatable)",
+    )
     parser.add_argument(
         "--no-phases",
         dest="phases",
@@ -285,7 +302,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="seq2seq-data-", dir=args.workdir) as work:
         rows = [measure(args, size, Path(work)) for size in sizes]
     print(table(rows))
-    print(json.dumps({**cpu(), "workers": args.workers, "sample": args.sample, "rows": rows}))
+    facts = {**cpu(), "workers": args.workers, "sample": args.sample, "overrides": args.override}
+    print(json.dumps({**facts, "rows": rows}))
 
 
 if __name__ == "__main__":
