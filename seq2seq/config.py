@@ -369,6 +369,9 @@ class ExportConfig:
     run_dir: str = MISSING  # a training run folder
     out: str = MISSING  # the release folder to write (must not exist, or be empty)
     checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
+    # ONNX graphs of the encoder and one decoder step (fp32 and int8) in onnx/, for runtimes
+    # without torch (lite/, the browser, seq2seq-serve backend=onnx): pip install 'seq2seq[onnx]'
+    onnx: bool = False
 
 
 def register_configs() -> None:

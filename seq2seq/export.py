@@ -25,11 +25,13 @@ from seq2seq.decoding.inference import TrainedRun, load_run
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.runtime.graph_export import export_graphs, require_exporter
 from seq2seq.storage.manifest import write_manifest
 from seq2seq.storage.rundir import (
     CHECKPOINTS,
     CONFIG_FILE,
     EVAL_DIR,
+    GRAPHS_DIR,
     LAST,
     MANIFEST,
     MODEL_CARD,
@@ -151,7 +153,27 @@ def model_card(f: dict[str, Any]) -> str:
         f"`{RELEASE_WEIGHTS}` holds tensors only (safetensors): loading it runs no code. "
         f"`{MANIFEST}` lists every file's size and SHA-256, checked before loading.",
     ]
+    if f.get("onnx"):
+        lines += onnx_section(f["onnx"])
     return "\n".join(lines) + "\n"
+
+
+def onnx_section(files: list[str]) -> list[str]:
+    """The model card's lines on the ONNX graphs of a release (``onnx=true``)."""
+    return [
+        "",
+        "## ONNX",
+        "",
+        f"The encoder and one decoder step as ONNX graphs, fp32 and int8, in `{GRAPHS_DIR}/` "
+        f"(`{GRAPHS_DIR}/graphs.json` names their inputs and outputs): "
+        + ", ".join(f"`{name}`" for name in files)
+        + ". Without torch:",
+        "",
+        "```bash",
+        "pip install /path/to/a/checkout/of/seq2seq/lite   # numpy, onnxruntime, sentencepiece",
+        "seq2seq-lite <this folder> --beam 5 < source.txt > translations.txt",
+        "```",
+    ]
 
 
 def export(cfg: ExportConfig) -> Path:
@@ -162,6 +184,8 @@ def export(cfg: ExportConfig) -> Path:
     out = Path(cfg.out)
     if out.exists() and any(out.iterdir()):
         raise Seq2SeqError(f"{out} exists and is not empty: choose a new folder for the release")
+    if cfg.onnx:
+        require_exporter()  # before anything is written
     run = load_run(cfg.run_dir, cfg.checkpoint)
     out.mkdir(parents=True, exist_ok=True)
     safetensors.torch.save_model(run.model, str(out / RELEASE_WEIGHTS))
@@ -174,10 +198,17 @@ def export(cfg: ExportConfig) -> Path:
     for name in (SRC_TOKENIZER, TGT_TOKENIZER):
         shutil.copyfile(run.run_dir / name, out / name)
     stated = facts(run, cfg.checkpoint)
+    files = [out / name for name in (RELEASE_WEIGHTS, CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER)]
+    if cfg.onnx:
+        graph_facts = {k: stated[k] for k in ("src_lang", "tgt_lang", "attention", "step")}
+        graph_facts |= {"src_tokenizer": SRC_TOKENIZER, "tgt_tokenizer": TGT_TOKENIZER}
+        graphs = export_graphs(run.model, out / GRAPHS_DIR, DecodeConfig(), graph_facts)
+        stated["onnx"] = sorted(p.relative_to(out).as_posix() for p in graphs)
+        files += graphs
     (out / RELEASE_FACTS).write_text(json.dumps(stated, indent=1, ensure_ascii=False))
     (out / MODEL_CARD).write_text(model_card(stated), encoding="utf-8")
-    files = (RELEASE_WEIGHTS, CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER, RELEASE_FACTS, MODEL_CARD)
-    write_manifest(out / MANIFEST, [out / name for name in files])
+    files += [out / RELEASE_FACTS, out / MODEL_CARD]
+    write_manifest(out / MANIFEST, files)
     log.info("wrote the release of %s (%s) into %s", run.run_dir, run.checkpoint.name, out)
     return out
 

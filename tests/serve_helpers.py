@@ -98,10 +98,10 @@ def cli_translations(run_dir: Path, lines: list[str], *overrides: str) -> list[s
     return proc.stdout.splitlines()
 
 
-def export(run_dir: Path, out: Path) -> Path:
+def export(run_dir: Path, out: Path, *overrides: str) -> Path:
     """``seq2seq-export`` of ``run_dir`` into ``out``: a release folder."""
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.export", f"run_dir={run_dir}", f"out={out}"],
+        [sys.executable, "-m", "seq2seq.export", f"run_dir={run_dir}", f"out={out}", *overrides],
         capture_output=True,
         text=True,
         timeout=300,

@@ -39,3 +39,16 @@ def test_padding_changes_nothing(layers: int) -> None:
         alone_memory, alone_final = enc(src[i : i + 1, :n], lengths[i : i + 1])
         torch.testing.assert_close(memory[i, :n], alone_memory[0])
         torch.testing.assert_close(final[i], alone_final[0])
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_the_unpacked_encoder_equals_the_packed_one(layers: int) -> None:
+    """What the ONNX graph runs (no packing) gives the memory and summary of the packed GRU."""
+    torch.manual_seed(0)
+    encoder = Encoder(20, 6, 8, layers=layers).eval()
+    src = torch.tensor([[4, 9, 7, 12, 5, 3], [6, 8, 3, 0, 0, 0], [10, 3, 0, 0, 0, 0]])
+    lengths = (src != 0).sum(1)
+    with torch.no_grad():
+        packed, unpacked = encoder(src, lengths), encoder.unpacked(src, lengths)
+    for a, b in zip(packed, unpacked, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)

@@ -54,3 +54,28 @@ class Encoder(nn.Module):
         memory, _ = pad_packed_sequence(output, batch_first=True, total_length=src.size(1))
         final = torch.cat([h_n[-2], h_n[-1]], dim=-1)  # [B, 2H]
         return memory, final
+
+    def unpacked(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """``forward`` without packing, for graph export (packing depends on the data): each
+        direction of each layer runs over the whole padded batch, the backward one over every
+        sentence reversed in place; padded positions of the memory are 0 as ``forward``'s."""
+        steps = torch.arange(src.size(1), device=src.device).unsqueeze(0)  # [1, S]
+        real = steps < lengths.unsqueeze(1)  # [B, S]
+        flip = torch.where(real, lengths.unsqueeze(1) - 1 - steps, steps)  # [B, S]
+        x = self.dropout(self.embedding(src))  # [B, S, E]
+        for layer in range(self.rnn.num_layers):
+            forward = self._direction(x, f"l{layer}")  # [B, S, H]
+            index = flip.unsqueeze(-1).expand(-1, -1, x.size(-1))
+            backward = self._direction(x.gather(1, index), f"l{layer}_reverse")
+            backward = backward.gather(1, flip.unsqueeze(-1).expand(-1, -1, backward.size(-1)))
+            x = torch.cat([forward, backward], -1) * real.unsqueeze(-1)  # [B, S, 2H]
+        rows = torch.arange(src.size(0), device=src.device)
+        final = torch.cat([forward[rows, lengths - 1], backward[:, 0]], -1)  # [B, 2H]
+        return x, final
+
+    def _direction(self, x: Tensor, suffix: str) -> Tensor:
+        """One direction of one layer of ``self.rnn`` as a one-layer forward GRU: [B, S, H]."""
+        one = nn.GRU(x.size(-1), self.rnn.hidden_size, batch_first=True, device=x.device)
+        names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        weights = {f"{n}_l0": getattr(self.rnn, f"{n}_{suffix}") for n in names}
+        return torch.func.functional_call(one, weights, (x,))[0]

@@ -1,0 +1,59 @@
+"""``seq2seq-lite RELEASE [--beam K] [--nbest N]``: sentences on stdin, translations on stdout,
+one line per line, as ``seq2seq-translate`` writes them on a pipe (n-best: the candidates of a
+line joined by " ||| ", each ``score<TAB>translation``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from seq2seq_lite import ReleaseError, Translator
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="seq2seq-lite", description=__doc__.split("\n")[0])
+    parser.add_argument("release", help="a release folder exported with onnx=true")
+    parser.add_argument("--beam", type=int, help="beam size (1: greedy); default: the release's")
+    parser.add_argument("--nbest", type=int, help="translations per line (at most --beam)")
+    parser.add_argument("--alpha", type=float, help="GNMT length penalty exponent")
+    parser.add_argument("--max-len-a", type=float, help="length rule: a * source length + b")
+    parser.add_argument("--max-len-b", type=int, help="length rule: a * source length + b")
+    parser.add_argument("--max-source-len", type=int, help="longest source line, in subwords")
+    parser.add_argument("--batch-size", type=int, help="sentences decoded together")
+    parser.add_argument("--int8", action="store_true", help="the int8 graphs")
+    parser.add_argument("--threads", type=int, help="onnxruntime threads (default: its own)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Translate stdin to stdout; a bad release or line is one message on stderr, exit 1."""
+    args = _arguments(argv)
+    try:
+        translator = Translator.load(
+            args.release,
+            int8=args.int8,
+            threads=args.threads,
+            beam_size=args.beam,
+            nbest=args.nbest,
+            alpha=args.alpha,
+            max_len_a=args.max_len_a,
+            max_len_b=args.max_len_b,
+            max_source_len=args.max_source_len,
+            batch_size=args.batch_size,
+        )
+        lines = sys.stdin.read().splitlines()
+        out = []
+        for translation in translator.translate(lines):
+            scored = zip(translation.hypotheses, translation.texts, strict=True)
+            if translator.search["nbest"] == 1:
+                out.append(translation.texts[0] if translation.texts else "")
+            else:
+                out.append(" ||| ".join(f"{h.score:.4f}\t{text}" for h, text in scored))
+    except ReleaseError as e:
+        print(f"seq2seq-lite: {e}", file=sys.stderr)
+        sys.exit(1)
+    sys.stdout.write("".join(line + "\n" for line in out))
+
+
+if __name__ == "__main__":
+    main()

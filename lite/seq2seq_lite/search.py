@@ -1,0 +1,223 @@
+"""Greedy and beam search over a `Graphs` pair, in numpy: the torch search of seq2seq
+(``seq2seq/decoding/search.py`` and ``beam.py``) step for step, on the host.
+
+Both stop a sentence at ``floor(a * src_len + b)`` target tokens (src_len counts the source EOS)
+by forcing EOS there; scores are log-prob sums over the GNMT length penalty
+``((5 + length) / 6) ** alpha`` (length counts the EOS). Beam search keeps the k best unfinished
+continuations; EOS among the k best candidates finishes a hypothesis; a sentence is done with k
+of them, at its length limit, or when no live beam can end above its n-best-th finished score.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+NEG_INF = np.float32(-np.inf)
+
+
+@dataclass
+class Hypothesis:
+    """One translation: target ids without BOS/EOS, its score, and its attention
+    [len(tokens) + 1, src_len] (mean over heads; the last row is the EOS's)."""
+
+    tokens: list[int]
+    score: float
+    attention: np.ndarray
+
+
+def length_penalty(length, alpha: float):
+    """GNMT's ((5 + length) / 6) ** alpha; ``length`` counts the EOS."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src_lengths: np.ndarray, a: float, b: int) -> np.ndarray:
+    """Target tokens before EOS is forced, per sentence [B]."""
+    return np.maximum(np.floor(src_lengths.astype(np.float64) * a + b), 0).astype(np.int64)
+
+
+def restrict(log_probs: np.ndarray, at_limit: np.ndarray, ids: dict) -> np.ndarray:
+    """Forbid PAD and BOS everywhere, and anything but EOS in rows at their limit."""
+    log_probs[:, ids["pad"]] = NEG_INF
+    log_probs[:, ids["bos"]] = NEG_INF
+    if at_limit.any():
+        eos = log_probs[at_limit, ids["eos"]]
+        log_probs[at_limit] = NEG_INF
+        log_probs[at_limit, ids["eos"]] = eos
+    return log_probs
+
+
+def _rows(fields: dict, rows: np.ndarray) -> dict:
+    """Rows ``rows`` of every batched field (a 0-d field, the target position, is shared)."""
+    return {n: (x if x.ndim == 0 else x[rows]) for n, x in fields.items()}
+
+
+def greedy(graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict) -> list[Hypothesis]:
+    """The most probable token at every step, for a padded batch src [B, S]."""
+    ids = graphs.ids
+    memory, state = graphs.encode(src)
+    batch, src_len = src.shape
+    limit = max_lengths(src_lengths, cfg["max_len_a"], cfg["max_len_b"])
+    steps = int(limit.max()) + 1
+    tokens = np.full((batch, steps), ids["pad"], dtype=np.int64)
+    attention = np.zeros((batch, steps, src_len), dtype=np.float32)
+    scores = np.zeros(batch, dtype=np.float32)
+    lengths = np.zeros(batch, dtype=np.int64)
+    active = np.arange(batch)
+    running = np.ones(batch, dtype=bool)
+    prev = np.full(batch, ids["bos"], dtype=np.int64)
+    for t in range(steps):
+        log_probs, state, weights = graphs.step(prev, state, memory)
+        log_probs = restrict(log_probs, limit[active] == t, ids)
+        prev = log_probs.argmax(-1)
+        best = log_probs[np.arange(len(prev)), prev]
+        tokens[active, t] = prev
+        attention[active, t] = weights.mean(1)
+        scores[active] += np.where(running, best, np.float32(0))
+        ended = running & (prev == ids["eos"])
+        lengths[active] = np.where(ended, t + 1, lengths[active])
+        running &= ~ended
+        if not running.any():
+            break
+        if not running.all():
+            keep = running.nonzero()[0]
+            active, prev, running = active[keep], prev[keep], running[keep]
+            state, memory = _rows(state, keep), _rows(memory, keep)
+    return [
+        Hypothesis(
+            tokens[i, : lengths[i] - 1].tolist(),
+            float(scores[i]) / length_penalty(int(lengths[i]), cfg["alpha"]),
+            attention[i, : lengths[i], :n],
+        )
+        for i, n in enumerate(src_lengths.tolist())
+    ]
+
+
+def _top(x: np.ndarray, count: int) -> np.ndarray:
+    """Indices of the ``count`` largest entries of each row, largest first."""
+    part = np.argpartition(-x, count - 1, axis=1)[:, :count]
+    order = np.argsort(-np.take_along_axis(x, part, 1), axis=1, kind="stable")
+    return np.take_along_axis(part, order, 1)
+
+
+class _Beam:
+    """One batch's beam search (k beams per sentence): live beams, finished hypotheses, and
+    every step's back-pointers and attention, followed back at the end."""
+
+    def __init__(self, graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict) -> None:
+        self.graphs, self.ids = graphs, graphs.ids
+        self.k, self.alpha = cfg["beam_size"], cfg["alpha"]
+        self.nbest = min(cfg["nbest"], self.k)
+        batch, k = len(src), self.k
+        limit = max_lengths(src_lengths, cfg["max_len_a"], cfg["max_len_b"])
+        self.limit, self.steps = limit, int(limit.max()) + 1
+        self.best_penalty = np.float32(length_penalty(limit.astype(np.float64) + 1, self.alpha))
+        self.memory, self.state = graphs.encode(src)
+        self.sent = np.arange(batch)  # batch row of each live sentence
+        self.scores = np.zeros((batch, 1), dtype=np.float32)  # [n, width]
+        self.done = np.zeros(batch, dtype=bool)
+        self.prev = np.full(batch, self.ids["bos"], dtype=np.int64)
+        self.parents: list[np.ndarray] = []  # step t: row of step t of each row of step t + 1
+        self.fed: list[np.ndarray] = []  # step t: the token each row of step t + 1 was fed
+        self.history: list[np.ndarray] = []  # step t: weights of its rows [rows, S]
+        self.ended_score = np.full((batch, k + 1), NEG_INF, dtype=np.float32)  # slot k: spill
+        self.ended_step = np.zeros((batch, k + 1), dtype=np.int64)
+        self.ended_row = np.zeros((batch, k + 1), dtype=np.int64)
+        self.ended = np.zeros(batch, dtype=np.int64)
+        self.slots = np.arange(2 * k)
+
+    def step(self, t: int) -> None:
+        """Step ``t`` of every live beam (see the module's docstring)."""
+        k, eos = self.k, self.ids["eos"]
+        n, width = self.scores.shape
+        log_probs, state, weights = self.graphs.step(self.prev, self.state, self.memory)
+        self.history.append(weights.mean(1))
+        at_limit = self.limit[self.sent] == t
+        log_probs = restrict(log_probs, np.repeat(at_limit, width), self.ids)
+        vocab = log_probs.shape[1]
+        candidates = (self.scores[:, :, None] + log_probs.reshape(n, width, vocab)).reshape(n, -1)
+        top_idx = _top(candidates, 2 * k)  # [n, 2k]
+        top_scores = np.take_along_axis(candidates, top_idx, 1)
+        top_tokens = top_idx % vocab
+        top_rows = top_idx // vocab + (np.arange(n) * width)[:, None]
+        is_eos = top_tokens == eos
+        self._finish(top_scores, top_rows, is_eos, t)
+        order = np.argsort(is_eos * 2 * k + self.slots, axis=1, kind="stable")[:, :k]
+        rows = np.take_along_axis(top_rows, order, 1).reshape(-1)
+        next_tokens = np.take_along_axis(top_tokens, order, 1).reshape(-1)
+        next_scores = np.take_along_axis(top_scores, order, 1)  # [n, k], best first
+        kept = -np.sort(-self.ended_score[self.sent, :k], axis=1)[:, self.nbest - 1]
+        bound = next_scores[:, 0] / self.best_penalty[self.sent]
+        beyond = np.isfinite(kept) & (kept >= bound)
+        done = self.done | at_limit | (self.ended[self.sent] >= k) | beyond
+        next_scores[done] = NEG_INF
+        self.parents.append(rows)
+        self.fed.append(next_tokens)
+        self.memory = self.memory if width == k else _rows(self.memory, rows)
+        self.state, self.scores, self.done, self.prev = (
+            _rows(state, rows),
+            next_scores,
+            done,
+            next_tokens,
+        )
+
+    def _finish(self, top_scores, top_rows, is_eos, t: int) -> None:
+        """Candidates [n, 2k] that end with EOS among the first k, while their sentence has
+        room, become finished hypotheses (length-normalised scores)."""
+        k = self.k
+        ends = is_eos & (self.slots < k) & np.isfinite(top_scores)
+        rank = self.ended[self.sent][:, None] + ends.cumsum(1)
+        accepted = ends & (rank <= k)
+        slot = np.where(accepted, rank - 1, k)
+        sentence = np.broadcast_to(self.sent[:, None], slot.shape)
+        penalised = top_scores / np.float32(length_penalty(t + 1, self.alpha))
+        self.ended_score[sentence, slot] = np.where(accepted, penalised, NEG_INF)
+        self.ended_step[sentence, slot] = t
+        self.ended_row[sentence, slot] = top_rows
+        self.ended[self.sent] += accepted.sum(1)
+
+    def drop_done(self) -> None:
+        """Leave out the sentences that are done, and their rows of the last step."""
+        keep = (~self.done).nonzero()[0]
+        rows = (keep[:, None] * self.k + np.arange(self.k)).reshape(-1)
+        self.parents[-1], self.fed[-1] = self.parents[-1][rows], self.fed[-1][rows]
+        self.sent, self.scores, self.done = self.sent[keep], self.scores[keep], self.done[keep]
+        self.prev = self.prev[rows]
+        self.state, self.memory = _rows(self.state, rows), _rows(self.memory, rows)
+
+    def results(self, src_lengths: np.ndarray) -> list[list[Hypothesis]]:
+        """Each sentence's ``nbest`` best finished hypotheses, best first."""
+        k, out = self.k, []
+        for b, n in enumerate(src_lengths.tolist()):
+            order = np.argsort(-self.ended_score[b, :k], kind="stable")[: self.nbest]
+            hyps = []
+            for j in order:
+                score = float(self.ended_score[b, j])
+                if math.isfinite(score):
+                    end, row = int(self.ended_step[b, j]), int(self.ended_row[b, j])
+                    hyps.append(self._backtrack(end, row, score, n))
+            out.append(hyps)
+        return out
+
+    def _backtrack(self, end: int, row: int, score: float, src_len: int) -> Hypothesis:
+        """The tokens and attention of the hypothesis whose EOS is row ``row`` of step ``end``."""
+        tokens, attention = [], [self.history[end][row]]
+        for t in range(end - 1, -1, -1):
+            tokens.append(int(self.fed[t][row]))
+            row = int(self.parents[t][row])
+            attention.append(self.history[t][row])
+        return Hypothesis(tokens[::-1], score, np.stack(attention[::-1])[:, :src_len])
+
+
+def beam(graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict) -> list[list[Hypothesis]]:
+    """n-best lists (at most ``beam_size`` each) for a padded batch src [B, S]."""
+    search = _Beam(graphs, src, src_lengths, cfg)
+    for t in range(search.steps):
+        search.step(t)
+        if search.done.all():
+            break
+        if search.done.any():
+            search.drop_done()
+    return search.results(src_lengths)

@@ -1,0 +1,120 @@
+"""The torch-free translator in lite/: a release exported with onnx=true translates on a pipe as
+seq2seq-translate does, in a process where torch cannot be imported; its distribution never
+installs torch; a release it cannot use is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from serve_helpers import SENTENCES, cli_translations, export
+
+REPO = Path(__file__).resolve().parents[1]
+LITE = REPO / "lite"
+# seq2seq-lite's entry point in a process whose "import torch" fails
+WITHOUT_TORCH = "import sys; sys.modules['torch'] = None; from seq2seq_lite.cli import main; main()"
+
+
+def lite(*args: str, text: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(LITE)}
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH, *map(str, args)],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+@pytest.fixture(scope="module")
+def onnx_release(smoke_run: Path, tmp_path_factory) -> Path:
+    return export(smoke_run, tmp_path_factory.mktemp("release") / "de-en", "onnx=true")
+
+
+@pytest.mark.slow
+def test_the_release_lists_its_graphs(onnx_release: Path) -> None:
+    manifest = json.loads((onnx_release / "manifest.json").read_text())
+    graphs = {
+        "onnx/encoder.onnx",
+        "onnx/step.onnx",
+        "onnx/encoder.int8.onnx",
+        "onnx/step.int8.onnx",
+    }
+    assert graphs | {"onnx/graphs.json"} <= set(manifest)
+    assert set(json.loads((onnx_release / "release.json").read_text())["onnx"]) >= graphs
+    assert "## ONNX" in (onnx_release / "README.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beam", [1, 5])
+def test_lite_translates_as_the_torch_command_does_without_torch(onnx_release, beam) -> None:
+    lines = [*SENTENCES, "", "Ein Mann fährt Fahrrad."]
+    proc = lite(onnx_release, "--beam", beam, text="".join(s + "\n" for s in lines))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == cli_translations(onnx_release, lines, f"beam_size={beam}")
+
+
+@pytest.mark.slow
+def test_lite_nbest_lines_and_int8(onnx_release: Path) -> None:
+    text = "".join(s + "\n" for s in SENTENCES)
+    proc = lite(onnx_release, "--beam", 4, "--nbest", 3, text=text)
+    assert proc.returncode == 0, proc.stderr
+    expected = cli_translations(onnx_release, SENTENCES, "beam_size=4", "nbest=3")
+    for got, want in zip(proc.stdout.splitlines(), expected, strict=True):
+        got_c, want_c = got.split(" ||| "), want.split(" ||| ")
+        assert [c.split("\t")[1] for c in got_c] == [c.split("\t")[1] for c in want_c]
+        for g, w in zip(got_c, want_c, strict=True):
+            assert abs(float(g.split("\t")[0]) - float(w.split("\t")[0])) <= 2e-4
+    proc = lite(onnx_release, "--int8", text=text)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == len(SENTENCES)
+
+
+@pytest.mark.slow
+def test_lite_refuses_what_it_cannot_use_in_one_line(onnx_release, smoke_run, tmp_path) -> None:
+    plain = export(smoke_run, tmp_path / "plain")  # no onnx=true
+    proc = lite(plain, text="Ein Hund.\n")
+    assert proc.returncode == 1 and "onnx=true" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = lite(onnx_release, "--max-source-len", 3, text="Ein Hund läuft über die Wiese.\n")
+    assert proc.returncode == 1 and "line 1 has" in proc.stderr and proc.stdout == ""
+    damaged = tmp_path / "damaged"
+    subprocess.run(["cp", "-r", str(onnx_release), str(damaged)], check=True)
+    with open(damaged / "onnx" / "step.onnx", "ab") as f:
+        f.write(b"\0")
+    proc = lite(damaged, text="Ein Hund.\n")
+    assert proc.returncode == 1 and "damaged: onnx/step.onnx" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _requirements(name: str, seen: set[str]) -> set[str]:
+    """``name`` and every distribution it requires, as installed here (extras left out)."""
+    key = name.lower().replace("_", "-")
+    if key in seen:
+        return seen
+    seen.add(key)
+    for requirement in metadata.requires(name) or []:
+        if "extra ==" in requirement:
+            continue
+        dependency = requirement.split(";")[0].split("[")[0]
+        for mark in "<>=!~ (":
+            dependency = dependency.split(mark)[0]
+        _requirements(dependency.strip(), seen)
+    return seen
+
+
+def test_installing_lite_never_installs_torch() -> None:
+    listed = re.search(r"^dependencies = \[(.*)\]$", (LITE / "pyproject.toml").read_text(), re.M)
+    names = [re.split(r"[<>=!~ ]", d)[0] for d in re.findall(r'"([^"]+)"', listed.group(1))]
+    assert set(names) == {"numpy", "onnxruntime", "sentencepiece"}
+    closure: set[str] = set()
+    for name in names:
+        _requirements(name, closure)
+    assert "torch" not in closure and "numpy" in closure
