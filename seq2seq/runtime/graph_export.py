@@ -22,7 +22,7 @@ import torch
 
 from seq2seq.config import DecodeConfig
 from seq2seq.errors import Seq2SeqError
-from seq2seq.model.graphs import EncoderGraph, StepGraph, graph_names
+from seq2seq.model.graphs import EncoderGraph, StepGraph
 from seq2seq.model.linear import pytorch_products
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD, UNK
@@ -129,10 +129,10 @@ def export_graphs(model: Seq2Seq, folder: Path, search: DecodeConfig, facts: dic
     import onnx
 
     folder.mkdir(parents=True, exist_ok=True)
-    names = graph_names(model)
     longest = max(map(len, SAMPLE))
     src = torch.tensor([list(s) + [PAD] * (longest - len(s)) for s in SAMPLE])
     encoder, step = EncoderGraph(model).eval(), StepGraph(model).eval()
+    names = encoder.names  # which fields this model's graphs have (traced once per graph)
     with torch.no_grad(), pytorch_products():
         fields = dict(zip(names.encoder_outputs, encoder(src), strict=True))
         prev = torch.full((len(SAMPLE),), BOS)
