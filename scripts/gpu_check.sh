@@ -3,13 +3,16 @@
 #
 #   bash ../shared/gpu/bundle.sh                    # wheels and the Multi30k mirror: .gpu-bundle/
 #   bash scripts/gpu_peer_bundle.sh                 # optional: OpenNMT-py for the side-by-side
+#   cp -r ../shared/data/alignment .gpu-bundle/     # optional: the Hansards gold, for compare
 #
 # then, on the GPU machine, from the project root:
 #
 #   bash scripts/gpu_check.sh OUT_DIR               # STEPS="machine tests peer ours recipe"
+#   STEPS=compare bash scripts/gpu_check.sh OUT_DIR # English->French rows, a longer budget
 #
-# Every step runs under its own time limit (seconds: TESTS_S, PEER_S, OURS_S, RECIPE_S) even when
-# an earlier one failed; each writes its log to OUT_DIR, and the last line says which failed.
+# Every step runs under its own time limit (seconds: TESTS_S, PEER_S, OURS_S, RECIPE_S,
+# COMPARE_S) even when an earlier one failed; each writes its log to OUT_DIR, and the last line
+# says which failed.
 set -uo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
@@ -76,11 +79,30 @@ step ours "${OURS_S:-240}" "
     --model peer,reference --attention bahdanau --batch peer --precision fp32,bf16 \
     --run-dir /tmp/peer300 --repeats 3"
 
-# the best German->English recipe, for the time given (validated at the end)
+# the best German->English recipe, for the time given (validated at the end); RECIPE_OVERRIDES
+# adds to it, e.g. "model.attention.conditional=true train.seed=2"
 step recipe "${RECIPE_S:-300}" "
   python3 -m seq2seq.train experiment=multi30k_de_en device=cuda log.progress=false \
     data.source=$bundle/multi30k hydra.run.dir=/tmp/recipe \
-    train.max_minutes=${RECIPE_MINUTES:-3} && cp /tmp/recipe/train.log $out/recipe_train.log"
+    train.max_minutes=${RECIPE_MINUTES:-3} ${RECIPE_OVERRIDES:-} \
+    && cp /tmp/recipe/train.log $out/recipe_train.log"
+
+# the attention comparison's English->French rows side by side on the one GPU, to a longer budget
+# (docs/attention.md, "Where the alignment ends"); each row's validations are in its train.log
+step compare "${COMPARE_S:-300}" "
+  set -e; d=/tmp/hansards_mix; w=/tmp/compare
+  python3 scripts/alignment_data.py --multi30k $bundle/multi30k \
+    --pairs $bundle/alignment/en-fr.hansards.txt --out \$d >/dev/null
+  for row in ${ROWS:-local_m luong bahdanau bahdanau_conditional multihead local_p}; do
+    python3 -m seq2seq.train experiment=attention_comparison_en_fr +compare=\$row train.seed=1 \
+      train.max_steps=${COMPARE_STEPS:-3200} train.validate_every=400 device=cuda \
+      train.threads=2 log.progress=false data.train=\$d/train data.valid=\$d/val \
+      data.test=\$d/test_2016_flickr log.alignment_pairs=$bundle/alignment/en-fr.hansards.txt \
+      log.alignment_links=$bundle/alignment/en-fr.hansards.talp hydra.run.dir=\$w/\$row \
+      >\$w.\$row.out 2>&1 &
+  done
+  wait
+  grep -H 'valid loss' \$w/*/train.log"
 
 echo "failed: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

@@ -23,6 +23,7 @@ from seq2seq.decoding.inference import Translator, load_run
 from seq2seq.errors import DataError, Seq2SeqError
 from seq2seq.runtime.checkpoint import load_checkpoint, save_checkpoint
 from seq2seq.storage.rundir import LOCK
+from seq2seq.vocab import EOS
 
 SMOKE = ["experiment=smoke", "log.progress=false"]
 
@@ -324,4 +325,12 @@ def test_any_unicode_gives_one_line_per_line(translator: Translator, lines: list
     for line, translation in zip(lines, translations, strict=True):
         text = translator.best_text(translation)
         assert "\n" not in text and "\r" not in text
-        assert bool(translation.hypotheses) == bool(line.strip())  # blank in, blank out
+        # blank in, blank out: blank is what the tokenizer keeps nothing of (ESC alone, say)
+        kept = translator.src_tok.encode(line.strip())
+        assert bool(translation.hypotheses) == bool(kept)
+
+
+def test_control_characters_alone_are_a_blank_line(translator: Translator) -> None:
+    blank, text = translator.translate(["\x1b\x07", "ein \x1bHund"])
+    assert blank.hypotheses == [] and translator.best_text(blank) == ""
+    assert text.hypotheses and text.source_ids[-1] == EOS

@@ -177,7 +177,8 @@ def read_config(path: Path) -> DictConfig:
 
 @dataclass
 class Translation:
-    """The n-best list of one input line, and the source subword ids the model read."""
+    """The n-best list of one input line, and the source subword ids the model read. A line is
+    blank when the tokenizer keeps nothing of it (spaces, or control characters alone)."""
 
     source_ids: list[int]  # pieces + EOS; empty for a blank line
     hypotheses: list[Hypothesis]  # best first; empty for a blank line
