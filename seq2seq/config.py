@@ -8,52 +8,25 @@ choose group options and override values (``experiment=smoke``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from seq2seq.config_choices import (
+    AlignMethod,
+    Backend,
+    Int8Engine,
+    Precision,
+    Products,
+    ScheduleName,
+    Selection,
+    SubwordModel,
+    Symmetrize,
+)
 from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
-
-
-class SubwordModel(str, Enum):
-    unigram = "unigram"
-    bpe = "bpe"
-
-
-class ScheduleName(str, Enum):
-    plateau = "plateau"  # reduce on a plateau of validation BLEU
-    inverse_sqrt = "inverse_sqrt"  # lr * sqrt(warmup / update) after the warm-up
-
-
-class Products(str, Enum):
-    """fp32 matrix products on the CPU: oneDNN's or PyTorch's BLAS (which is faster depends on
-    the CPU), or ``auto``: the faster of the two, timed on the model's shapes at start-up."""
-
-    auto = "auto"
-    onednn = "onednn"
-    pytorch = "pytorch"
-
-
-class Int8Engine(str, Enum):
-    """PyTorch's quantized engine for ``precision=int8`` on the CPU, or ``auto``: the fastest
-    on a decoding probe of the model, timed at load (which one is fastest depends on the CPU)."""
-
-    auto = "auto"
-    x86 = "x86"
-    fbgemm = "fbgemm"
-    onednn = "onednn"
-
-
-class Precision(str, Enum):
-    auto = "auto"  # training: bf16 where this CPU trains the model faster in it, else fp32
-    fp32 = "fp32"
-    bf16 = "bf16"  # autocast; CUDA, or CPUs with native bf16
-    fp16 = "fp16"  # autocast with loss scaling; CUDA only
-    int8 = "int8"  # inference on the CPU: dynamic quantization (evaluate, translate, serve)
 
 
 @dataclass
@@ -278,11 +251,6 @@ class TranslateConfig(InferenceConfig):
     show_alignment: bool = False  # draw which source subwords each target subword attended to
 
 
-class Selection(str, Enum):
-    last = "last"
-    best = "best"
-
-
 @dataclass
 class AverageConfig:
     """`seq2seq-average`: one checkpoint from the mean of a run's kept checkpoints."""
@@ -314,22 +282,8 @@ class ServeConfig(InferenceConfig):
     # name; requests pick one with "model"); the page shows every model's answer side by side.
     # Not "compare": that name is the Hydra group of the attention comparison's rows
     compare_with: list[str] = field(default_factory=list)
-
-
-class AlignMethod(str, Enum):
-    """How a target word's attention over the source words becomes links."""
-
-    argmax = "argmax"  # the source word with the most weight (none where that is the EOS)
-    threshold = "threshold"  # every source word with at least `threshold` of the weight
-
-
-class Symmetrize(str, Enum):
-    """How the links of two directions are combined (Koehn et al. 2003)."""
-
-    intersection = "intersection"
-    union = "union"
-    grow_diag_final = "grow_diag_final"
-    grow_diag_final_and = "grow_diag_final_and"
+    # onnx: release folders' graphs on onnxruntime (precision=fp32, or int8 for the int8 graphs)
+    backend: Backend = Backend.torch
 
 
 @dataclass

@@ -22,7 +22,7 @@ import uvicorn
 from seq2seq.config import ServeConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.serving.app import create_app
-from seq2seq.serving.models import open_models
+from seq2seq.serving.backends import open_models
 from seq2seq.serving.owner import MainThreadExecutor
 
 log = logging.getLogger("seq2seq.serve")
@@ -30,25 +30,26 @@ log = logging.getLogger("seq2seq.serve")
 
 def serve(cfg: ServeConfig) -> None:
     """Load the runs or releases and serve them until SIGINT/SIGTERM."""
-    engine, models = open_models(cfg)
-    for model in models:
+    where, models = open_models(cfg)
+    folders = [cfg.run_dir, *cfg.compare_with]
+    for model, folder in zip(models, folders, strict=True):
         log.info(
             "model %r: %s (%s attention, step %d)",
             model.name,
-            model.run.run_dir,
+            folder,
             model.card["attention_label"],
-            model.run.step,
+            model.card["step"],
         )
     log.info(
         "serving on %s at http://%s:%d/ (queue: %d sentences, deadline %g s)",
-        engine.describe(),
+        where,
         cfg.host,
         cfg.port,
         cfg.max_queue_sentences,
         cfg.request_timeout_s,
     )
     owner = MainThreadExecutor()
-    app = create_app(models, engine, cfg, owner)
+    app = create_app(models, cfg, owner)
     config = uvicorn.Config(
         app, host=cfg.host, port=cfg.port, log_level="warning", timeout_graceful_shutdown=30
     )

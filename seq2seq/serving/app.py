@@ -28,7 +28,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.config import ServeConfig
 from seq2seq.decoding.inference import InputTooLong, encode_sources
-from seq2seq.runtime.engine import Engine
 from seq2seq.serving.api import BadRequest, Query, answer, authorised, error, parse, read_body
 from seq2seq.serving.batcher import Batcher, Job, Overloaded
 from seq2seq.serving.metrics import MISSING, Metrics
@@ -104,16 +103,13 @@ class Service:
     """The routes' handlers, around the models (the first the default), one batcher and its
     metrics."""
 
-    def __init__(
-        self, models: Sequence[ServedModel], engine: Engine, cfg: ServeConfig, executor: Executor
-    ) -> None:
+    def __init__(self, models: Sequence[ServedModel], cfg: ServeConfig, executor: Executor) -> None:
         self.cfg, self.metrics = cfg, Metrics()
         self.models = {model.name: model for model in models}
-        runs = {model.name: model.run for model in models}
-        self.batcher = Batcher(runs, engine, cfg, self.metrics, executor)
+        self.batcher = Batcher(self.models, cfg, self.metrics, executor)
         self.page = resources.files("seq2seq").joinpath("static/index.html").read_text("utf-8")
         for model in models:
-            self.metrics.describe_model(model.name, {**model.card, "device": str(engine.device)})
+            self.metrics.describe_model(model.name, {**model.card, "device": model.device})
         if not self.metrics.available:
             log.warning("%s", MISSING)
 
@@ -141,7 +137,7 @@ class Service:
 
     def _check_lengths(self, query: Query) -> None:
         """413 for a sentence over max_source_len subwords, before it joins a shared batch."""
-        tokenizer = self.models[query.model].run.src_tok
+        tokenizer = self.models[query.model].src_tok
         try:
             encode_sources(tokenizer, query.sentences, self.cfg.max_source_len)
         except InputTooLong as e:
@@ -184,12 +180,10 @@ class Service:
         self.batcher.close()
 
 
-def create_app(
-    models: Sequence[ServedModel], engine: Engine, cfg: ServeConfig, executor: Executor
-) -> Starlette:
+def create_app(models: Sequence[ServedModel], cfg: ServeConfig, executor: Executor) -> Starlette:
     """The ASGI application serving ``models`` (the first the default), decoding through
     ``executor`` (one thread)."""
-    service = Service(models, engine, cfg, executor)
+    service = Service(models, cfg, executor)
     routes = [
         Route("/", service.index),
         Route("/health", service.health),

@@ -19,9 +19,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from seq2seq.config import DecodeConfig, ServeConfig
-from seq2seq.decoding.inference import TrainedRun, Translation, Translator
-from seq2seq.runtime.engine import Engine
+from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.serving.metrics import Metrics
+from seq2seq.serving.models import ServedModel
 
 log = logging.getLogger("seq2seq.serve")
 
@@ -51,17 +51,16 @@ class Job:
 
 class Batcher:
     """The queue of waiting jobs and the one thread that decodes them, with the model each
-    names (``runs``: the models served, by name)."""
+    names (``models``: the models served, by name)."""
 
     def __init__(
         self,
-        runs: dict[str, TrainedRun],
-        engine: Engine,
+        models: dict[str, ServedModel],
         cfg: ServeConfig,
         metrics: Metrics,
         executor: Executor,
     ) -> None:
-        self.runs, self.engine, self.cfg, self.metrics = runs, engine, cfg, metrics
+        self.models, self.cfg, self.metrics = models, cfg, metrics
         self.executor = executor  # where the models run: one thread, one batch at a time
         self.waiting: collections.deque[Job] = collections.deque()
         self.queued = 0  # sentences in ``waiting``
@@ -192,7 +191,7 @@ class Batcher:
             batch_size=self.cfg.batch_size,
             max_source_len=self.cfg.max_source_len,
         )
-        return Translator.from_run(self.runs[model], search, self.engine)
+        return self.models[model].translator(search)
 
     def close(self) -> None:
         """Let the decoding thread finish its batch and end."""

@@ -1,29 +1,34 @@
-"""The models one server serves: run_dir's (the default) and each ``compare_with=`` folder's, named
-by their folders, on one engine; and their cards, what ``GET /model`` and ``GET /models`` say."""
+"""A served model, whatever runs it: its name (its folder's), its card (what ``GET /model`` and
+``GET /models`` say) and how to make its translator; and the checks of the folders served."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig
 
-from seq2seq.config import ServeConfig
-from seq2seq.decoding.inference import TrainedRun, load_run, open_model, release_facts
+from seq2seq.config import Backend, DecodeConfig
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.inference import Translator, release_facts
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
-from seq2seq.runtime.engine import Engine
 
 
 @dataclass
 class ServedModel:
-    """A model as requests name it (``"model": name``), with its run and its card."""
+    """A model as requests name it (``"model": name``), with its card, its source tokenizer
+    (sentences over max_source_len are refused before they queue), where it runs, and how to make
+    its translator for one search setting."""
 
     name: str
-    run: TrainedRun
     card: dict[str, Any]
+    src_tok: Tokenizer
+    device: str
+    translator: Callable[[DecodeConfig], Translator]
 
 
 def folder_name(folder: str | Path) -> str:
@@ -32,36 +37,16 @@ def folder_name(folder: str | Path) -> str:
     return Path(os.path.abspath(folder)).name
 
 
-def open_models(cfg: ServeConfig) -> tuple[Engine, list[ServedModel]]:
-    """The engine and the models to serve, run_dir's first; refused in one line before any is
-    loaded: two folders of one name, or compare_with= with ensemble=; and a folder that does not
-    load, or reads another source language than run_dir's."""
-    if cfg.compare_with and cfg.ensemble:
+def same_source(other: DictConfig, first: DictConfig, folder: str, first_folder: str) -> None:
+    """Models compared side by side translate one sentence: one source language."""
+    if other.data.src_lang != first.data.src_lang:
         raise Seq2SeqError(
-            "compare_with= serves each folder as its own model and ensemble= decodes several "
-            "as one: give one or the other"
+            f"compare_with: {folder} reads {other.data.src_lang}, {first_folder} reads "
+            f"{first.data.src_lang}: models compared side by side translate one sentence"
         )
-    if cfg.compare_with and not OmegaConf.is_missing(cfg, "run_dir"):
-        _refuse_duplicate_names([cfg.run_dir, *cfg.compare_with])
-    engine, run = open_model(cfg, "serve")
-    models = [ServedModel(folder_name(cfg.run_dir), run, model_card(run, engine))]
-    for folder in cfg.compare_with:
-        try:
-            other = load_run(folder, cfg.checkpoint, engine)
-        except Seq2SeqError as e:
-            raise Seq2SeqError(f"compare_with: {e}") from None
-        if other.cfg.data.src_lang != run.cfg.data.src_lang:
-            raise Seq2SeqError(
-                f"compare_with: {folder} reads {other.cfg.data.src_lang}, {cfg.run_dir} reads "
-                f"{run.cfg.data.src_lang}: models compared side by side translate one sentence"
-            )
-        if cfg.compile:
-            engine.compile(other.model)
-        models.append(ServedModel(folder_name(folder), other, model_card(other, engine)))
-    return engine, models
 
 
-def _refuse_duplicate_names(folders: list[str]) -> None:
+def refuse_duplicate_names(folders: list[str]) -> None:
     """Every model is named by its folder, so two folders of one name cannot both be served."""
     seen: dict[str, str] = {}
     for folder in folders:
@@ -75,18 +60,21 @@ def _refuse_duplicate_names(folders: list[str]) -> None:
         seen[name] = folder
 
 
-def model_card(run: TrainedRun, engine: Engine) -> dict[str, Any]:
+def model_card(
+    folder: Path, cfg: DictConfig, step: int, precision: str, backend: Backend
+) -> dict[str, Any]:
     """What ``GET /model`` answers: the release's facts, the name it is served under, the
     languages, the attention (its registry name, and in a few words, e.g. ``luong (general,
-    scaled)``), the step and the precision it is served in."""
-    attention = run.cfg.model.attention
+    scaled)``), the step, the precision it is served in and what runs it."""
+    attention = cfg.model.attention
     return {
-        **release_facts(run.run_dir),
-        "name": folder_name(run.run_dir),
-        "src_lang": run.cfg.data.src_lang,
-        "tgt_lang": run.cfg.data.tgt_lang,
+        **release_facts(folder),
+        "name": folder_name(folder),
+        "src_lang": cfg.data.src_lang,
+        "tgt_lang": cfg.data.tgt_lang,
         "attention": attention.name,
         "attention_label": describe_attention(attention),
-        "step": run.step,
-        "precision": engine.precision.value,
+        "step": step,
+        "precision": precision,
+        "backend": backend.value,
     }

@@ -1,0 +1,63 @@
+"""The models one server serves, run_dir's (the default) and each ``compare_with=`` folder's, on
+the backend ``backend=`` names: PyTorch on the folders' weights, or onnxruntime on releases'
+graphs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from omegaconf import OmegaConf
+
+from seq2seq.config import Backend, ServeConfig
+from seq2seq.decoding.inference import TrainedRun, Translator, load_run, open_model
+from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.engine import Engine
+from seq2seq.serving.models import ServedModel, model_card, refuse_duplicate_names, same_source
+from seq2seq.serving.onnx_models import open_onnx_models
+
+
+def open_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
+    """Where the models run (one line for the log) and the models, run_dir's first; refused in
+    one line before any is loaded: two folders of one name, or compare_with= with ensemble=; and
+    a folder that does not load, or reads another source language than run_dir's."""
+    if cfg.compare_with and cfg.ensemble:
+        raise Seq2SeqError(
+            "compare_with= serves each folder as its own model and ensemble= decodes several "
+            "as one: give one or the other"
+        )
+    if cfg.compare_with and not OmegaConf.is_missing(cfg, "run_dir"):
+        refuse_duplicate_names([cfg.run_dir, *cfg.compare_with])
+    return BACKENDS[Backend(cfg.backend)](cfg)
+
+
+def _torch_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
+    """The folders' weights in PyTorch, on one engine."""
+    engine, run = open_model(cfg, "serve")
+    models = [_torch_model(run, engine)]
+    for folder in cfg.compare_with:
+        try:
+            other = load_run(folder, cfg.checkpoint, engine)
+        except Seq2SeqError as e:
+            raise Seq2SeqError(f"compare_with: {e}") from None
+        same_source(other.cfg, run.cfg, folder, cfg.run_dir)
+        if cfg.compile:
+            engine.compile(other.model)
+        models.append(_torch_model(other, engine))
+    return engine.describe(), models
+
+
+def _torch_model(run: TrainedRun, engine: Engine) -> ServedModel:
+    card = model_card(run.run_dir, run.cfg, run.step, engine.precision.value, Backend.torch)
+    return ServedModel(
+        card["name"],
+        card,
+        run.src_tok,
+        str(engine.device),
+        lambda search: Translator.from_run(run, search, engine),
+    )
+
+
+BACKENDS: dict[Backend, Callable[[ServeConfig], tuple[str, list[ServedModel]]]] = {
+    Backend.torch: _torch_models,
+    Backend.onnx: open_onnx_models,
+}

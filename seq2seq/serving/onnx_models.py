@@ -1,0 +1,131 @@
+"""``backend=onnx``: release folders served from their ONNX graphs (``seq2seq-export onnx=true``)
+on onnxruntime, searched by the torch-free translator of ``lite/`` (the same greedy and beam
+search, in numpy), behind the same API, page, probes and metrics as the PyTorch backend."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from seq2seq.config import Backend, DecodeConfig, Precision, ServeConfig
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.hypothesis import Hypothesis
+from seq2seq.decoding.inference import Translation, Translator, read_config, release_facts
+from seq2seq.errors import Seq2SeqError
+from seq2seq.serving.models import ServedModel, model_card, same_source
+from seq2seq.storage.rundir import CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER
+
+GRAPHS_SPEC = Path("onnx") / "graphs.json"  # what seq2seq-export onnx=true writes
+VARIANTS = {Precision.fp32: "fp32", Precision.int8: "int8"}  # precision= -> the graphs served
+
+
+class OnnxTranslator(Translator):
+    """The lite translator of one release and search setting, with the texts, pieces and
+    hypotheses the server reads from a PyTorch Translator (no model, no engine)."""
+
+    def __init__(self, lite: Any, src_tok: Tokenizer, tgt_tok: Tokenizer, search: DecodeConfig):
+        # the base class's texts and pieces read the tokenizers alone; its model is lite's graphs
+        self.lite, self.src_tok, self.tgt_tok, self.search = lite, src_tok, tgt_tok, search
+        self.model, self.engine = None, None
+
+    def translate(self, lines: list[str]) -> list[Translation]:  # type: ignore[override]
+        """The lite search's n-best lists, as the PyTorch search gives them."""
+        return [
+            Translation(
+                list(found.source_ids),
+                [
+                    Hypothesis(list(h.tokens), float(h.score), torch.from_numpy(h.attention))
+                    for h in found.hypotheses
+                ],
+            )
+            for found in self.lite.translate(lines)
+        ]
+
+
+def open_onnx_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
+    """run_dir's and compare_with's releases on onnxruntime; refused in one line before any is
+    loaded: a setting only PyTorch has, a folder without graphs, no lite translator."""
+    _refuse_torch_settings(cfg)
+    if OmegaConf.is_missing(cfg, "run_dir"):
+        raise Seq2SeqError("say which model to serve: run_dir=<a release folder with onnx/>")
+    folders = [Path(cfg.run_dir), *map(Path, cfg.compare_with)]
+    for folder in folders:
+        if not (folder / GRAPHS_SPEC).is_file():
+            raise Seq2SeqError(
+                f"{folder} has no ONNX graphs ({GRAPHS_SPEC}): backend=onnx serves releases "
+                f"exported with seq2seq-export run_dir=<run> out={folder} onnx=true"
+            )
+    lite = _lite()
+    variant = VARIANTS[Precision(cfg.precision)]
+    models = [_onnx_model(folder, lite, variant, cfg.precision) for folder in folders]
+    first = read_config(folders[0] / CONFIG_FILE)
+    for folder in folders[1:]:
+        same_source(read_config(folder / CONFIG_FILE), first, str(folder), str(folders[0]))
+    return f"onnxruntime on the cpu, the {variant} graphs", models
+
+
+def _refuse_torch_settings(cfg: ServeConfig) -> None:
+    """What the graphs cannot do, refused rather than ignored."""
+    if Precision(cfg.precision) not in VARIANTS:
+        raise Seq2SeqError(
+            f"backend=onnx serves the fp32 graphs, or the int8 ones with precision=int8: not "
+            f"precision={Precision(cfg.precision).value}"
+        )
+    if cfg.device not in ("auto", "cpu"):
+        raise Seq2SeqError(
+            f"backend=onnx runs on the CPU (onnxruntime): leave out device={cfg.device}"
+        )
+    for key, default in (("ensemble", []), ("compile", False), ("coverage_penalty", 0.0)):
+        if cfg[key] != default:
+            raise Seq2SeqError(f"backend=onnx has no {key}=: that is the PyTorch backend's")
+    if cfg.checkpoint != "best":
+        raise Seq2SeqError("backend=onnx serves a release's one model: leave out checkpoint=")
+
+
+def _lite() -> ModuleType:
+    """The torch-free translator's package, or one line saying how to install it."""
+    try:
+        return importlib.import_module("seq2seq_lite")
+    except ImportError as e:
+        raise Seq2SeqError(
+            f"backend=onnx needs the translator of lite/ and onnxruntime ({e}): "
+            "pip install 'seq2seq[onnx]' ./lite"
+        ) from None
+
+
+def _onnx_model(folder: Path, lite: ModuleType, variant: str, precision: Any) -> ServedModel:
+    """One release's graphs, loaded once; each search setting gets its own translator on them."""
+    try:
+        base = lite.Translator.load(folder, int8=variant == "int8")
+    except lite.ReleaseError as e:
+        raise Seq2SeqError(str(e)) from None
+    cfg = read_config(folder / CONFIG_FILE)
+    step = release_facts(folder).get("step", 0)
+    card = model_card(folder, cfg, step, Precision(precision).value, Backend.onnx)
+    src_tok, tgt_tok = (
+        Tokenizer.load(folder / SRC_TOKENIZER),
+        Tokenizer.load(folder / TGT_TOKENIZER),
+    )
+
+    def translator(search: DecodeConfig) -> Translator:
+        settings = {**base.search, **{k: getattr(search, k) for k in SEARCH_KEYS}}
+        lite_translator = lite.Translator(folder, base.graphs, settings)
+        return OnnxTranslator(lite_translator, src_tok, tgt_tok, search)
+
+    return ServedModel(card["name"], card, src_tok, "cpu", translator)
+
+
+SEARCH_KEYS = (
+    "beam_size",
+    "nbest",
+    "alpha",
+    "max_len_a",
+    "max_len_b",
+    "batch_size",
+    "max_source_len",
+)
