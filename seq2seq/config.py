@@ -326,6 +326,8 @@ class ExportConfig:
     # ONNX graphs of the encoder and one decoder step (fp32 and int8) in onnx/, for runtimes
     # without torch (lite/, the browser, seq2seq-serve backend=onnx): pip install 'seq2seq[onnx]'
     onnx: bool = False
+    # with onnx=true: browser/, a static folder that translates in the browser (needs npm)
+    browser: bool = False
 
 
 def register_configs() -> None:

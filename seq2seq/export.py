@@ -26,6 +26,7 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.checkpoint import load_checkpoint
 from seq2seq.runtime.graph_export import export_graphs, require_exporter
+from seq2seq.serving.browser import BROWSER_DIR, require_npm, write_browser
 from seq2seq.storage.manifest import write_manifest
 from seq2seq.storage.rundir import (
     CHECKPOINTS,
@@ -155,6 +156,14 @@ def model_card(f: dict[str, Any]) -> str:
     ]
     if f.get("onnx"):
         lines += onnx_section(f["onnx"])
+    if f.get("browser"):
+        lines += [
+            "",
+            "## In the browser",
+            "",
+            f"`{f['browser']}/` translates in a web browser with no server behind it; serve the "
+            f"folder as static files, e.g. `python -m http.server -d {f['browser']}`, and open it.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -176,6 +185,19 @@ def onnx_section(files: list[str]) -> list[str]:
     ]
 
 
+def page_card(run: TrainedRun, name: str, stated: dict[str, Any]) -> dict[str, Any]:
+    """The card the browser page shows, as seq2seq-serve's GET /models gives it."""
+    keys = ("src_lang", "tgt_lang", "step")
+    return {
+        "name": name,
+        **{key: stated[key] for key in keys},
+        "attention": run.cfg.model.attention.name,
+        "attention_label": stated["attention"],
+        "precision": "fp32",
+        "backend": "browser",
+    }
+
+
 def export(cfg: ExportConfig) -> Path:
     """Write the release folder of ``cfg.run_dir``; return its path."""
     for key in ("run_dir", "out"):
@@ -184,8 +206,12 @@ def export(cfg: ExportConfig) -> Path:
     out = Path(cfg.out)
     if out.exists() and any(out.iterdir()):
         raise Seq2SeqError(f"{out} exists and is not empty: choose a new folder for the release")
+    if cfg.browser and not cfg.onnx:
+        raise Seq2SeqError("browser=true runs the ONNX graphs in the page: add onnx=true")
     if cfg.onnx:
         require_exporter()  # before anything is written
+    if cfg.browser:
+        require_npm()
     run = load_run(cfg.run_dir, cfg.checkpoint)
     out.mkdir(parents=True, exist_ok=True)
     safetensors.torch.save_model(run.model, str(out / RELEASE_WEIGHTS))
@@ -205,6 +231,9 @@ def export(cfg: ExportConfig) -> Path:
         graphs = export_graphs(run.model, out / GRAPHS_DIR, DecodeConfig(), graph_facts)
         stated["onnx"] = sorted(p.relative_to(out).as_posix() for p in graphs)
         files += graphs
+    if cfg.browser:
+        files += write_browser(out, page_card(run, out.name, stated))
+        stated["browser"] = BROWSER_DIR
     (out / RELEASE_FACTS).write_text(json.dumps(stated, indent=1, ensure_ascii=False))
     (out / MODEL_CARD).write_text(model_card(stated), encoding="utf-8")
     files += [out / RELEASE_FACTS, out / MODEL_CARD]

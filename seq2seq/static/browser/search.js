@@ -1,0 +1,149 @@
+// Greedy and beam search of one sentence over a release's encoder and step graphs: the lite
+// translator's numpy search (lite/seq2seq_lite/search.py) step for step, with its float32
+// sums rounded as numpy rounds them (Math.fround), so that both choose the same words.
+//
+// A sentence stops at floor(a * src_len + b) target tokens (src_len counts the source EOS) by
+// forcing EOS there; scores are log-prob sums over the GNMT length penalty
+// ((5 + length) / 6) ** alpha (length counts the EOS).
+
+const f32 = Math.fround;
+
+export function lengthPenalty(length, alpha) {
+  return Math.pow((5 + length) / 6, alpha);
+}
+
+function maxLength(srcLength, a, b) {
+  return Math.max(Math.floor(srcLength * a + b), 0);
+}
+
+// Forbid PAD and BOS in every row of log-probs [rows * V], and anything but EOS at the limit.
+function restrict(logProbs, vocab, atLimit, ids) {
+  for (let start = 0; start < logProbs.length; start += vocab) {
+    if (atLimit) {
+      const eos = logProbs[start + ids.eos];
+      logProbs.fill(-Infinity, start, start + vocab);
+      logProbs[start + ids.eos] = eos;
+    }
+    logProbs[start + ids.pad] = -Infinity;
+    logProbs[start + ids.bos] = -Infinity;
+  }
+  return logProbs;
+}
+
+// The attention of each row [rows][S]: the mean over heads of weights [rows, heads, S].
+function meanOverHeads(weights, rows, heads) {
+  const width = weights.length / (rows * heads);
+  const out = [];
+  for (let r = 0; r < rows; r++) {
+    const row = new Float32Array(width);
+    for (let h = 0; h < heads; h++) {
+      const at = (r * heads + h) * width;
+      for (let j = 0; j < width; j++) row[j] = f32(row[j] + weights[at + j]);
+    }
+    if (heads > 1) for (let j = 0; j < width; j++) row[j] = f32(row[j] / heads);
+    out.push(row);
+  }
+  return out;
+}
+
+// Indices of the ``count`` largest values, largest first (ties: the lower index first).
+function top(values, count) {
+  const best = [];
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (best.length === count && !(v > values[best[count - 1]])) continue;
+    let at = best.length === count ? count - 1 : best.length;
+    while (at > 0 && v > values[best[at - 1]]) at--;
+    best.splice(at, 0, i);
+    if (best.length > count) best.pop();
+  }
+  return best;
+}
+
+// The most probable token at every step.
+export async function greedy(graphs, src, cfg) {
+  const ids = graphs.ids;
+  let { memory, state } = await graphs.encode(src);
+  const limit = maxLength(src.length, cfg.max_len_a, cfg.max_len_b);
+  const tokens = [];
+  const attention = [];
+  let score = 0;
+  let prev = ids.bos;
+  for (let t = 0; t <= limit; t++) {
+    const out = await graphs.step([prev], state, memory);
+    const logProbs = restrict(out.logProbs, out.logProbs.length, t === limit, ids);
+    let token = 0;
+    for (let v = 1; v < logProbs.length; v++) if (logProbs[v] > logProbs[token]) token = v;
+    tokens.push(token);
+    attention.push(meanOverHeads(out.weights, 1, graphs.heads)[0]);
+    score = f32(score + logProbs[token]);
+    state = out.state;
+    prev = token;
+    if (token === ids.eos) break;
+  }
+  return [{ tokens: tokens.slice(0, -1), score: score / lengthPenalty(tokens.length, cfg.alpha), attention }];
+}
+
+// The k best continuations at every step; EOS among the k best candidates finishes a
+// hypothesis; done with k of them, at the length limit, or when no live beam can end above the
+// n-best-th finished score. Returns the n-best list, best first.
+export async function beam(graphs, src, cfg) {
+  const ids = graphs.ids;
+  const k = cfg.beam_size;
+  const nbest = Math.min(cfg.nbest, k);
+  const limit = maxLength(src.length, cfg.max_len_a, cfg.max_len_b);
+  const bestPenalty = f32(lengthPenalty(limit + 1, cfg.alpha));
+  let { memory, state } = await graphs.encode(src);
+  let scores = [0];
+  let prev = [ids.bos];
+  const parents = [];
+  const fed = [];
+  const history = [];
+  const ended = []; // {score, step, row}, at most k
+  for (let t = 0; t <= limit; t++) {
+    const width = scores.length;
+    const out = await graphs.step(prev, state, memory);
+    history.push(meanOverHeads(out.weights, width, graphs.heads));
+    const vocab = out.logProbs.length / width;
+    const logProbs = restrict(out.logProbs, vocab, t === limit, ids);
+    const candidates = new Float32Array(logProbs.length);
+    for (let i = 0; i < logProbs.length; i++) candidates[i] = f32(scores[Math.floor(i / vocab)] + logProbs[i]);
+    const slots = top(candidates, 2 * k).map((i) => ({
+      score: candidates[i],
+      token: i % vocab,
+      row: Math.floor(i / vocab),
+    }));
+    const penalty = f32(lengthPenalty(t + 1, cfg.alpha));
+    slots.forEach((slot, s) => {
+      const ends = slot.token === ids.eos && s < k && Number.isFinite(slot.score);
+      if (ends && ended.length < k) ended.push({ score: f32(slot.score / penalty), step: t, row: slot.row });
+    });
+    const next = [...slots.filter((s) => s.token !== ids.eos), ...slots.filter((s) => s.token === ids.eos)].slice(0, k);
+    const finished = ended.map((e) => e.score).sort((a, b) => b - a);
+    const kept = finished.length >= nbest ? finished[nbest - 1] : -Infinity;
+    const beyond = Number.isFinite(kept) && kept >= f32(next[0].score / bestPenalty);
+    const done = t === limit || ended.length >= k || beyond;
+    const rows = next.map((s) => s.row);
+    parents.push(rows);
+    fed.push(next.map((s) => s.token));
+    if (done) break;
+    memory = width === k ? memory : graphs.rows(memory, rows);
+    state = graphs.rows(out.state, rows);
+    scores = next.map((s) => s.score);
+    prev = next.map((s) => s.token);
+  }
+  const order = ended.map((e, i) => i).sort((i, j) => (ended[i].score > ended[j].score ? -1 : ended[i].score < ended[j].score ? 1 : 0));
+  return order.slice(0, nbest).map((i) => backtrack(ended[i], fed, parents, history));
+}
+
+// The tokens and attention of the hypothesis whose EOS is row ``row`` of step ``step``.
+function backtrack({ score, step, row }, fed, parents, history) {
+  const tokens = [];
+  const attention = [history[step][row]];
+  for (let t = step - 1; t >= 0; t--) {
+    tokens.push(fed[t][row]);
+    row = parents[t][row];
+    attention.push(history[t][row]);
+  }
+  return { tokens: tokens.reverse(), score, attention: attention.reverse() };
+}

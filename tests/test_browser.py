@@ -1,0 +1,127 @@
+"""seq2seq-export onnx=true browser=true: a static folder that translates in headless Chromium,
+with no server behind it but a static one, as the lite translator does (greedy and beam 5, the
+n-best scores), and through the served page; an export that cannot make it says so in one line."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from seq2seq_lite import Translator as LiteTranslator
+from serve_helpers import SENTENCES, export, headless_browser
+
+LINES = [*SENTENCES, "", "Ein Mann fährt Fahrrad."]
+# the folder's translations of LINES, or an error, from a page script
+TRANSLATE = """
+const [lines, options, done] = arguments;
+window.seq2seq.then((t) => t.translate(lines, options)).then(done, (e) => done({error: String(e)}));
+"""
+
+
+@pytest.fixture(scope="module")
+def browser_release(smoke_run: Path, tmp_path_factory) -> Path:
+    if shutil.which("npm") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("npm is needed for browser=true")
+        pytest.skip("npm is needed for browser=true")
+    out = tmp_path_factory.mktemp("release") / "de-en"
+    return export(smoke_run, out, "onnx=true", "browser=true")
+
+
+@contextlib.contextmanager
+def static_site(folder: Path) -> Iterator[str]:
+    """The folder on a plain static file server, as any web host would serve it."""
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *args: None
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+
+
+@pytest.mark.slow
+def test_the_browser_translates_as_lite_does(browser_release: Path) -> None:
+    with static_site(browser_release / "browser") as url, headless_browser() as browser:
+        browser.set_script_timeout(300)
+        browser.get(url + "/")
+        for beam in (1, 5):
+            nbest = 3 if beam > 1 else 1
+            found = browser.execute_async_script(
+                TRANSLATE, LINES, {"beam_size": beam, "nbest": nbest}
+            )
+            assert "error" not in found, found
+            lite = LiteTranslator.load(browser_release, beam_size=beam, nbest=nbest)
+            expected = lite.translate(LINES)
+            for item, result in zip(found, expected, strict=True):
+                assert item["translation"] == (result.texts[0] if result.texts else "")
+                if beam > 1:
+                    assert [c["translation"] for c in item["nbest"]] == result.texts
+                    scores = [h.score for h in result.hypotheses]
+                    assert [c["score"] for c in item["nbest"]] == pytest.approx(scores, abs=1e-3)
+                weights = item["alignment"]["weights"]
+                if result.hypotheses:
+                    attention = result.hypotheses[0].attention
+                    assert len(weights) == attention.shape[0]
+                    for row, expected_row in zip(weights, attention.tolist(), strict=True):
+                        assert row == pytest.approx(expected_row, abs=1e-3)
+        assert found[4] == {
+            "translation": "",
+            "nbest": [],
+            "alignment": {"source": [], "target": [], "weights": []},
+        }
+
+
+@pytest.mark.slow
+def test_the_page_translates_in_the_browser(browser_release: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with static_site(browser_release / "browser") as url, headless_browser() as browser:
+        browser.get(url + "/")
+        wait = WebDriverWait(browser, 120)
+        wait.until(lambda b: "ready" in b.find_element(By.TAG_NAME, "body").get_attribute("class"))
+        assert "de → en" in browser.find_element(By.ID, "model").text
+        browser.find_element(By.ID, "source").send_keys(SENTENCES[1])
+        browser.find_element(By.ID, "go").click()
+        rows = wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "tr.target-row"))
+        lite = LiteTranslator.load(browser_release)
+        [expected] = lite.translate(SENTENCES[1:2])
+        assert browser.find_element(By.ID, "translation").text == expected.texts[0]
+        assert len(rows) == expected.hypotheses[0].attention.shape[0]  # a row per target piece
+        assert browser.find_element(By.ID, "error").text == ""
+
+
+def test_browser_without_onnx_or_npm_is_refused_in_one_line(smoke_run, tmp_path) -> None:
+    for overrides, env, says in (
+        (["browser=true"], os.environ, "add onnx=true"),
+        (["onnx=true", "browser=true"], {**os.environ, "PATH": str(tmp_path)}, "npm was not found"),
+    ):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "seq2seq.export",
+                f"run_dir={smoke_run}",
+                f"out={tmp_path / 'r'}",
+                *overrides,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        assert proc.returncode == 1 and says in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert not (tmp_path / "r").exists()  # refused before anything is written
