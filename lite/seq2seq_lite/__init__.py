@@ -14,6 +14,10 @@ from seq2seq_lite.search import Hypothesis, beam, greedy
 
 __all__ = ["Hypothesis", "ReleaseError", "Translation", "Translator"]
 
+# sentences decoded together unless asked: the beam's arrays of 64 (the export's default) take
+# about 120 MB more for about 6 % less time (docs/deploy.md, "Size and memory")
+BATCH_SIZE = 16
+
 
 @dataclass
 class Translation:
@@ -44,11 +48,12 @@ class Translator:
         cls, folder: str | Path, int8: bool = False, threads: int | None = None, **search
     ) -> Translator:
         """The release in ``folder`` (manifest checked); ``search`` overrides the defaults it
-        was exported with (beam_size, nbest, alpha, max_len_a, max_len_b, batch_size)."""
+        was exported with (beam_size, nbest, alpha, max_len_a, max_len_b), and BATCH_SIZE."""
         folder = Path(folder)
         check_manifest(folder)
         spec = read_spec(folder)
-        settings = {**spec["search"], **{k: v for k, v in search.items() if v is not None}}
+        given = {k: v for k, v in search.items() if v is not None}
+        settings = {**spec["search"], "batch_size": BATCH_SIZE, **given}
         graphs = Graphs(folder, spec, "int8" if int8 else "fp32", threads)
         return cls(folder, graphs, settings)
 

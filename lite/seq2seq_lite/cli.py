@@ -19,7 +19,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-len-a", type=float, help="length rule: a * source length + b")
     parser.add_argument("--max-len-b", type=int, help="length rule: a * source length + b")
     parser.add_argument("--max-source-len", type=int, help="longest source line, in subwords")
-    parser.add_argument("--batch-size", type=int, help="sentences decoded together")
+    parser.add_argument("--batch-size", type=int, help="sentences decoded together (16)")
     parser.add_argument("--int8", action="store_true", help="the int8 graphs")
     parser.add_argument("--threads", type=int, help="onnxruntime threads (default: its own)")
     return parser.parse_args(argv)
