@@ -154,6 +154,10 @@ class TrainConfig:
     val_beam_size: int = 1  # validation BLEU decodes greedily unless raised
     val_batch_size: int = 64  # sentences per validation decoding batch; GPUs take more
     resume: bool = False  # continue from last.pt in the run folder
+    # a new run from a trained run or release folder: its model config, tokenizers and weights
+    # (a run's best.pt), with a fresh optimizer, schedule and early stopping
+    init_from: Optional[str] = None
+    init_optimizer: bool = False  # with init_from: its last.pt's optimizer and learning rate
     precision: Optional[Precision] = None  # deprecated: the top-level precision=
     compile: bool = False  # torch.compile the decoder's per-step work (time-step loops)
     threads: int = 0  # torch threads; 0 = $OMP_NUM_THREADS, else this process's share of cores
@@ -185,6 +189,14 @@ class DecodeConfig:
     coverage_penalty: float = 0.0
     batch_size: int = 64  # sentences decoded together
     max_source_len: int = 1000  # subwords per input line at most: longer is refused, never cut
+    # sampling instead of search: nbest translations drawn per sentence from the model's
+    # distribution at this temperature, among the top_k most probable (0: all) and the top_p of
+    # the probability mass (1: all); the same seed and input draw the same translations
+    sampling: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
 
 
 @dataclass

@@ -45,6 +45,7 @@ _POSITIVE = (
     "nbest",
     "batch_size",
     "max_source_len",
+    "temperature",
     "port",
     "max_body_bytes",
     "max_sentences",
@@ -67,6 +68,7 @@ _NOT_NEGATIVE = (
     "train.guided_weight",
     "train.coverage_weight",
     "coverage_penalty",
+    "top_k",
 )
 
 
@@ -224,6 +226,15 @@ def _cross_key_problems(cfg: Any) -> list[str]:
             f"max_queue_sentences={queue} is below max_sentences={largest}: a "
             "request of the largest size could never be admitted"
         )
+    if OmegaConf.select(cfg, "sampling", default=False) and queue is not None:
+        problems.append("seq2seq-serve searches: sampling=true is for evaluate and translate")
+    top_p = OmegaConf.select(cfg, "top_p", default=None)
+    if top_p is not None and not 0 < top_p <= 1:
+        problems.append(f"top_p={top_p} must be above 0 and at most 1")
+    if OmegaConf.select(cfg, "sampling", default=False) and OmegaConf.select(
+        cfg, "coverage_penalty", default=0.0
+    ):
+        problems.append("coverage_penalty reranks beam search's hypotheses: not with sampling=true")
     alpha = OmegaConf.select(cfg, "data.sampling_alpha", default=0.0)
     if OmegaConf.select(cfg, "train.guided_alignment", default=None) is not None and alpha:
         problems.append(

@@ -197,7 +197,30 @@ def _names(cfg: EvaluateConfig, run: TrainedRun, name: str, members: int) -> tup
         suffix += f".len{cfg.max_len_a:g}x+{cfg.max_len_b}"
     if cfg.nbest > 1:
         suffix += f".nbest{cfg.nbest}"
+    if cfg.sampling:  # e.g. test_2016_flickr.best.sample.t0.7.k10.seed1
+        return name, f"{name}.{checkpoint}.{sampling_part(cfg)}{suffix}"
     return name, f"{name}.{checkpoint}.beam{cfg.beam_size}{suffix}"
+
+
+def sampling_part(cfg: EvaluateConfig) -> str:
+    """The sampling settings in a file name: those that differ from their defaults, and the seed."""
+    default = DecodeConfig()
+    part = "sample"
+    if cfg.temperature != default.temperature:
+        part += f".t{cfg.temperature:g}"
+    if cfg.top_k:
+        part += f".k{cfg.top_k}"
+    if cfg.top_p != default.top_p:
+        part += f".p{cfg.top_p:g}"
+    return f"{part}.seed{cfg.seed}"
+
+
+def sampling_facts(cfg: EvaluateConfig) -> dict[str, Any]:
+    """The sampling settings of a result, where it sampled (none for a search)."""
+    if not cfg.sampling:
+        return {}
+    keys = ("temperature", "top_k", "top_p", "seed")
+    return {"sampling": True, **{key: getattr(cfg, key) for key in keys}}
 
 
 def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
@@ -248,6 +271,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         "max_len_a": cfg.max_len_a,
         "max_len_b": cfg.max_len_b,
         "coverage_penalty": cfg.coverage_penalty if cfg.beam_size > 1 else 0.0,
+        **sampling_facts(cfg),
         **engine_choices(engine),  # device, precision, threads, products, int8_engine
         "sentences": len(sources),
         "seconds": round(seconds, 3),  # decoding only

@@ -103,6 +103,7 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
         "training_minutes": round(last["seconds"] / 60, 1) if "seconds" in last else None,
         "device": last.get("device"),  # checkpoints from before it was kept: unknown
         "recipe": " ".join(["seq2seq-train", *recipe]),
+        "started_from": OmegaConf.select(cfg, "train.init_from"),  # train.init_from, if any
         "test": tests,
         "licence": licence,
     }
@@ -128,6 +129,8 @@ def model_card(f: dict[str, Any]) -> str:
         f"| training | {f['step']} updates, {f['training_minutes'] or '?'} minutes on "
         f"{f['device'] or '?'}; best validation BLEU {valid} |",
     ]
+    if f.get("started_from"):
+        lines.append(f"| started from | `{f['started_from']}` (its weights, `train.init_from`) |")
     for split, t in f["test"].items():
         lines.append(
             f"| {split} (beam {t['beam_size']}) | BLEU {t['bleu']:.2f} "

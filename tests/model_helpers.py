@@ -18,6 +18,7 @@ from seq2seq.model.config import (
     ModelConfig,
     MultiHeadConfig,
 )
+from seq2seq.vocab import BOS, EOS
 
 SRC_VOCAB, TGT_VOCAB = 20, 25
 A, B = 1.0, 4  # max_len = src_len + 4
@@ -141,3 +142,13 @@ def assert_same_update(a: dict, b: dict) -> None:
     for kind, tolerance in (("grads", 1e-6), ("params", 1e-6)):
         for name, value in a[kind].items():
             torch.testing.assert_close(value, b[kind][name], atol=tolerance, rtol=1e-4, msg=name)
+
+
+def forced_log_prob(model: Seq2Seq, src: torch.Tensor, tokens: list[int]) -> float:
+    """Sum of the model's log-probabilities of ``tokens`` + EOS after ``src`` (teacher forcing)."""
+    target = torch.tensor([*tokens, EOS])
+    tgt_in = torch.cat([torch.tensor([BOS]), target[:-1]])
+    with torch.no_grad():
+        features, _ = model.features(src[None], torch.tensor([len(src)]), tgt_in[None])
+        log_probs = torch.log_softmax(model.decoder.output_layer(features[0]), -1)  # [T, V]
+    return float(log_probs.gather(1, target[:, None]).sum())

@@ -7,7 +7,16 @@ import math
 import pytest
 import reference_search
 import torch
-from model_helpers import ATTENTIONS, A, B, assert_same, peaky_model, settings, sources
+from model_helpers import (
+    ATTENTIONS,
+    A,
+    B,
+    assert_same,
+    forced_log_prob,
+    peaky_model,
+    settings,
+    sources,
+)
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
@@ -20,18 +29,7 @@ from seq2seq.decoding.search import (
     length_penalty,
     max_lengths,
 )
-from seq2seq.model import Seq2Seq
-from seq2seq.vocab import BOS, EOS
-
-
-def forced_log_prob(model: Seq2Seq, src: torch.Tensor, tokens: list[int]) -> float:
-    """Sum of the model's log-probabilities of ``tokens`` + EOS after ``src`` (teacher forcing)."""
-    target = torch.tensor([*tokens, EOS])
-    tgt_in = torch.cat([torch.tensor([BOS]), target[:-1]])
-    with torch.no_grad():
-        features, _ = model.features(src[None], torch.tensor([len(src)]), tgt_in[None])
-        log_probs = torch.log_softmax(model.decoder.output_layer(features[0]), -1)  # [T, V]
-    return float(log_probs.gather(1, target[:, None]).sum())
+from seq2seq.vocab import EOS
 
 
 @pytest.mark.parametrize("name", ATTENTIONS)

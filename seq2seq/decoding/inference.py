@@ -228,7 +228,7 @@ class Translator:
         for key in ("beam_size", "nbest", "batch_size", "max_source_len"):
             if getattr(search, key) < 1:
                 raise Seq2SeqError(f"{key} must be at least 1, not {getattr(search, key)}")
-        if search.nbest > search.beam_size:
+        if search.nbest > search.beam_size and not search.sampling:  # sampling draws nbest
             raise Seq2SeqError(
                 f"nbest={search.nbest} needs at least as many beams: add beam_size={search.nbest}"
             )

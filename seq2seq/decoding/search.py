@@ -8,7 +8,7 @@ once.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -37,7 +37,36 @@ __all__ = [
     "greedy_search",
     "length_penalty",
     "max_lengths",
+    "sample",
 ]
+
+
+Pick = Callable[[Tensor], tuple[Tensor, Tensor]]  # log-probs [b, V] -> (their log-prob, token)
+
+
+def most_probable(log_probs: Tensor) -> tuple[Tensor, Tensor]:
+    """Greedy search's choice: the most probable token."""
+    return log_probs.max(dim=-1)
+
+
+def sampler(cfg: DecodeConfig, generator: torch.Generator) -> Pick:
+    """A token drawn from the model's distribution at ``cfg.temperature``, among the ``top_k``
+    most probable (0: all) and the smallest set of them whose probability reaches ``top_p``."""
+
+    def pick(log_probs: Tensor) -> tuple[Tensor, Tensor]:
+        logits = log_probs.float() / cfg.temperature  # [b, V]
+        if 0 < cfg.top_k < logits.size(1):
+            kth = logits.topk(cfg.top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if cfg.top_p < 1:
+            ordered, order = logits.sort(dim=-1, descending=True)
+            probs = ordered.softmax(-1)
+            beyond = probs.cumsum(-1) - probs >= cfg.top_p  # the mass before them is enough
+            logits = logits.scatter(1, order, ordered.masked_fill(beyond, float("-inf")))
+        tokens = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
+        return log_probs.gather(1, tokens[:, None]).squeeze(1), tokens
+
+    return pick
 
 
 @torch.inference_mode()
@@ -48,10 +77,12 @@ def greedy_search(
     cfg: DecodeConfig,
     *,
     check_every: int | None = None,
+    pick: Pick = most_probable,
 ) -> list[Hypothesis]:
-    """Most probable next token at every step, for a batch src [B, S] at once, within the length
-    limit of ``cfg``; scores as beam search gives them (over ``cfg.alpha``'s length penalty); the
-    loop looks at the device every ``check_every`` steps (None: `check_interval` of the device)."""
+    """One token at every step (the most probable, or what ``pick`` chooses), for a batch src
+    [B, S] at once, within the length limit of ``cfg``; scores as beam search gives them (over
+    ``cfg.alpha``'s length penalty); the loop looks at the device every ``check_every`` steps
+    (None: `check_interval` of the device)."""
     enc = model.encode(src, src_lengths)
     state = model.decoder.init_state(enc)
     batch, src_len = src.shape
@@ -72,7 +103,7 @@ def greedy_search(
         log_probs, state, weights = model.decoder.step(prev, state, enc)  # [b, V]
         look = looks_at(t, steps, every)
         log_probs = restrict(log_probs, limit[active] == t, look)
-        best, prev = log_probs.max(dim=-1)  # [b]
+        best, prev = pick(log_probs)  # [b]
         tokens[active, t] = prev  # rows that ended earlier write past their length: unread
         attention[active, t] = weights.float()
         scores[active] += torch.where(running, best.float(), 0.0)
@@ -101,10 +132,28 @@ def greedy_search(
 def decode(
     model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig
 ) -> list[list[Hypothesis]]:
-    """n-best lists for a padded batch; beam_size 1 is greedy search."""
+    """n-best lists for a padded batch; beam_size 1 is greedy search; sampling draws ``nbest``
+    translations of each sentence, best first."""
+    if cfg.sampling:
+        return sample(model, src, src_lengths, cfg)
     if cfg.beam_size == 1:
         return [[h] for h in greedy_search(model, src, src_lengths, cfg)]
     return beam_search(model, src, src_lengths, cfg)
+
+
+def sample(
+    model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, seed: int | None = None
+) -> list[list[Hypothesis]]:
+    """``cfg.nbest`` translations of each sentence drawn by `sampler`, by score; the same
+    ``seed`` (default ``cfg.seed``) draws the same ones."""
+    n = cfg.nbest
+    generator = torch.Generator(device=src.device).manual_seed(cfg.seed if seed is None else seed)
+    rows = torch.arange(len(src)).repeat_interleave(n)
+    drawn = greedy_search(
+        model, src[rows.to(src.device)], src_lengths[rows], cfg, pick=sampler(cfg, generator)
+    )
+    groups = [drawn[i * n : (i + 1) * n] for i in range(len(src))]
+    return [sorted(group, key=lambda h: -h.score) for group in groups]
 
 
 def decode_sources(
@@ -114,14 +163,17 @@ def decode_sources(
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     device = next(model.parameters()).device
-    for start in range(0, len(order), cfg.batch_size):
+    for batch, start in enumerate(range(0, len(order), cfg.batch_size)):
         chunk = order[start : start + cfg.batch_size]
         lengths = np.array([len(sources[i]) for i in chunk], dtype=np.int64)
         src = np.full((len(chunk), lengths.max()), PAD, dtype=np.int64)
         for row, i in enumerate(chunk):
             src[row, : lengths[row]] = sources[i]
         src_ids = torch.from_numpy(src).to(device)
-        nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg)
+        if cfg.sampling:  # each batch its own stream: the same input, the same draws
+            nbest = sample(model, src_ids, torch.from_numpy(lengths), cfg, cfg.seed + batch)
+        else:
+            nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg)
         for i, hyps in zip(chunk, nbest, strict=True):
             results[i] = hyps
     return results

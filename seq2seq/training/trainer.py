@@ -23,7 +23,6 @@ from seq2seq.data.guidance import AlignmentTargets
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, write_splits
 from seq2seq.data.sampling import SubwordSampler
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer
 from seq2seq.model.seq2seq import build_model
 from seq2seq.runtime.checkpoint import CheckpointWriter, keep, start_or_resume
@@ -39,6 +38,7 @@ from seq2seq.storage.rundir import (
     RunLock,
 )
 from seq2seq.training.alignment import AlignmentProbe
+from seq2seq.training.init import adopt_model, copy_tokenizers, start_from
 from seq2seq.training.monitor import Monitor
 from seq2seq.training.progress import Report, Window
 from seq2seq.training.record import choose_and_record
@@ -142,12 +142,11 @@ class Trainer:
 
     def __init__(self, cfg: DictConfig, run_dir: Path, engine: Engine) -> None:
         self.cfg, self.run_dir, self.engine = cfg, run_dir, engine
-        tcfg = cfg.train
-        if tcfg.accumulate < 1:
-            raise Seq2SeqError(f"train.accumulate must be at least 1, not {tcfg.accumulate}")
+        tcfg = cfg.train  # its limits are the schema's (check_config)
+        adopt_model(cfg)  # train.init_from's, before config.yaml is written
         self.lock = RunLock(run_dir)
         state = engine.from_main(self._claim)
-        self.data = prepare_data(cfg, run_dir, engine, resuming=state is not None)
+        self.data = prepare_data(cfg, run_dir, engine, state is not None or bool(tcfg.init_from))
         if tcfg.keep_freed_memory:  # for the steps; data preparation keeps the smaller footprint
             engine.keep_freed_memory()
         self.epochs = Epochs(self.data, cfg, engine)
@@ -156,6 +155,8 @@ class Trainer:
         self.updater = Updater(engine, model, tcfg)
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
         self.plan, self.progress = epoch_plan(cfg, engine, self.data.train), Progress()
+        if state is None and tcfg.init_from:
+            start_from(tcfg.init_from, tcfg.init_optimizer, self.updater, self.schedule)
         if state is not None:
             self.progress = restore_training(state, self.updater, self.schedule, engine, self.plan)
         # Resuming hides whatever the interrupted run logged after the step of its last.pt.
@@ -174,7 +175,10 @@ class Trainer:
     def _claim(self) -> dict[str, Any] | None:
         """Rank 0: lock the run folder, then start the run or take up its last.pt."""
         self.lock.acquire()
-        return start_or_resume(self.run_dir, self.cfg)
+        state = start_or_resume(self.run_dir, self.cfg)
+        if state is None and self.cfg.train.init_from:
+            copy_tokenizers(self.cfg.train.init_from, self.run_dir)
+        return state
 
     # -- checkpoints -------------------------------------------------------------------------
 

@@ -1,0 +1,114 @@
+"""A run that starts from a trained one (``train.init_from=<run or release folder>``): it takes
+that folder's model config, tokenizers and weights, and trains on today's data and settings
+with a fresh optimizer, schedule, step count and early stopping; ``train.init_optimizer=true``
+keeps the optimizer's moments and the learning rate of the run's last.pt instead."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from seq2seq.decoding.inference import load_run, read_config
+from seq2seq.errors import Seq2SeqError
+from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
+from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.storage.rundir import CONFIG_FILE, LAST, SRC_TOKENIZER, TGT_TOKENIZER
+from seq2seq.training.schedule import LearningRate
+from seq2seq.training.updater import Updater
+
+log = logging.getLogger("seq2seq.train")
+
+# model keys a run may set otherwise than the folder it starts from: no weight's shape depends
+# on them
+FREE_KEYS = {"dropout"}
+DEFAULT_ATTENTION = "bahdanau"  # configs/config.yaml's model/attention (a test holds them equal)
+
+
+def adopt_model(cfg: DictConfig) -> None:
+    """Give ``cfg`` the model config of ``cfg.train.init_from`` (an absolute path from now on),
+    if set. A model key set to another value than the schema's default, and than that folder's,
+    is refused in one line naming the keys: today's model cannot hold the folder's weights."""
+    if not cfg.train.init_from:
+        return
+    folder = Path(cfg.train.init_from).resolve()
+    if not (folder / CONFIG_FILE).is_file():
+        raise Seq2SeqError(
+            f"train.init_from={cfg.train.init_from} is not a training run or release folder "
+            f"(no {CONFIG_FILE})"
+        )
+    if cfg.train.init_optimizer and not (folder / LAST).is_file():
+        raise Seq2SeqError(
+            f"train.init_optimizer=true takes the optimizer of {folder / LAST}, which does not "
+            "exist (a release keeps none): leave it out to start with a fresh one"
+        )
+    theirs = _plain(read_config(folder / CONFIG_FILE).model)
+    ours = _plain(cfg.model)
+    chosen = _flat(ours).items() - _flat(_defaults(ours)).items()
+    clashes = sorted(
+        f"model.{key} ({value} here, {_flat(theirs).get(key)} there)"
+        for key, value in chosen
+        if key not in FREE_KEYS and _flat(theirs).get(key) != value
+    )
+    if clashes:
+        raise Seq2SeqError(
+            f"train.init_from={folder} has another model: {', '.join(clashes)}; leave these "
+            "keys out to train its model"
+        )
+    for key, value in chosen:  # dropout, where today's config sets it
+        if key in FREE_KEYS:
+            theirs[key] = value
+    attention = ATTENTION_CONFIGS[theirs["attention"]["name"]]()
+    schema = OmegaConf.structured(ModelConfig(attention=attention))
+    with open_dict(cfg):
+        cfg.model = OmegaConf.merge(schema, theirs)  # typed, as a composed model config is
+        cfg.train.init_from = str(folder)
+
+
+def copy_tokenizers(folder: str, run_dir: Path) -> None:
+    """The starting folder's tokenizers into the new run folder, where the data is read with
+    them (never retrained: the embeddings belong to their pieces)."""
+    for name in (SRC_TOKENIZER, TGT_TOKENIZER):
+        source = Path(folder) / name
+        if not source.is_file():
+            raise Seq2SeqError(f"train.init_from={folder} has no tokenizer model {name}")
+        shutil.copyfile(source, run_dir / name)
+
+
+def start_from(folder: str, keep_optimizer: bool, updater: Updater, schedule: LearningRate):
+    """A new run's weights from ``folder`` (a release's, or a run's best.pt); with
+    ``keep_optimizer``, the optimizer and learning rate of its last.pt (checked by adopt_model)."""
+    run = load_run(folder)
+    log.info("starting from %s (%s, step %d)", folder, run.checkpoint.name, run.step)
+    updater.module.load_state_dict(run.model.state_dict())
+    if keep_optimizer:
+        saved = load_checkpoint(Path(folder) / LAST)
+        updater.load_state_dict(saved)
+        schedule.load_state_dict(saved["scheduler"])
+
+
+def _plain(model: DictConfig) -> dict[str, Any]:
+    return OmegaConf.to_container(model, resolve=True, enum_to_str=True)
+
+
+def _defaults(model: dict[str, Any]) -> dict[str, Any]:
+    """The schema's model config, as plain values: the attention's keys those of the attention
+    ``model`` names, its name the default one."""
+    defaults = _plain(OmegaConf.structured(ModelConfig))
+    attention = ATTENTION_CONFIGS[model["attention"]["name"]]
+    defaults["attention"] = _plain(OmegaConf.structured(attention)) | {"name": DEFAULT_ATTENTION}
+    return defaults
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"attention.size": 64, ...}`` of a nested dict; lists as tuples."""
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat |= _flat(value, f"{prefix}{key}.")
+        else:
+            flat[prefix + key] = tuple(value) if isinstance(value, list) else value
+    return flat

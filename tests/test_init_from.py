@@ -1,0 +1,110 @@
+"""train.init_from: a new run that starts from a trained one takes its model config, tokenizers
+and weights, with a fresh optimizer, schedule, step count and early stopping unless
+train.init_optimizer=true; the run folder and the release's card say where it started; a model
+that cannot take the weights is refused in one line naming the keys."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from run_helpers import TRAIN_TIMEOUT, composed
+from serve_helpers import export
+
+from seq2seq.training.init import DEFAULT_ATTENTION
+
+SMOKE_LR = 0.003  # experiment=smoke's train.lr: no Adam step moves a weight by more
+
+
+def train(run_dir: Path, data: list[str], *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "seq2seq.train",
+            "log.progress=false",
+            f"hydra.run.dir={run_dir}",
+            *data,
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT,
+    )
+
+
+@pytest.fixture(scope="module")
+def data(smoke_run: Path, multi30k_url: str) -> list[str]:
+    """The smoke run's corpus settings, so the new runs read the same data without downloading."""
+    cfg = OmegaConf.load(smoke_run / "config.yaml").data
+    return [
+        "experiment=smoke",
+        f"data.source={multi30k_url}",
+        f"data.root={cfg.root}",
+        f"data.cache_dir={cfg.cache_dir}",
+    ]
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+def first_step(path: Path) -> float:
+    """Adam's step count of the first parameter in a checkpoint: updates this optimizer made."""
+    state = torch.load(path, map_location="cpu", weights_only=False)["optimizer"]["state"]
+    return float(state[0]["step"])
+
+
+@pytest.mark.slow
+def test_a_run_starts_from_the_weights_with_a_fresh_optimizer(smoke_run, data, tmp_path) -> None:
+    run = tmp_path / "continued"
+    # a default model (no model keys given): the folder's model is taken, dropout included
+    proc = train(run, data[1:], f"train.init_from={smoke_run}", "train.max_steps=1")
+    assert proc.returncode == 0, proc.stderr
+    assert f"starting from {smoke_run.resolve()}" in proc.stdout + proc.stderr
+    saved = OmegaConf.load(run / "config.yaml")
+    assert saved.train.init_from == str(smoke_run.resolve())
+    assert saved.model == OmegaConf.load(smoke_run / "config.yaml").model
+    for name in ("src.model", "tgt.model"):
+        assert (run / name).read_bytes() == (smoke_run / name).read_bytes()
+    before, after = weights(smoke_run / "best.pt"), weights(run / "last.pt")
+    moved = max((after[k] - before[k]).abs().max().item() for k in before)
+    assert 0 < moved <= 2 * SMOKE_LR  # one Adam step from the folder's weights
+    assert first_step(run / "last.pt") == 1  # a fresh optimizer
+    state = torch.load(run / "last.pt", map_location="cpu", weights_only=False)
+    assert state["step"] == 1 and state["epoch"] == 0  # the step count and the epochs: fresh
+    card = (export(run, tmp_path / "release") / "README.md").read_text()
+    assert f"started from | `{smoke_run.resolve()}`" in card
+
+
+@pytest.mark.slow
+def test_init_optimizer_keeps_the_optimizer(smoke_run, data, tmp_path) -> None:
+    run = tmp_path / "kept"
+    overrides = [f"train.init_from={smoke_run}", "train.init_optimizer=true", "train.max_steps=1"]
+    proc = train(run, data, *overrides)
+    assert proc.returncode == 0, proc.stderr
+    assert first_step(run / "last.pt") == first_step(smoke_run / "last.pt") + 1
+
+
+@pytest.mark.slow
+def test_what_cannot_start_from_the_folder_is_refused_in_one_line(smoke_run, data, tmp_path):
+    release = export(smoke_run, tmp_path / "release")
+    for overrides, says in (
+        (["model/attention=luong"], "model.attention.name (luong here, bahdanau there)"),
+        (["model.hidden_size=32"], "model.hidden_size (32 here, 64 there)"),
+        (["train.init_optimizer=true"], "a release keeps none"),
+    ):
+        folder = release if "init_optimizer" in overrides[0] else smoke_run
+        proc = train(tmp_path / "refused", data, f"train.init_from={folder}", *overrides)
+        assert proc.returncode == 1 and says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stdout + proc.stderr
+    proc = train(tmp_path / "refused", data, f"train.init_from={tmp_path / 'nothing'}")
+    assert proc.returncode == 1 and "is not a training run or release folder" in proc.stdout + proc.stderr
+
+
+def test_the_default_attention_is_the_configs() -> None:
+    assert composed().model.attention.name == DEFAULT_ATTENTION
