@@ -44,3 +44,9 @@ def align() -> None:
     from seq2seq.align import main
 
     main()
+
+
+def distill() -> None:
+    from seq2seq.distill import main
+
+    main()

@@ -329,6 +329,17 @@ class AlignConfig:
 
 
 @dataclass
+class DistillConfig(InferenceConfig):
+    """`seq2seq-distill`: a teacher's beam output for every source of a split of its corpus
+    (sequence-level knowledge distillation), written as a corpus for data=custom."""
+
+    out: str = MISSING  # the folder of the distilled corpus (and its chunks, for resuming)
+    split: str = "train"  # a split of the teacher's corpus
+    data_source: Optional[str] = None  # where Multi30k is, if not where the teacher trained
+    chunk_sentences: int = 2000  # sentences decoded and saved at a time
+
+
+@dataclass
 class ExportConfig:
     """`seq2seq-export`: a release folder (safetensors weights, tokenizers, config, model card)."""
 
@@ -350,6 +361,7 @@ def register_configs() -> None:
     cs.store(name="translate_config", node=TranslateConfig)
     cs.store(name="average_config", node=AverageConfig)
     cs.store(name="export_config", node=ExportConfig)
+    cs.store(name="distill_config", node=DistillConfig)
     cs.store(name="serve_config", node=ServeConfig)
     cs.store(name="align_config", node=AlignConfig)
     cs.store(group="data", name="multi30k", node=Multi30kConfig)

@@ -46,6 +46,7 @@ _POSITIVE = (
     "batch_size",
     "max_source_len",
     "temperature",
+    "chunk_sentences",
     "port",
     "max_body_bytes",
     "max_sentences",

@@ -18,13 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.config import DecodeConfig, EvaluateConfig, Precision
 from seq2seq.config_rules import rename_keys
-from seq2seq.data.corpus import read_parallel, split_files, split_name
-from seq2seq.data.sources import FileSource, open_source
-from seq2seq.data.stream import PairStream
+from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.alignment import AttentionSample, alignment_record, attention_samples, pharaoh
 from seq2seq.decoding.inference import (
     InputTooLong,
@@ -36,59 +33,13 @@ from seq2seq.decoding.inference import (
     score,
 )
 from seq2seq.decoding.nbest import moses_lines
-from seq2seq.errors import DataError, Seq2SeqError
+from seq2seq.decoding.splits import run_split
+from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine, engine_choices
-from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR, split_file
+from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR
 from seq2seq.training.monitor import Monitor, run_hparams
 
 log = logging.getLogger("seq2seq.evaluate")
-
-
-def _split_pairs(
-    run: TrainedRun, data: DictConfig, split: str, out_dir: Path
-) -> tuple[str, Path, Path]:
-    """(split name, source file, reference file) of a split of the run's own corpus: the run
-    folder's copy where training left one (tab-separated and Hugging Face corpora), else the
-    corpus's files.
-
-    Relative paths in the run's config (``data.root``, ``data.source``, custom prefixes) are taken
-    from the current directory, as they were by training.
-    """
-    source = open_source(data)
-    if split in ("valid", "test") and not source.has(split):
-        raise Seq2SeqError(
-            f"the run has no {split} split (data.{split} is null in its config.yaml): "
-            "choose split=<name>, or input=<file> reference=<file>"
-        )
-    kept = [split_file(run.run_dir, split, lang) for lang in (data.src_lang, data.tgt_lang)]
-    if all(path.is_file() for path in kept):
-        return split, kept[0], kept[1]
-    if not isinstance(source, FileSource):
-        return split, *_written(source.stream(split), out_dir, split, data)
-    name = split_name(data, split)
-    try:
-        src, ref = split_files(data, split)
-    except DataError as e:
-        places = [data.root, data.source] if data.kind == "multi30k" else [name]
-        relative = [p for p in places if "://" not in p and not Path(p).is_absolute()]
-        if not relative:
-            raise
-        hint = (
-            f"; the run's relative paths ({', '.join(relative)}) are taken from the current "
-            f"directory {Path.cwd()}: run from where training was started, or pass "
-            "input=<file> reference=<file>"
-        )
-        raise DataError(f"{e}{hint}") from e
-    return name, src, ref
-
-
-def _written(pairs: PairStream, out_dir: Path, split: str, data: DictConfig) -> tuple[Path, Path]:
-    """A split of a dataset (not one training kept) written beside the evaluations."""
-    paths = tuple(out_dir / f"{split}.{lang}" for lang in (data.src_lang, data.tgt_lang))
-    src, tgt = pairs.lists()
-    for path, lines in zip(paths, (src, tgt), strict=True):
-        _write(path, lines)
-    return paths
 
 
 def _inputs(
@@ -100,10 +51,7 @@ def _inputs(
     if cfg.input is not None:
         src, ref = Path(cfg.input), Path(cfg.reference)
         return None, src.name, src, ref
-    data = run.cfg.data
-    if cfg.data_source is not None:
-        data = OmegaConf.merge(data, {"source": cfg.data_source})
-    split, src, ref = _split_pairs(run, data, cfg.split, out_dir)
+    split, src, ref = run_split(run, cfg.data_source, cfg.split, out_dir)
     return split, Path(split).name, src, ref
 
 

@@ -103,7 +103,8 @@ def test_what_cannot_start_from_the_folder_is_refused_in_one_line(smoke_run, dat
         assert proc.returncode == 1 and says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
         assert "Traceback" not in proc.stdout + proc.stderr
     proc = train(tmp_path / "refused", data, f"train.init_from={tmp_path / 'nothing'}")
-    assert proc.returncode == 1 and "is not a training run or release folder" in proc.stdout + proc.stderr
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "is not a training run or release folder" in said
 
 
 def test_the_default_attention_is_the_configs() -> None:

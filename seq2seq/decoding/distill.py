@@ -1,0 +1,81 @@
+"""Sequence-level knowledge distillation (Kim & Rush 2016): a teacher's best translation of
+every source of a corpus, decoded a chunk at a time; each finished chunk is a file of its own,
+so that an interrupted run takes up where it stopped, and the settings it was made with are
+kept beside the chunks, so that parts of other settings are never mixed in."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from seq2seq.decoding.inference import Translator
+from seq2seq.errors import Seq2SeqError
+
+log = logging.getLogger("seq2seq.distill")
+PARTS = ".parts"  # the chunks, inside the output folder
+SETTINGS = "settings.json"
+
+
+def fingerprint(sources: Sequence[str], facts: dict[str, Any]) -> dict[str, Any]:
+    """What the chunks depend on: the sources (their SHA-256) and the teacher and search."""
+    digest = hashlib.sha256("\n".join(sources).encode("utf-8")).hexdigest()
+    return {**facts, "sentences": len(sources), "sources_sha256": digest}
+
+
+def translate_in_chunks(
+    translator: Translator, sources: Sequence[str], out: Path, chunk: int, facts: dict[str, Any]
+) -> list[str]:
+    """The best translation of every source (blank for a blank line), in order; chunks already
+    in ``out/.parts`` from the same settings are read back, not decoded again."""
+    parts = out / PARTS
+    parts.mkdir(parents=True, exist_ok=True)
+    settings, expected = parts / SETTINGS, fingerprint(sources, facts)
+    if settings.is_file() and json.loads(settings.read_text()) != expected:
+        raise Seq2SeqError(
+            f"{parts} holds chunks of other settings or sources ({SETTINGS}); delete it to "
+            "start again, or choose another out="
+        )
+    settings.write_text(json.dumps(expected, indent=1))
+    found: list[str] = []
+    total = (len(sources) + chunk - 1) // chunk
+    start_time = time.perf_counter()
+    decoded = 0
+    for index, start in enumerate(range(0, len(sources), chunk)):
+        part, path = sources[start : start + chunk], parts / f"{index:05d}.txt"
+        if path.is_file():
+            lines = path.read_text(encoding="utf-8").split("\n")[:-1]
+            if len(lines) == len(part):
+                found += lines
+                continue
+        lines = [translator.best_text(t) for t in translator.translate(part)]
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        os.replace(temporary, path)
+        found += lines
+        decoded += len(part)
+        rate = decoded / (time.perf_counter() - start_time)
+        left = (len(sources) - len(found)) / rate
+        log.info(
+            "chunk %d/%d: %d sentences, %.1f/s, %.0f s to go",
+            index + 1,
+            total,
+            len(part),
+            rate,
+            left,
+        )
+    return found
+
+
+def write_gz(path: Path, lines: Sequence[str]) -> None:
+    """One line per entry, gzip-compressed, written whole or not at all."""
+    temporary = path.with_name(path.name + ".tmp")
+    with gzip.open(temporary, "wt", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(temporary, path)

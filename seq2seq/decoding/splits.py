@@ -1,0 +1,74 @@
+"""The sentence pairs of a split of a trained run's own corpus, as two files (seq2seq-evaluate and
+seq2seq-distill read them): the run folder's copy where training left one, else the corpus's own
+files, else the split written beside the outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.data.corpus import split_files, split_name
+from seq2seq.data.sources import FileSource, open_source
+from seq2seq.data.stream import PairStream
+from seq2seq.decoding.inference import TrainedRun
+from seq2seq.errors import DataError, Seq2SeqError
+from seq2seq.storage.rundir import split_file
+
+
+def run_split(
+    run: TrainedRun, data_source: str | None, split: str, out_dir: Path
+) -> tuple[str, Path, Path]:
+    """(split name, source file, reference file) of ``split`` of the run's corpus, read from
+    ``data_source`` where given (Multi30k elsewhere than at training)."""
+    data = run.cfg.data
+    if data_source is not None:
+        data = OmegaConf.merge(data, {"source": data_source})
+    return split_pairs(run, data, split, out_dir)
+
+
+def split_pairs(
+    run: TrainedRun, data: DictConfig, split: str, out_dir: Path
+) -> tuple[str, Path, Path]:
+    """(split name, source file, reference file) of a split of the run's own corpus: the run
+    folder's copy where training left one (tab-separated and Hugging Face corpora), else the
+    corpus's files.
+
+    Relative paths in the run's config (``data.root``, ``data.source``, custom prefixes) are taken
+    from the current directory, as they were by training.
+    """
+    source = open_source(data)
+    if split in ("valid", "test") and not source.has(split):
+        raise Seq2SeqError(
+            f"the run has no {split} split (data.{split} is null in its config.yaml): "
+            "choose split=<name>, or input=<file> reference=<file>"
+        )
+    kept = [split_file(run.run_dir, split, lang) for lang in (data.src_lang, data.tgt_lang)]
+    if all(path.is_file() for path in kept):
+        return split, kept[0], kept[1]
+    if not isinstance(source, FileSource):
+        return split, *_written(source.stream(split), out_dir, split, data)
+    name = split_name(data, split)
+    try:
+        src, ref = split_files(data, split)
+    except DataError as e:
+        places = [data.root, data.source] if data.kind == "multi30k" else [name]
+        relative = [p for p in places if "://" not in p and not Path(p).is_absolute()]
+        if not relative:
+            raise
+        hint = (
+            f"; the run's relative paths ({', '.join(relative)}) are taken from the current "
+            f"directory {Path.cwd()}: run from where training was started, or pass "
+            "input=<file> reference=<file>"
+        )
+        raise DataError(f"{e}{hint}") from e
+    return name, src, ref
+
+
+def _written(pairs: PairStream, out_dir: Path, split: str, data: DictConfig) -> tuple[Path, Path]:
+    """A split of a dataset (not one training kept) written beside the evaluations."""
+    paths = tuple(out_dir / f"{split}.{lang}" for lang in (data.src_lang, data.tgt_lang))
+    src, tgt = pairs.lists()
+    for path, lines in zip(paths, (src, tgt), strict=True):
+        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return paths

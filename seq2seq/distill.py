@@ -1,0 +1,91 @@
+"""`seq2seq-distill`: sequence-level knowledge distillation (Kim & Rush 2016). A teacher (a run
+or release; an ensemble with ``ensemble=[...]``) translates every source of a split of its
+corpus with beam search; ``out=`` receives the sources and the teacher's translations as a
+corpus that ``data=custom`` reads (``<split>.<src>.gz``, ``<split>.<tgt>.gz``), and the original
+pairs followed by the distilled ones (``<split>_mixed.*``), to train a student on either::
+
+    seq2seq-distill run_dir=runs/teacher ensemble=[runs/t2,runs/t3] out=data/distilled
+    seq2seq-train data=custom data.train=data/distilled/train data.valid=... data.test=...
+
+It decodes ``chunk_sentences`` at a time and keeps each chunk, so an interrupted command run
+again takes up where it stopped (docs/training.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import OmegaConf
+
+from seq2seq.config import DistillConfig
+from seq2seq.data.corpus import read_parallel
+from seq2seq.decoding.distill import PARTS, translate_in_chunks, write_gz
+from seq2seq.decoding.inference import Translator, open_model
+from seq2seq.decoding.splits import run_split
+from seq2seq.errors import Seq2SeqError
+
+log = logging.getLogger("seq2seq.distill")
+
+
+def distill(cfg: DistillConfig) -> dict:
+    """Write the distilled corpus of ``cfg``; return what was written (also printed as JSON)."""
+    if OmegaConf.is_missing(cfg, "out"):
+        raise Seq2SeqError("say where the distilled corpus goes: out=<folder>")
+    if cfg.sampling:
+        raise Seq2SeqError("seq2seq-distill writes the teacher's beam output: leave out sampling")
+    engine, run = open_model(cfg, "distil with")
+    out = Path(cfg.out)
+    (out / PARTS).mkdir(parents=True, exist_ok=True)
+    split, src_file, tgt_file = run_split(run, cfg.data_source, cfg.split, out / PARTS)
+    sources, originals = read_parallel(src_file, tgt_file)
+    teachers = [str(Path(p).resolve()) for p in [cfg.run_dir, *cfg.ensemble]]
+    facts = {
+        "teachers": teachers,
+        "checkpoint": cfg.checkpoint,
+        "split": split,
+        **{k: getattr(cfg, k) for k in ("beam_size", "alpha", "max_len_a", "max_len_b")},
+        "precision": engine.precision.value,
+        "chunk_sentences": cfg.chunk_sentences,
+    }
+    log.info(
+        "distilling %d sentences of %s with %s on %s",
+        len(sources),
+        split,
+        teachers,
+        engine.describe(),
+    )
+    translator = Translator.from_run(run, cfg, engine)  # decodes under the engine's autocast
+    distilled = translate_in_chunks(translator, sources, out, cfg.chunk_sentences, facts)
+    src_lang, tgt_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
+    name = cfg.split if cfg.split in ("train", "valid", "test") else Path(split).name
+    files = {
+        f"{name}.{src_lang}.gz": sources,
+        f"{name}.{tgt_lang}.gz": distilled,
+        f"{name}_mixed.{src_lang}.gz": [*sources, *sources],
+        f"{name}_mixed.{tgt_lang}.gz": [*originals, *distilled],
+    }
+    for file, lines in files.items():
+        write_gz(out / file, lines)
+    changed = sum(a != b for a, b in zip(originals, distilled, strict=True))
+    result = {**facts, "out": str(out.resolve()), "files": sorted(files), "sentences": len(sources)}
+    result["differ_from_reference"] = changed
+    (out / "distill.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="distill")
+def main(cfg: DistillConfig) -> None:
+    """Distil; user errors exit 1 with one clear message."""
+    try:
+        print(json.dumps(distill(cfg)))
+    except Seq2SeqError as e:
+        log.error("%s", e)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

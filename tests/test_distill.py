@@ -1,0 +1,80 @@
+"""seq2seq-distill: the teacher's beam output for every source of a split, as a corpus data=custom
+reads (and the originals followed by it), equal to what seq2seq-evaluate decodes; an interrupted
+run takes up its chunks; chunks of other settings are refused in one line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from run_helpers import TRAIN_TIMEOUT
+
+SEARCH = ["split=valid", "beam_size=2", "chunk_sentences=400"]
+
+
+def distill(smoke_run: Path, out: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq.distill", f"run_dir={smoke_run}", f"out={out}", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT,
+    )
+
+
+def lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+@pytest.mark.slow
+def test_the_distilled_corpus_is_the_teachers_beam_output(smoke_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "distilled"
+    proc = distill(smoke_run, out, *SEARCH)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    sources, targets = lines(out / "valid.de.gz"), lines(out / "valid.en.gz")
+    assert len(sources) == len(targets) == result["sentences"] > 400  # several chunks
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "seq2seq.evaluate", f"run_dir={smoke_run}", "split=valid"]
+        + ["beam_size=2", f"out={tmp_path / 'eval'}"],
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr
+    hypotheses = json.loads(evaluated.stdout.strip().splitlines()[-1])["hypotheses"]
+    assert targets == Path(hypotheses).read_text(encoding="utf-8").split("\n")[:-1]
+    mixed = lines(out / "valid_mixed.en.gz")
+    assert mixed[len(targets) :] == targets and len(mixed) == 2 * len(targets)
+    assert lines(out / "valid_mixed.de.gz") == sources + sources
+
+    # interrupted after two chunks: the rerun decodes the last one only, and ends the same
+    (out / ".parts" / "00002.txt").unlink()
+    (out / "valid.en.gz").unlink()
+    again = distill(smoke_run, out, *SEARCH)
+    assert again.returncode == 0, again.stderr
+    decoded = [line for line in again.stderr.splitlines() if "] chunk " in line]
+    assert len(decoded) == 1 and "chunk 3/3" in decoded[0], again.stderr
+    assert lines(out / "valid.en.gz") == targets
+
+    other = distill(smoke_run, out, "split=valid", "beam_size=3", "chunk_sentences=400")
+    assert other.returncode == 1 and "holds chunks of other settings" in other.stderr
+    assert "Traceback" not in other.stderr
+
+
+def test_distill_needs_an_out_folder_and_a_search(tmp_path: Path) -> None:
+    for overrides, says in (
+        ([], "out=<folder>"),
+        ([f"out={tmp_path / 'x'}", "sampling=true"], "leave out sampling"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "seq2seq.distill", f"run_dir={tmp_path}", *overrides],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 1 and says in proc.stderr, proc.stderr
