@@ -109,3 +109,17 @@ def test_what_cannot_start_from_the_folder_is_refused_in_one_line(smoke_run, dat
 
 def test_the_default_attention_is_the_configs() -> None:
     assert composed().model.attention.name == DEFAULT_ATTENTION
+
+
+@pytest.mark.slow
+def test_a_run_can_take_another_folders_tokenizers(smoke_run, data, tmp_path) -> None:
+    run = tmp_path / "same_pieces"
+    # 300 pieces asked: trained anew, they could not be the folder's 500-piece models
+    take = [f"data.tokenizer.from_folder={smoke_run}", "data.tokenizer.vocab_size=300"]
+    proc = train(run, data, *take, "train.max_steps=1")
+    assert proc.returncode == 0, proc.stderr
+    for name in ("src.model", "tgt.model"):
+        assert (run / name).read_bytes() == (smoke_run / name).read_bytes()
+    missing = train(tmp_path / "none", data, f"data.tokenizer.from_folder={tmp_path}")
+    said = missing.stdout + missing.stderr
+    assert missing.returncode == 1 and "data.tokenizer.from_folder" in said, said

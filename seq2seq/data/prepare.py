@@ -13,6 +13,7 @@ from seq2seq.data.sources import CarvingSource, open_source
 from seq2seq.data.stream import PairStream, available_cores, from_lists
 from seq2seq.data.textstore import SideText, text_store
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
+from seq2seq.errors import DataError
 from seq2seq.storage.rundir import SPLITS_DIR, SRC_TOKENIZER, TGT_TOKENIZER, split_file
 
 TokenizerSource = Callable[[PairStream], tuple[Tokenizer, Tokenizer]]
@@ -49,10 +50,17 @@ def training_data(cfg: DataConfig, tokenizers: TokenizerSource) -> TrainingData:
 def run_tokenizers(
     cfg: DataConfig, run_dir: Path, resuming: bool, train: PairStream
 ) -> tuple[Tokenizer, Tokenizer]:
-    """The run folder's own tokenizers when resuming, else trained (or taken from the cache) and
-    written into it."""
+    """The run folder's own tokenizers when resuming, else copied from
+    data.tokenizer.from_folder, else trained (or taken from the cache) and written into it."""
     src_model, tgt_model = run_dir / SRC_TOKENIZER, run_dir / TGT_TOKENIZER
     if resuming and src_model.exists() and tgt_model.exists():
+        return Tokenizer.load(src_model), Tokenizer.load(tgt_model)
+    if cfg.tokenizer.from_folder:
+        for name, model in ((SRC_TOKENIZER, src_model), (TGT_TOKENIZER, tgt_model)):
+            given = Path(cfg.tokenizer.from_folder) / name
+            if not given.is_file():
+                raise DataError(f"data.tokenizer.from_folder: {given} does not exist")
+            shutil.copyfile(given, model)
         return Tokenizer.load(src_model), Tokenizer.load(tgt_model)
     return train_tokenizers(cfg, train, run_dir)
 
