@@ -6,7 +6,6 @@ keeps the optimizer's moments and the learning rate of the run's last.pt instead
 from __future__ import annotations
 
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from seq2seq.decoding.inference import load_run, read_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
 from seq2seq.runtime.checkpoint import load_checkpoint
-from seq2seq.storage.rundir import CONFIG_FILE, LAST, SRC_TOKENIZER, TGT_TOKENIZER
+from seq2seq.storage.rundir import CONFIG_FILE, LAST
 from seq2seq.training.schedule import LearningRate
 from seq2seq.training.updater import Updater
 
@@ -66,16 +65,7 @@ def adopt_model(cfg: DictConfig) -> None:
     with open_dict(cfg):
         cfg.model = OmegaConf.merge(schema, theirs)  # typed, as a composed model config is
         cfg.train.init_from = str(folder)
-
-
-def copy_tokenizers(folder: str, run_dir: Path) -> None:
-    """The starting folder's tokenizers into the new run folder, where the data is read with
-    them (never retrained: the embeddings belong to their pieces)."""
-    for name in (SRC_TOKENIZER, TGT_TOKENIZER):
-        source = Path(folder) / name
-        if not source.is_file():
-            raise Seq2SeqError(f"train.init_from={folder} has no tokenizer model {name}")
-        shutil.copyfile(source, run_dir / name)
+        cfg.data.tokenizer.from_folder = str(folder)  # its pieces: the embeddings belong to them
 
 
 def start_from(folder: str, keep_optimizer: bool, updater: Updater, schedule: LearningRate):

@@ -38,7 +38,7 @@ from seq2seq.storage.rundir import (
     RunLock,
 )
 from seq2seq.training.alignment import AlignmentProbe
-from seq2seq.training.init import adopt_model, copy_tokenizers, start_from
+from seq2seq.training.init import adopt_model, start_from
 from seq2seq.training.monitor import Monitor
 from seq2seq.training.progress import Report, Window
 from seq2seq.training.record import choose_and_record
@@ -146,7 +146,7 @@ class Trainer:
         adopt_model(cfg)  # train.init_from's, before config.yaml is written
         self.lock = RunLock(run_dir)
         state = engine.from_main(self._claim)
-        self.data = prepare_data(cfg, run_dir, engine, state is not None or bool(tcfg.init_from))
+        self.data = prepare_data(cfg, run_dir, engine, resuming=state is not None)
         if tcfg.keep_freed_memory:  # for the steps; data preparation keeps the smaller footprint
             engine.keep_freed_memory()
         self.epochs = Epochs(self.data, cfg, engine)
@@ -175,10 +175,7 @@ class Trainer:
     def _claim(self) -> dict[str, Any] | None:
         """Rank 0: lock the run folder, then start the run or take up its last.pt."""
         self.lock.acquire()
-        state = start_or_resume(self.run_dir, self.cfg)
-        if state is None and self.cfg.train.init_from:
-            copy_tokenizers(self.cfg.train.init_from, self.run_dir)
-        return state
+        return start_or_resume(self.run_dir, self.cfg)
 
     # -- checkpoints -------------------------------------------------------------------------
 
