@@ -50,3 +50,9 @@ def distill() -> None:
     from seq2seq.distill import main
 
     main()
+
+
+def backtranslate() -> None:
+    from seq2seq.backtranslate import main
+
+    main()

@@ -343,6 +343,20 @@ class DistillConfig(InferenceConfig):
 
 
 @dataclass
+class BacktranslateConfig(InferenceConfig):
+    """`seq2seq-backtranslate`: a run of the reverse direction translates monolingual text of
+    its source language into synthetic sources (back-translation), mixed with real pairs."""
+
+    out: str = MISSING  # the folder of the synthetic and mixed corpora (and chunks, for resuming)
+    mono: str = MISSING  # monolingual text in the run's source language, one sentence a line
+    # real pairs of the direction to train, <prefix>.<lang>[.gz]: mixed_<ratio>.* are written
+    parallel: Optional[str] = None
+    ratios: list[float] = field(default_factory=lambda: [1.0])  # synthetic pairs per real pair
+    tag: Optional[str] = None  # put before every synthetic source, e.g. "@bt@" (tagged BT)
+    chunk_sentences: int = 2000  # sentences decoded and saved at a time
+
+
+@dataclass
 class ExportConfig:
     """`seq2seq-export`: a release folder (safetensors weights, tokenizers, config, model card)."""
 
@@ -365,6 +379,7 @@ def register_configs() -> None:
     cs.store(name="average_config", node=AverageConfig)
     cs.store(name="export_config", node=ExportConfig)
     cs.store(name="distill_config", node=DistillConfig)
+    cs.store(name="backtranslate_config", node=BacktranslateConfig)
     cs.store(name="serve_config", node=ServeConfig)
     cs.store(name="align_config", node=AlignConfig)
     cs.store(group="data", name="multi30k", node=Multi30kConfig)

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.config import DistillConfig
 from seq2seq.data.corpus import read_parallel
-from seq2seq.decoding.distill import PARTS, translate_in_chunks, write_gz
+from seq2seq.decoding.chunked import PARTS, translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model
 from seq2seq.decoding.splits import run_split
 from seq2seq.errors import Seq2SeqError

@@ -41,7 +41,7 @@ def check_files(cfg: DataConfig) -> None:
         if cfg.kind == "multi30k":
             _multi30k_names(cfg, name)
         else:
-            _prefix_file(name, cfg.src_lang), _prefix_file(name, cfg.tgt_lang)
+            prefix_file(name, cfg.src_lang), prefix_file(name, cfg.tgt_lang)
 
 
 def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
@@ -57,7 +57,7 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
     if cfg.kind == "multi30k":
         src, tgt = fetch(cfg.source, Path(cfg.root), _multi30k_names(cfg, name))
         return src, tgt
-    return _prefix_file(name, cfg.src_lang), _prefix_file(name, cfg.tgt_lang)
+    return prefix_file(name, cfg.src_lang), prefix_file(name, cfg.tgt_lang)
 
 
 def file_stream(src: Path, tgt: Path, limit: int | None = None) -> PairStream:
@@ -117,7 +117,7 @@ def _multi30k_names(cfg: DataConfig, split: str) -> list[str]:
     return [f"{split}.{cfg.src_lang}.gz", f"{split}.{cfg.tgt_lang}.gz"]
 
 
-def _prefix_file(prefix: str, lang: str) -> Path:
+def prefix_file(prefix: str, lang: str) -> Path:
     """``<prefix>.<lang>``, else ``<prefix>.<lang>.gz``."""
     plain = Path(f"{prefix}.{lang}")
     for path in (plain, plain.with_name(plain.name + ".gz")):

@@ -1,7 +1,7 @@
-"""Sequence-level knowledge distillation (Kim & Rush 2016): a teacher's best translation of
-every source of a corpus, decoded a chunk at a time; each finished chunk is a file of its own,
-so that an interrupted run takes up where it stopped, and the settings it was made with are
-kept beside the chunks, so that parts of other settings are never mixed in."""
+"""A corpus translated a chunk at a time (the teacher's output of sequence-level distillation,
+the synthetic sources of back-translation): each finished chunk is a file of its own, so that an
+interrupted run takes up where it stopped, and the settings it was made with are kept beside the
+chunks, so that parts of other settings are never mixed in."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from typing import Any
 from seq2seq.decoding.inference import Translator
 from seq2seq.errors import Seq2SeqError
 
-log = logging.getLogger("seq2seq.distill")
+log = logging.getLogger("seq2seq.chunked")
 PARTS = ".parts"  # the chunks, inside the output folder
 SETTINGS = "settings.json"
 
 
 def fingerprint(sources: Sequence[str], facts: dict[str, Any]) -> dict[str, Any]:
-    """What the chunks depend on: the sources (their SHA-256) and the teacher and search."""
+    """What the chunks depend on: the sources (their SHA-256), the model and the search."""
     digest = hashlib.sha256("\n".join(sources).encode("utf-8")).hexdigest()
     return {**facts, "sentences": len(sources), "sources_sha256": digest}
 

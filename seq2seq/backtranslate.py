@@ -1,0 +1,105 @@
+"""`seq2seq-backtranslate`: back-translation (Sennrich et al. 2016). A run of the reverse direction
+translates monolingual text of its source language (the target language of the model to train)
+into synthetic sources; ``out=`` receives the synthetic pairs (``synthetic.<lang>.gz``) and, with
+``parallel=<prefix of the real pairs>``, the real pairs followed by synthetic ones at each of
+``ratios=`` (``mixed_<ratio>.*``: 2 means two synthetic pairs per real pair), for data=custom::
+
+    seq2seq-backtranslate run_dir=runs/en_de mono=mono.en.gz parallel=data/train ratios=[1,2] \\
+        out=data/bt
+    seq2seq-train data=custom data.train=data/bt/mixed_1 data.valid=... data.test=...
+
+Beam search by default; ``sampling=true`` draws instead (Edunov et al. 2018); ``tag=@bt@`` puts a
+tag before every synthetic source (Caswell et al. 2019). Decoded in chunks and resumable, as
+seq2seq-distill; other ratios or another tag from the same decoding cost no decoding.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import OmegaConf
+
+from seq2seq.config import BacktranslateConfig
+from seq2seq.data.corpus import prefix_file, read_parallel
+from seq2seq.data.stream import iter_lines
+from seq2seq.decoding.chunked import PARTS, translate_in_chunks, write_gz
+from seq2seq.decoding.inference import Translator, open_model
+from seq2seq.errors import DataError, Seq2SeqError
+
+log = logging.getLogger("seq2seq.backtranslate")
+SEARCH_KEYS = ("beam_size", "alpha", "max_len_a", "max_len_b", "sampling")
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "seed")
+
+
+def _mixtures(cfg: BacktranslateConfig, real: tuple[list[str], list[str]], texts: int) -> dict:
+    """{ratio: synthetic pairs it takes}, refused in one line where the text is too short."""
+    if not cfg.ratios or min(cfg.ratios) <= 0:
+        raise Seq2SeqError(f"ratios={list(cfg.ratios)} must be positive (synthetic per real pair)")
+    wanted = {ratio: round(ratio * len(real[0])) for ratio in cfg.ratios}
+    if max(wanted.values()) > texts:
+        ratio = max(wanted, key=wanted.get)
+        raise Seq2SeqError(
+            f"ratios: {ratio:g} takes {wanted[ratio]} synthetic pairs for {len(real[0])} real "
+            f"ones, and mono= has {texts} sentences"
+        )
+    return wanted
+
+
+def backtranslate(cfg: BacktranslateConfig) -> dict:
+    """Write the synthetic and mixed corpora of ``cfg``; return what was written."""
+    if OmegaConf.is_missing(cfg, "mono"):
+        raise Seq2SeqError("say which text to back-translate: mono=<file, one sentence a line>")
+    if OmegaConf.is_missing(cfg, "out"):
+        raise Seq2SeqError("say where the synthetic corpus goes: out=<folder>")
+    if not Path(cfg.mono).is_file():
+        raise DataError(f"mono={cfg.mono} does not exist")
+    engine, run = open_model(cfg, "back-translate with")
+    mono_lang, synthetic_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
+    texts = [line for line in iter_lines(Path(cfg.mono)) if line]
+    real: tuple[list[str], list[str]] = ([], [])
+    if cfg.parallel is not None:
+        files = prefix_file(cfg.parallel, synthetic_lang), prefix_file(cfg.parallel, mono_lang)
+        real = read_parallel(*files)
+    wanted = _mixtures(cfg, real, len(texts)) if cfg.parallel is not None else {}
+    decoded = max(wanted.values()) if wanted else len(texts)  # only what the mixtures take
+    texts = texts[:decoded]
+    search = SEARCH_KEYS + (SAMPLING_KEYS if cfg.sampling else ())
+    model = [str(Path(p).resolve()) for p in [cfg.run_dir, *cfg.ensemble]]
+    facts = {"reverse_model": model, "checkpoint": cfg.checkpoint}
+    facts.update({k: getattr(cfg, k) for k in search})
+    facts.update(precision=engine.precision.value, chunk_sentences=cfg.chunk_sentences)
+    log.info("back-translating %d sentences with %s on %s", len(texts), model, engine.describe())
+    (Path(cfg.out) / PARTS).mkdir(parents=True, exist_ok=True)
+    translator = Translator.from_run(run, cfg, engine)
+    synthetic = translate_in_chunks(translator, texts, Path(cfg.out), cfg.chunk_sentences, facts)
+    if cfg.tag:
+        synthetic = [f"{cfg.tag} {line}" for line in synthetic]
+    files = {f"synthetic.{synthetic_lang}.gz": synthetic, f"synthetic.{mono_lang}.gz": texts}
+    for ratio, n in wanted.items():
+        files[f"mixed_{ratio:g}.{synthetic_lang}.gz"] = real[0] + synthetic[:n]
+        files[f"mixed_{ratio:g}.{mono_lang}.gz"] = real[1] + texts[:n]
+    for file, lines in files.items():
+        write_gz(Path(cfg.out) / file, lines)
+    mixtures = {f"mixed_{r:g}": {"real": len(real[0]), "synthetic": n} for r, n in wanted.items()}
+    result = {**facts, "tag": cfg.tag, "sentences": len(texts), "mixtures": mixtures}
+    result.update(out=str(Path(cfg.out).resolve()), files=sorted(files))
+    (Path(cfg.out) / "backtranslate.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="backtranslate")
+def main(cfg: BacktranslateConfig) -> None:
+    """Back-translate; user errors exit 1 with one clear message."""
+    try:
+        print(json.dumps(backtranslate(cfg)))
+    except Seq2SeqError as e:
+        log.error("%s", e)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""seq2seq-backtranslate: a reverse run's translations of monolingual text as synthetic sources,
+equal to what seq2seq-evaluate decodes; real pairs mixed with them at each ratio; a tag from the
+same chunks without decoding again; sampling seeded; impossible requests refused in one line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from run_helpers import TRAIN_TIMEOUT
+
+MONO = [
+    f"Ein {w} {v} auf der Straße."
+    for w in ("Mann", "Hund", "Kind", "Mädchen", "Junge")
+    for v in ("steht", "läuft", "sitzt", "spielt", "schläft")
+]  # 25 German sentences
+
+
+def backtranslate(run: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq.backtranslate", f"run_dir={run}", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT,
+    )
+
+
+def lines(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> dict[str, Path]:
+    """25 lines of German text and 10 real English-German pairs, the smoke run's reverse."""
+    mono = tmp_path / "mono.de"
+    mono.write_text("".join(line + "\n" for line in ["", *MONO]), encoding="utf-8")
+    (tmp_path / "real.en").write_text("".join(f"A dog {i}.\n" for i in range(10)))
+    (tmp_path / "real.de").write_text("".join(f"Ein Hund {i}.\n" for i in range(10)))
+    return {"mono": mono, "parallel": tmp_path / "real"}
+
+
+@pytest.mark.slow
+def test_synthetic_sources_are_the_reverse_runs_beam_output(
+    smoke_run: Path, tmp_path: Path, inputs: dict[str, Path]
+) -> None:
+    out = tmp_path / "bt"
+    given = [f"mono={inputs['mono']}", f"parallel={inputs['parallel']}", "beam_size=2"]
+    proc = backtranslate(smoke_run, *given, "ratios=[1,2]", "chunk_sentences=8", f"out={out}")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["sentences"] == 20  # what the largest mixture takes; the blank line dropped
+    synthetic, texts = lines(out / "synthetic.en.gz"), lines(out / "synthetic.de.gz")
+    assert texts == MONO[:20] and len(synthetic) == 20
+    (tmp_path / "ref").write_text("".join(line + "\n" for line in MONO), encoding="utf-8")
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "seq2seq.evaluate", f"run_dir={smoke_run}", "beam_size=2"]
+        + [f"input={tmp_path / 'ref'}", f"reference={tmp_path / 'ref'}", f"out={tmp_path / 'e'}"],
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT,
+    )
+    assert evaluated.returncode == 0, evaluated.stderr
+    hypotheses = json.loads(evaluated.stdout.strip().splitlines()[-1])["hypotheses"]
+    assert synthetic == Path(hypotheses).read_text(encoding="utf-8").split("\n")[:20]
+    real_en = [f"A dog {i}." for i in range(10)]
+    assert lines(out / "mixed_1.en.gz") == real_en + synthetic[:10]
+    assert lines(out / "mixed_2.de.gz") == [f"Ein Hund {i}." for i in range(10)] + MONO[:20]
+
+    tagged = backtranslate(
+        smoke_run, *given, "ratios=[1,2]", "chunk_sentences=8", f"out={out}", "tag=@bt@"
+    )  # the same chunks: nothing decoded again
+    assert tagged.returncode == 0 and "] chunk " not in tagged.stderr, tagged.stderr
+    assert lines(out / "synthetic.en.gz") == [f"@bt@ {line}" for line in synthetic]
+
+    too_many = backtranslate(smoke_run, *given, "ratios=[3]", f"out={out}")
+    assert too_many.returncode == 1 and "takes 30 synthetic pairs" in too_many.stderr
+    assert "Traceback" not in too_many.stderr
+
+
+@pytest.mark.slow
+def test_sampled_back_translation_follows_its_seed(
+    smoke_run: Path, tmp_path: Path, inputs: dict[str, Path]
+) -> None:
+    drawn = {}
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        out = tmp_path / name
+        given = [f"mono={inputs['mono']}", "sampling=true", f"seed={seed}", f"out={out}"]
+        proc = backtranslate(smoke_run, *given)
+        assert proc.returncode == 0, proc.stderr
+        drawn[name] = lines(out / "synthetic.en.gz")
+    assert len(drawn["a"]) == 25
+    assert drawn["a"] == drawn["b"] and drawn["a"] != drawn["c"]
+
+
+def test_backtranslate_needs_text_and_an_out_folder(tmp_path: Path) -> None:
+    for overrides, says in (
+        ([f"out={tmp_path / 'x'}"], "mono=<file"),
+        ([f"mono={tmp_path / 'm'}"], "out=<folder>"),
+        ([f"mono={tmp_path / 'm'}", f"out={tmp_path / 'x'}"], "does not exist"),
+    ):
+        proc = backtranslate(tmp_path, *overrides)
+        assert proc.returncode == 1 and says in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
