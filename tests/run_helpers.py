@@ -5,6 +5,7 @@ command line's scores."""
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import signal
@@ -75,6 +76,22 @@ def run(module: str, *args: str) -> str:
     out = finish(proc, TRAIN_TIMEOUT)
     assert proc.returncode == 0, out
     return out
+
+
+def command(module: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m seq2seq.<module> args`, its output captured, whether it succeeds or not."""
+    return subprocess.run(
+        [sys.executable, "-m", f"seq2seq.{module}", *args],
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT,
+    )
+
+
+def gz_lines(path: Path) -> list[str]:
+    """The lines of a gzip-compressed text file (a written corpus)."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
 
 
 def composed(*overrides: str):

@@ -4,14 +4,13 @@ same chunks without decoding again; sampling seeded; impossible requests refused
 
 from __future__ import annotations
 
-import gzip
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from run_helpers import TRAIN_TIMEOUT
+from run_helpers import TRAIN_TIMEOUT, command, gz_lines
 
 MONO = [
     f"Ein {w} {v} auf der Straße."
@@ -21,17 +20,7 @@ MONO = [
 
 
 def backtranslate(run: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "seq2seq.backtranslate", f"run_dir={run}", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=TRAIN_TIMEOUT,
-    )
-
-
-def lines(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().split("\n")[:-1]
+    return command("backtranslate", f"run_dir={run}", *overrides)
 
 
 @pytest.fixture
@@ -54,7 +43,7 @@ def test_synthetic_sources_are_the_reverse_runs_beam_output(
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["sentences"] == 20  # what the largest mixture takes; the blank line dropped
-    synthetic, texts = lines(out / "synthetic.en.gz"), lines(out / "synthetic.de.gz")
+    synthetic, texts = gz_lines(out / "synthetic.en.gz"), gz_lines(out / "synthetic.de.gz")
     assert texts == MONO[:20] and len(synthetic) == 20
     (tmp_path / "ref").write_text("".join(line + "\n" for line in MONO), encoding="utf-8")
     evaluated = subprocess.run(
@@ -68,14 +57,14 @@ def test_synthetic_sources_are_the_reverse_runs_beam_output(
     hypotheses = json.loads(evaluated.stdout.strip().splitlines()[-1])["hypotheses"]
     assert synthetic == Path(hypotheses).read_text(encoding="utf-8").split("\n")[:20]
     real_en = [f"A dog {i}." for i in range(10)]
-    assert lines(out / "mixed_1.en.gz") == real_en + synthetic[:10]
-    assert lines(out / "mixed_2.de.gz") == [f"Ein Hund {i}." for i in range(10)] + MONO[:20]
+    assert gz_lines(out / "mixed_1.en.gz") == real_en + synthetic[:10]
+    assert gz_lines(out / "mixed_2.de.gz") == [f"Ein Hund {i}." for i in range(10)] + MONO[:20]
 
     tagged = backtranslate(
         smoke_run, *given, "ratios=[1,2]", "chunk_sentences=8", f"out={out}", "tag=@bt@"
     )  # the same chunks: nothing decoded again
     assert tagged.returncode == 0 and "] chunk " not in tagged.stderr, tagged.stderr
-    assert lines(out / "synthetic.en.gz") == [f"@bt@ {line}" for line in synthetic]
+    assert gz_lines(out / "synthetic.en.gz") == [f"@bt@ {line}" for line in synthetic]
 
     too_many = backtranslate(smoke_run, *given, "ratios=[3]", f"out={out}")
     assert too_many.returncode == 1 and "takes 30 synthetic pairs" in too_many.stderr
@@ -92,7 +81,7 @@ def test_sampled_back_translation_follows_its_seed(
         given = [f"mono={inputs['mono']}", "sampling=true", f"seed={seed}", f"out={out}"]
         proc = backtranslate(smoke_run, *given)
         assert proc.returncode == 0, proc.stderr
-        drawn[name] = lines(out / "synthetic.en.gz")
+        drawn[name] = gz_lines(out / "synthetic.en.gz")
     assert len(drawn["a"]) == 25
     assert drawn["a"] == drawn["b"] and drawn["a"] != drawn["c"]
 

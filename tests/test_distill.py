@@ -4,30 +4,19 @@ run takes up its chunks; chunks of other settings are refused in one line."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from run_helpers import TRAIN_TIMEOUT
+from run_helpers import TRAIN_TIMEOUT, command, gz_lines
 
 SEARCH = ["split=valid", "beam_size=2", "chunk_sentences=400"]
 
 
 def distill(smoke_run: Path, out: Path, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "seq2seq.distill", f"run_dir={smoke_run}", f"out={out}", *overrides],
-        capture_output=True,
-        text=True,
-        timeout=TRAIN_TIMEOUT,
-    )
-
-
-def lines(path: Path) -> list[str]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return f.read().split("\n")[:-1]
+    return command("distill", f"run_dir={smoke_run}", f"out={out}", *overrides)
 
 
 @pytest.mark.slow
@@ -36,7 +25,7 @@ def test_the_distilled_corpus_is_the_teachers_beam_output(smoke_run: Path, tmp_p
     proc = distill(smoke_run, out, *SEARCH)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    sources, targets = lines(out / "valid.de.gz"), lines(out / "valid.en.gz")
+    sources, targets = gz_lines(out / "valid.de.gz"), gz_lines(out / "valid.en.gz")
     assert len(sources) == len(targets) == result["sentences"] > 400  # several chunks
     evaluated = subprocess.run(
         [sys.executable, "-m", "seq2seq.evaluate", f"run_dir={smoke_run}", "split=valid"]
@@ -48,9 +37,9 @@ def test_the_distilled_corpus_is_the_teachers_beam_output(smoke_run: Path, tmp_p
     assert evaluated.returncode == 0, evaluated.stderr
     hypotheses = json.loads(evaluated.stdout.strip().splitlines()[-1])["hypotheses"]
     assert targets == Path(hypotheses).read_text(encoding="utf-8").split("\n")[:-1]
-    mixed = lines(out / "valid_mixed.en.gz")
+    mixed = gz_lines(out / "valid_mixed.en.gz")
     assert mixed[len(targets) :] == targets and len(mixed) == 2 * len(targets)
-    assert lines(out / "valid_mixed.de.gz") == sources + sources
+    assert gz_lines(out / "valid_mixed.de.gz") == sources + sources
 
     # interrupted after two chunks: the rerun decodes the last one only, and ends the same
     (out / ".parts" / "00002.txt").unlink()
@@ -59,7 +48,7 @@ def test_the_distilled_corpus_is_the_teachers_beam_output(smoke_run: Path, tmp_p
     assert again.returncode == 0, again.stderr
     decoded = [line for line in again.stderr.splitlines() if "] chunk " in line]
     assert len(decoded) == 1 and "chunk 3/3" in decoded[0], again.stderr
-    assert lines(out / "valid.en.gz") == targets
+    assert gz_lines(out / "valid.en.gz") == targets
 
     other = distill(smoke_run, out, "split=valid", "beam_size=3", "chunk_sentences=400")
     assert other.returncode == 1 and "holds chunks of other settings" in other.stderr
