@@ -41,6 +41,8 @@ class TokenizerConfig:
     # sentences sampled (seeded) to train each model: sentencepiece takes ~1.5 GB per million;
     # raise it for vocabularies of 32k pieces and more
     input_sentence_size: int = 300_000
+    # words kept as one piece each, never split (a tag such as back-translation's @bt@)
+    user_symbols: list[str] = field(default_factory=list)
     # a run or release folder whose two models to take instead of training them (a student
     # with its teacher's pieces, a model trained on another corpus with the same vocabulary)
     from_folder: Optional[str] = None

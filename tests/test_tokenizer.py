@@ -167,3 +167,15 @@ def test_subword_sampler_batches(lines, trained, tmp_path) -> None:
     for field in ("src", "tgt_in", "tgt_out", "src_lengths"):
         assert torch.equal(getattr(sampler.collate(ids, epoch=0), field), getattr(batch, field))
     assert not torch.equal(sampler.collate(ids, epoch=1).tgt_out, batch.tgt_out)
+
+
+def test_user_symbols_stay_one_piece(lines: dict[str, list[str]], tmp_path: Path) -> None:
+    import sentencepiece as spm
+
+    tagged = from_lists([f"@bt@ {line}" for line in lines["de"][:500]], lines["en"][:500])
+    pieces = {}
+    for symbols in ([], ["@bt@"]):
+        src, _ = train_tokenizers(config(tmp_path, user_symbols=symbols), tagged, tmp_path / "r")
+        model = spm.SentencePieceProcessor(model_file=str(src.path))
+        pieces[len(symbols)] = model.encode("@bt@ Ein Hund.", out_type=str)
+    assert "@bt@" in pieces[1] and "@bt@" not in pieces[0]  # split by script without the key

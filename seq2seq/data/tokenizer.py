@@ -123,7 +123,9 @@ def _settings(tcfg: TokenizerConfig, langs: list[str]) -> dict:
     fallback for the characters left out, and no NFKC normalisation (which would turn
     full-width punctuation into ASCII), so their text round-trips unchanged."""
     cjk = any(is_cjk(lang) for lang in langs)
+    symbols = {"user_defined_symbols": list(tcfg.user_symbols)} if tcfg.user_symbols else {}
     return {
+        **symbols,
         "model_type": SubwordModel(tcfg.model_type).value,
         "vocab_size": tcfg.vocab_size,
         "character_coverage": character_coverage(langs, tcfg.character_coverage),
