@@ -57,9 +57,11 @@ def backtranslate(cfg: BacktranslateConfig) -> dict:
         raise Seq2SeqError("say where the synthetic corpus goes: out=<folder>")
     if not Path(cfg.mono).is_file():
         raise DataError(f"mono={cfg.mono} does not exist")
+    texts = [line for line in iter_lines(Path(cfg.mono)) if line]
+    if not texts:
+        raise DataError(f"mono={cfg.mono} holds no sentences")
     engine, run = open_model(cfg, "back-translate with")
     mono_lang, synthetic_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
-    texts = [line for line in iter_lines(Path(cfg.mono)) if line]
     real: tuple[list[str], list[str]] = ([], [])
     if cfg.parallel is not None:
         files = prefix_file(cfg.parallel, synthetic_lang), prefix_file(cfg.parallel, mono_lang)

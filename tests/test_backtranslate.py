@@ -87,10 +87,12 @@ def test_sampled_back_translation_follows_its_seed(
 
 
 def test_backtranslate_needs_text_and_an_out_folder(tmp_path: Path) -> None:
+    (tmp_path / "blank").write_text("\n \n", encoding="utf-8")
     for overrides, says in (
         ([f"out={tmp_path / 'x'}"], "mono=<file"),
         ([f"mono={tmp_path / 'm'}"], "out=<folder>"),
         ([f"mono={tmp_path / 'm'}", f"out={tmp_path / 'x'}"], "does not exist"),
+        ([f"mono={tmp_path / 'blank'}", f"out={tmp_path / 'x'}"], "holds no sentences"),
     ):
         proc = backtranslate(tmp_path, *overrides)
         assert proc.returncode == 1 and says in proc.stderr, proc.stderr
