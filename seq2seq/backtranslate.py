@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 from seq2seq.config import BacktranslateConfig
 from seq2seq.data.corpus import prefix_file, read_parallel
 from seq2seq.data.stream import iter_lines
-from seq2seq.decoding.chunked import PARTS, translate_in_chunks, write_gz
+from seq2seq.decoding.chunked import translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model
 from seq2seq.errors import DataError, Seq2SeqError
 
@@ -63,10 +63,11 @@ def backtranslate(cfg: BacktranslateConfig) -> dict:
     engine, run = open_model(cfg, "back-translate with")
     mono_lang, synthetic_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
     real: tuple[list[str], list[str]] = ([], [])
+    wanted: dict[float, int] = {}  # ratio -> synthetic pairs it takes
     if cfg.parallel is not None:
         files = prefix_file(cfg.parallel, synthetic_lang), prefix_file(cfg.parallel, mono_lang)
         real = read_parallel(*files)
-    wanted = _mixtures(cfg, real, len(texts)) if cfg.parallel is not None else {}
+        wanted = _mixtures(cfg, real, len(texts))
     decoded = max(wanted.values()) if wanted else len(texts)  # only what the mixtures take
     texts = texts[:decoded]
     search = SEARCH_KEYS + (SAMPLING_KEYS if cfg.sampling else ())
@@ -75,7 +76,6 @@ def backtranslate(cfg: BacktranslateConfig) -> dict:
     facts.update({k: getattr(cfg, k) for k in search})
     facts.update(precision=engine.precision.value, chunk_sentences=cfg.chunk_sentences)
     log.info("back-translating %d sentences with %s on %s", len(texts), model, engine.describe())
-    (Path(cfg.out) / PARTS).mkdir(parents=True, exist_ok=True)
     translator = Translator.from_run(run, cfg, engine)
     synthetic = translate_in_chunks(translator, texts, Path(cfg.out), cfg.chunk_sentences, facts)
     if cfg.tag:
