@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seq2seq.config import AlignMethod, Symmetrize
+from seq2seq.config_choices import AlignMethod, Symmetrize
 from seq2seq.decoding.aer import Gold, alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner
 from seq2seq.decoding.inference import load_run

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from seq2seq.config import Symmetrize
+from seq2seq.config_choices import Symmetrize
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.aer import alignment_scores, read_gold
 from seq2seq.decoding.wordalign import Links, pharaoh_line, read_pairs, read_pharaoh, symmetrize

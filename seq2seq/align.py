@@ -21,7 +21,7 @@ import hydra
 import numpy as np
 from omegaconf import OmegaConf
 
-from seq2seq.config import AlignConfig
+from seq2seq.config_commands import AlignConfig
 from seq2seq.config_rules import check_config, rename_keys
 from seq2seq.decoding.aer import alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner

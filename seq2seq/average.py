@@ -15,7 +15,8 @@ import hydra
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq.config import AverageConfig, Selection
+from seq2seq.config_choices import Selection
+from seq2seq.config_commands import AverageConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint, save_checkpoint
 from seq2seq.storage.rundir import AVERAGED, kept_checkpoint

@@ -23,7 +23,7 @@ from pathlib import Path
 import hydra
 from omegaconf import OmegaConf
 
-from seq2seq.config import BacktranslateConfig
+from seq2seq.config_commands import BacktranslateConfig
 from seq2seq.data.corpus import prefix_file, read_parallel
 from seq2seq.data.stream import iter_lines
 from seq2seq.decoding.chunked import translate_in_chunks, write_gz

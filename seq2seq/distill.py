@@ -21,7 +21,7 @@ from pathlib import Path
 import hydra
 from omegaconf import OmegaConf
 
-from seq2seq.config import DistillConfig
+from seq2seq.config_commands import DistillConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.chunked import PARTS, translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model

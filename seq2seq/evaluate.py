@@ -19,7 +19,8 @@ from typing import Any
 
 import hydra
 
-from seq2seq.config import DecodeConfig, EvaluateConfig, Precision
+from seq2seq.config import DecodeConfig, Precision
+from seq2seq.config_commands import EvaluateConfig
 from seq2seq.config_rules import rename_keys
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.alignment import AttentionSample, alignment_record, attention_samples, pharaoh

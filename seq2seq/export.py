@@ -19,7 +19,8 @@ import hydra
 import safetensors.torch
 from omegaconf import OmegaConf
 
-from seq2seq.config import DecodeConfig, ExportConfig, Multi30kConfig
+from seq2seq.config import DecodeConfig, Multi30kConfig
+from seq2seq.config_commands import ExportConfig
 from seq2seq.data.sources import open_source
 from seq2seq.decoding.inference import TrainedRun, load_run
 from seq2seq.errors import Seq2SeqError

@@ -19,7 +19,7 @@ import threading
 import hydra
 import uvicorn
 
-from seq2seq.config import ServeConfig
+from seq2seq.config_commands import ServeConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.serving.app import create_app
 from seq2seq.serving.backends import open_models

@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import hydra
 
-from seq2seq.config import TranslateConfig
+from seq2seq.config_commands import TranslateConfig
 from seq2seq.decoding.alignment import best_alignment_view
 from seq2seq.decoding.inference import InputTooLong, Translator, open_model
 from seq2seq.decoding.nbest import NBEST_SEPARATOR, scored_lines

@@ -43,7 +43,15 @@ def test_the_commands_load_drawing_and_tensorboard_only_when_they_write() -> Non
 # The library's folders, lowest first: each imports only from its own folder, the folders before
 # it, and the shared modules; none imports a command (train, evaluate, translate, ...).
 LAYERS = ["storage", "model", "data", "runtime", "decoding", "training", "serving"]
-SHARED = {"config", "config_choices", "config_rules", "errors", "languages", "vocab"}
+SHARED = {
+    "config",
+    "config_choices",
+    "config_commands",
+    "config_rules",
+    "errors",
+    "languages",
+    "vocab",
+}
 
 
 def _imports(path: Path) -> set[str]:

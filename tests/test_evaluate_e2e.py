@@ -14,7 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 from run_helpers import events, sacrebleu_cli
 
-from seq2seq.config import EvaluateConfig
+from seq2seq.config_commands import EvaluateConfig
 from seq2seq.decoding.alignment import pharaoh
 from seq2seq.errors import Seq2SeqError
 from seq2seq.evaluate import evaluate

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from run_helpers import REPO, composed, run, scalars
 from torch.utils.tensorboard import SummaryWriter
 
-from seq2seq.config import AlignConfig, EvaluateConfig
+from seq2seq.config_commands import AlignConfig, EvaluateConfig
 from seq2seq.config_rules import rename_keys, upgrade_config, upgrade_saved_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from seq2seq.config import AlignMethod, Symmetrize
+from seq2seq.config_choices import AlignMethod, Symmetrize
 from seq2seq.decoding.aer import Gold, alignment_scores, parse_gold, read_gold
 from seq2seq.decoding.wordalign import (
     extract,

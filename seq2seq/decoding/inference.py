@@ -16,7 +16,8 @@ import safetensors.torch
 from omegaconf import DictConfig, OmegaConf
 from sacrebleu.metrics import BLEU, CHRF
 
-from seq2seq.config import DecodeConfig, InferenceConfig
+from seq2seq.config import DecodeConfig
+from seq2seq.config_commands import InferenceConfig
 from seq2seq.config_rules import check_config, upgrade_saved_config
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.search import Hypothesis, decode_sources

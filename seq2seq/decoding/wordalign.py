@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seq2seq.config import AlignMethod, Symmetrize
+from seq2seq.config_choices import AlignMethod, Symmetrize
 from seq2seq.data.corpus import read_parallel
 from seq2seq.errors import DataError
 

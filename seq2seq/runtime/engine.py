@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import Int8Engine, Precision, Products
+from seq2seq.config import Precision, Products
+from seq2seq.config_choices import Int8Engine
 from seq2seq.data.batching import Batch
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.linear import (

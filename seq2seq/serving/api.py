@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from seq2seq.config import ServeConfig
+from seq2seq.config_commands import ServeConfig
 from seq2seq.decoding.alignment import alignment_record
 from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.decoding.nbest import json_candidates

@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from seq2seq.config import ServeConfig
+from seq2seq.config_commands import ServeConfig
 from seq2seq.decoding.inference import InputTooLong, encode_sources
 from seq2seq.serving.api import BadRequest, Query, answer, authorised, error, parse, read_body
 from seq2seq.serving.batcher import Batcher, Job, Overloaded

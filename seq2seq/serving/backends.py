@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 from omegaconf import OmegaConf
 
-from seq2seq.config import Backend, ServeConfig
+from seq2seq.config_choices import Backend
+from seq2seq.config_commands import ServeConfig
 from seq2seq.decoding.inference import TrainedRun, Translator, load_run, open_model
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine

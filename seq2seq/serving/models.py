@@ -11,7 +11,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from seq2seq.config import Backend, DecodeConfig
+from seq2seq.config import DecodeConfig
+from seq2seq.config_choices import Backend
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.inference import Translator, release_facts
 from seq2seq.errors import Seq2SeqError

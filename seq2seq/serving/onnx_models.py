@@ -12,7 +12,9 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq.config import Backend, DecodeConfig, Precision, ServeConfig
+from seq2seq.config import DecodeConfig, Precision
+from seq2seq.config_choices import Backend
+from seq2seq.config_commands import ServeConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.hypothesis import Hypothesis
 from seq2seq.decoding.inference import Translation, Translator, read_config, release_facts

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from seq2seq.config import AlignMethod
+from seq2seq.config_choices import AlignMethod
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.aer import Gold, alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner
