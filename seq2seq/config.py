@@ -1,4 +1,5 @@
-"""Typed configuration: the one place every default lives.
+"""Typed configuration of training (the data, model and train groups): where their defaults live;
+the other commands' configs are in config_commands.py.
 
 Each dataclass is registered in Hydra's ConfigStore, so a misspelled key or a wrong type on the
 command line fails with Hydra's own error before anything runs. YAML files under ``configs/`` only
