@@ -1,6 +1,7 @@
 """seq2seq-backtranslate: a reverse run's translations of monolingual text as synthetic sources,
 equal to what seq2seq-evaluate decodes; real pairs mixed with them at each ratio; a tag from the
-same chunks without decoding again; sampling seeded; impossible requests refused in one line."""
+same chunks without decoding again; sampling seeded, each chunk with seeds of its own; impossible
+requests refused in one line."""
 
 from __future__ import annotations
 
@@ -84,6 +85,18 @@ def test_sampled_back_translation_follows_its_seed(
         drawn[name] = gz_lines(out / "synthetic.en.gz")
     assert len(drawn["a"]) == 25
     assert drawn["a"] == drawn["b"] and drawn["a"] != drawn["c"]
+
+
+@pytest.mark.slow
+def test_each_chunk_draws_with_seeds_of_its_own(smoke_run: Path, tmp_path: Path) -> None:
+    """One line in chunks of one: each chunk's draw is another, not the first chunk's again."""
+    mono = tmp_path / "same.de"
+    mono.write_text("Ein Mann steht auf der Straße.\n" * 6, encoding="utf-8")
+    out = tmp_path / "out"
+    given = ["sampling=true", "temperature=2.0", "chunk_sentences=1", f"out={out}"]
+    proc = backtranslate(smoke_run, f"mono={mono}", *given)
+    assert proc.returncode == 0, proc.stderr
+    assert len(set(gz_lines(out / "synthetic.en.gz"))) > 1
 
 
 def test_backtranslate_needs_text_and_an_out_folder(tmp_path: Path) -> None:

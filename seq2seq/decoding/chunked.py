@@ -54,7 +54,9 @@ def translate_in_chunks(
             if len(lines) == len(part):
                 found += lines
                 continue
-        lines = [translator.best_text(t) for t in translator.translate(part)]
+        # sampling: the chunk's batches draw with seeds of their own, not the first chunk's again
+        translated = translator.translate(part, seed=translator.search.seed + start)
+        lines = [translator.best_text(t) for t in translated]
         temporary = path.with_suffix(".tmp")
         temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         os.replace(temporary, path)

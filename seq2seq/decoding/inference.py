@@ -245,8 +245,9 @@ class Translator:
     ) -> Translator:
         return cls(run.model, run.src_tok, run.tgt_tok, search, engine)
 
-    def translate(self, lines: Sequence[str]) -> list[Translation]:
-        """Decode the non-blank lines together (in length-sorted batches); order is kept."""
+    def translate(self, lines: Sequence[str], seed: int | None = None) -> list[Translation]:
+        """Decode the non-blank lines together (in length-sorted batches); order is kept.
+        ``seed``: sampling's first seed, if not the search's (see `decode_sources`)."""
         encoded = encode_sources(self.src_tok, lines, self.search.max_source_len)
         results = [Translation([], []) for _ in lines]
         todo = [i for i, ids in enumerate(encoded) if ids]
@@ -254,7 +255,7 @@ class Translator:
             results[i] = Translation([*encoded[i], EOS], [])
         sources = [results[i].source_ids for i in todo]
         with self.engine.autocast() if self.engine else contextlib.nullcontext():
-            nbest = decode_sources(self.model, sources, self.search)
+            nbest = decode_sources(self.model, sources, self.search, seed)
         for i, hypotheses in zip(todo, nbest, strict=True):
             results[i].hypotheses = hypotheses
         return results

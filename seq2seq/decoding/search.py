@@ -157,9 +157,11 @@ def sample(
 
 
 def decode_sources(
-    model: Seq2Seq, sources: Sequence[Sequence[int]], cfg: DecodeConfig
+    model: Seq2Seq, sources: Sequence[Sequence[int]], cfg: DecodeConfig, seed: int | None = None
 ) -> list[list[Hypothesis]]:
-    """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept."""
+    """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept.
+    Sampling draws batch ``b`` with seed ``seed + b`` (default ``cfg.seed + b``)."""
+    first_seed = cfg.seed if seed is None else seed
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
     device = next(model.parameters()).device
@@ -171,7 +173,7 @@ def decode_sources(
             src[row, : lengths[row]] = sources[i]
         src_ids = torch.from_numpy(src).to(device)
         if cfg.sampling:  # each batch its own stream: the same input, the same draws
-            nbest = sample(model, src_ids, torch.from_numpy(lengths), cfg, cfg.seed + batch)
+            nbest = sample(model, src_ids, torch.from_numpy(lengths), cfg, first_seed + batch)
         else:
             nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg)
         for i, hyps in zip(chunk, nbest, strict=True):
