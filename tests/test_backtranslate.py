@@ -97,6 +97,12 @@ def test_each_chunk_draws_with_seeds_of_its_own(smoke_run: Path, tmp_path: Path)
     proc = backtranslate(smoke_run, f"mono={mono}", *given)
     assert proc.returncode == 0, proc.stderr
     assert len(set(gz_lines(out / "synthetic.en.gz"))) > 1
+    settings = out / ".parts" / "settings.json"
+    older = json.loads(settings.read_text())
+    del older["sampling_seeds"]  # as chunks drawn before each had seeds of its own record it
+    settings.write_text(json.dumps(older))
+    again = backtranslate(smoke_run, f"mono={mono}", *given)
+    assert again.returncode == 1 and "holds chunks of other settings" in again.stderr
 
 
 def test_backtranslate_needs_text_and_an_out_folder(tmp_path: Path) -> None:

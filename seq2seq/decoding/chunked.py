@@ -21,6 +21,9 @@ from seq2seq.errors import Seq2SeqError
 log = logging.getLogger("seq2seq.chunked")
 PARTS = ".parts"  # the chunks, inside the output folder
 SETTINGS = "settings.json"
+# how sampled chunks are seeded, recorded so that chunks drawn otherwise (by versions where each
+# chunk restarted at the seed) are refused on resume, not mixed in
+SAMPLING_SEEDS = "seed + the chunk's first line number"
 
 
 def fingerprint(sources: Sequence[str], facts: dict[str, Any]) -> dict[str, Any]:
@@ -36,6 +39,8 @@ def translate_in_chunks(
     in ``out/.parts`` from the same settings are read back, not decoded again."""
     parts = out / PARTS
     parts.mkdir(parents=True, exist_ok=True)
+    if translator.search.sampling:
+        facts = {**facts, "sampling_seeds": SAMPLING_SEEDS}
     settings, expected = parts / SETTINGS, fingerprint(sources, facts)
     if settings.is_file() and json.loads(settings.read_text()) != expected:
         raise Seq2SeqError(
