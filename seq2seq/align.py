@@ -17,11 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 from omegaconf import OmegaConf
 
-from seq2seq.config_commands import AlignConfig
+from seq2seq.config_commands import AlignConfig, hydra_command
 from seq2seq.config_rules import check_config, rename_keys
 from seq2seq.decoding.aer import alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner
@@ -158,7 +157,7 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
     }
 
 
-@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="align")
+@hydra_command("align")
 def main(cfg: AlignConfig) -> None:
     """Align; the last stdout line is the result JSON, user errors exit 1 with one message."""
     try:

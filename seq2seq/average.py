@@ -11,12 +11,11 @@ import logging
 import sys
 from pathlib import Path
 
-import hydra
 import torch
 from omegaconf import OmegaConf
 
 from seq2seq.config_choices import Selection
-from seq2seq.config_commands import AverageConfig
+from seq2seq.config_commands import AverageConfig, hydra_command
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint, save_checkpoint
 from seq2seq.storage.rundir import AVERAGED, kept_checkpoint
@@ -74,7 +73,7 @@ def average(cfg: AverageConfig) -> Path:
     return out
 
 
-@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="average")
+@hydra_command("average")
 def main(cfg: AverageConfig) -> None:
     """Average; user errors exit 1 with one clear message."""
     try:

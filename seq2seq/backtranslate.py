@@ -20,10 +20,9 @@ import logging
 import sys
 from pathlib import Path
 
-import hydra
 from omegaconf import OmegaConf
 
-from seq2seq.config_commands import BacktranslateConfig
+from seq2seq.config_commands import BacktranslateConfig, hydra_command
 from seq2seq.data.corpus import prefix_file, read_parallel
 from seq2seq.data.stream import iter_lines
 from seq2seq.decoding.chunked import translate_in_chunks, write_gz
@@ -93,7 +92,7 @@ def backtranslate(cfg: BacktranslateConfig) -> dict:
     return result
 
 
-@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="backtranslate")
+@hydra_command("backtranslate")
 def main(cfg: BacktranslateConfig) -> None:
     """Back-translate; user errors exit 1 with one clear message."""
     try:

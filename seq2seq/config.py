@@ -1,9 +1,10 @@
 """Typed configuration of training (the data, model and train groups): where their defaults live;
 the other commands' configs are in config_commands.py.
 
-Each dataclass is registered in Hydra's ConfigStore, so a misspelled key or a wrong type on the
-command line fails with Hydra's own error before anything runs. YAML files under ``configs/`` only
-choose group options and override values (``experiment=smoke``).
+Each dataclass is registered in Hydra's ConfigStore when a command starts (register_configs), so
+a misspelled key or a wrong type on the command line fails with Hydra's own error before
+anything runs. YAML files under ``configs/`` only choose group options and override values
+(``experiment=smoke``).
 """
 
 from __future__ import annotations
@@ -240,6 +241,3 @@ def register_configs() -> None:
     # folders, so configs/config.yaml passes the name through this.
     if not OmegaConf.has_resolver("path_safe"):
         OmegaConf.register_new_resolver("path_safe", lambda text: str(text).replace("/", "."))
-
-
-register_configs()

@@ -1,17 +1,21 @@
 """The typed configs of the commands that load a trained run (evaluate, translate, serve,
-align, average, distill, back-translate, export), registered with Hydra beside the training
-schema of seq2seq.config.
+align, average, distill, back-translate, export), and the Hydra entry every command starts by:
+it registers these and the training schema of seq2seq.config when the command runs, so that
+importing the library registers nothing.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
+import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, register_configs
 from seq2seq.config_choices import (
     AlignMethod,
     Backend,
@@ -21,6 +25,8 @@ from seq2seq.config_choices import (
     Selection,
     Symmetrize,
 )
+
+CONFIGS = "pkg://seq2seq.configs"  # the top-level configs/, installed inside the package
 
 
 @dataclass
@@ -179,4 +185,24 @@ def register_command_configs() -> None:
     cs.store(name="align_config", node=AlignConfig)
 
 
-register_command_configs()
+def register_schemas() -> None:
+    """Every schema a command composes, registered with Hydra (again: the same nodes)."""
+    register_configs()
+    register_command_configs()
+
+
+def hydra_command(config_name: str) -> Callable[[Callable[[Any], None]], Callable[[], None]]:
+    """``hydra.main`` of a command that reads ``configs/<config_name>.yaml`` (shipped inside the
+    package), with the schemas registered when the command starts."""
+
+    def decorate(task: Callable[[Any], None]) -> Callable[[], None]:
+        run = hydra.main(version_base=None, config_path=CONFIGS, config_name=config_name)(task)
+
+        @functools.wraps(task)
+        def command() -> None:
+            register_schemas()
+            run()
+
+        return command
+
+    return decorate

@@ -18,10 +18,9 @@ import logging
 import sys
 from pathlib import Path
 
-import hydra
 from omegaconf import OmegaConf
 
-from seq2seq.config_commands import DistillConfig
+from seq2seq.config_commands import DistillConfig, hydra_command
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.chunked import PARTS, translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model
@@ -77,7 +76,7 @@ def distill(cfg: DistillConfig) -> dict:
     return result
 
 
-@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="distill")
+@hydra_command("distill")
 def main(cfg: DistillConfig) -> None:
     """Distil; user errors exit 1 with one clear message."""
     try:

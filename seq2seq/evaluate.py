@@ -17,10 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import hydra
-
 from seq2seq.config import DecodeConfig, Precision
-from seq2seq.config_commands import EvaluateConfig
+from seq2seq.config_commands import EvaluateConfig, hydra_command
 from seq2seq.config_rules import rename_keys
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.alignment import AttentionSample, alignment_record, attention_samples, pharaoh
@@ -231,7 +229,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     return result
 
 
-@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="evaluate")
+@hydra_command("evaluate")
 def main(cfg: EvaluateConfig) -> None:
     """Evaluate; the last stdout line is the result JSON, user errors exit 1 with one message."""
     try:

@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import hydra
 import safetensors.torch
 from omegaconf import OmegaConf
 
 from seq2seq.config import DecodeConfig, Multi30kConfig
-from seq2seq.config_commands import ExportConfig
+from seq2seq.config_commands import ExportConfig, hydra_command
 from seq2seq.data.sources import open_source
 from seq2seq.decoding.inference import TrainedRun, load_run
 from seq2seq.errors import Seq2SeqError
@@ -246,7 +245,7 @@ def export(cfg: ExportConfig) -> Path:
     return out
 
 
-@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="export")
+@hydra_command("export")
 def main(cfg: ExportConfig) -> None:
     """Export; user errors exit 1 with one clear message."""
     try:

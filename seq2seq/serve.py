@@ -16,10 +16,9 @@ import signal
 import sys
 import threading
 
-import hydra
 import uvicorn
 
-from seq2seq.config_commands import ServeConfig
+from seq2seq.config_commands import ServeConfig, hydra_command
 from seq2seq.errors import Seq2SeqError
 from seq2seq.serving.app import create_app
 from seq2seq.serving.backends import open_models
@@ -76,7 +75,7 @@ def _stop_on_signals(server: uvicorn.Server) -> None:
         signal.signal(signum, stop)
 
 
-@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="serve")
+@hydra_command("serve")
 def main(cfg: ServeConfig) -> None:
     """Serve; user errors exit 1 with one clear message."""
     try:

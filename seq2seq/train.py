@@ -11,10 +11,10 @@ import logging
 import sys
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 
 from seq2seq.config import Config
+from seq2seq.config_commands import hydra_command
 from seq2seq.config_rules import check_config, upgrade_config
 from seq2seq.data.sources import open_source
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
@@ -27,7 +27,7 @@ from seq2seq.training.trainer import Trainer
 log = logging.getLogger("seq2seq.train")
 
 
-@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="config")
+@hydra_command("config")
 def _main(cfg: Config) -> None:
     """Train with the composed config; user errors exit 1 with one clear message."""
     engine = None

@@ -17,9 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-import hydra
-
-from seq2seq.config_commands import TranslateConfig
+from seq2seq.config_commands import TranslateConfig, hydra_command
 from seq2seq.decoding.alignment import best_alignment_view
 from seq2seq.decoding.inference import InputTooLong, Translator, open_model
 from seq2seq.decoding.nbest import NBEST_SEPARATOR, scored_lines
@@ -158,7 +156,7 @@ def run_app(cfg: TranslateConfig) -> None:
         piped(translator, cfg)
 
 
-@hydra.main(version_base=None, config_path="pkg://seq2seq.configs", config_name="translate")
+@hydra_command("translate")
 def main(cfg: TranslateConfig) -> None:
     """Translate; user errors exit 1 with one clear message, a closed pipe exits quietly."""
     try:

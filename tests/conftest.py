@@ -29,6 +29,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: -slow[item.path])
 
 
+@pytest.fixture(autouse=True, scope="session")
+def hydra_schemas() -> None:
+    """The schemas the commands register when they start, for tests that compose configs."""
+    from seq2seq.config_commands import register_schemas
+
+    register_schemas()
+
+
 def _multi30k_path() -> Path:
     env = os.environ.get("SEQ2SEQ_MULTI30K")
     return Path(env) if env else REPO.parent / "shared" / "data" / "multi30k"

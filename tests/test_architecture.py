@@ -40,6 +40,22 @@ def test_the_commands_load_drawing_and_tensorboard_only_when_they_write() -> Non
     assert out.stdout.strip() == "[]"
 
 
+def test_importing_the_library_registers_nothing_with_hydra() -> None:
+    """The schemas and the resolver are registered by a command when it starts."""
+    commands = ", ".join(f"seq2seq.{c}" for c in ("train", "evaluate", "serve", "export"))
+    code = (
+        f"import {commands}; from hydra.core.config_store import ConfigStore;"
+        "from omegaconf import OmegaConf; from seq2seq.config_commands import register_schemas;"
+        "ours = {'base_config.yaml', 'evaluate_config.yaml'};"
+        "names = lambda: sorted(ours & set(ConfigStore.instance().list('')));"
+        "print(names(), OmegaConf.has_resolver('path_safe')); register_schemas();"
+        "print(names(), OmegaConf.has_resolver('path_safe'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    registered = "['base_config.yaml', 'evaluate_config.yaml'] True"
+    assert out.stdout.split("\n")[:2] == ["[] False", registered]
+
+
 # The library's folders, lowest first: each imports only from its own folder, the folders before
 # it, and the shared modules; none imports a command (train, evaluate, translate, ...).
 LAYERS = ["storage", "model", "data", "runtime", "decoding", "training", "serving"]
