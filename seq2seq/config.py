@@ -156,9 +156,10 @@ class TrainConfig:
     val_beam_size: int = 1  # validation BLEU decodes greedily unless raised
     val_batch_size: int = 64  # sentences per validation decoding batch; GPUs take more
     resume: bool = False  # continue from last.pt in the run folder
-    # a new run from a trained run or release folder: its model config, tokenizers and weights
-    # (a run's best.pt), with a fresh optimizer, schedule and early stopping
+    # a new run from a trained run or release folder: its model config, tokenizers and weights,
+    # with a fresh optimizer, schedule and early stopping
     init_from: Optional[str] = None
+    init_checkpoint: str = "best"  # with init_from: "best", "last", "averaged" or a file's path
     init_optimizer: bool = False  # with init_from: its last.pt's optimizer and learning rate
     precision: Optional[Precision] = None  # deprecated: the top-level precision=
     compile: bool = False  # torch.compile the decoder's per-step work (time-step loops)

@@ -79,6 +79,7 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
     )
     last = load_checkpoint(folder / LAST) if (folder / LAST).is_file() else {}
     name = checkpoint if checkpoint in CHECKPOINTS else Path(checkpoint).stem
+    started = OmegaConf.select(cfg, "train.init_from")
     tests = {}
     for result in sorted((folder / EVAL_DIR).glob(f"*.{name}.beam*.json")):
         scores = json.loads(result.read_text())
@@ -103,7 +104,8 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
         "training_minutes": round(last["seconds"] / 60, 1) if "seconds" in last else None,
         "device": last.get("device"),  # checkpoints from before it was kept: unknown
         "recipe": " ".join(["seq2seq-train", *recipe]),
-        "started_from": OmegaConf.select(cfg, "train.init_from"),  # train.init_from, if any
+        "started_from": started,  # train.init_from, if any, and which of its weights
+        "started_from_checkpoint": started and OmegaConf.select(cfg, "train.init_checkpoint"),
         "test": tests,
         "licence": licence,
     }
@@ -130,7 +132,8 @@ def model_card(f: dict[str, Any]) -> str:
         f"{f['device'] or '?'}; best validation BLEU {valid} |",
     ]
     if f.get("started_from"):
-        lines.append(f"| started from | `{f['started_from']}` (its weights, `train.init_from`) |")
+        weights = f.get("started_from_checkpoint") or "best"  # runs from before it was a key
+        lines.append(f"| started from | `{f['started_from']}` (its {weights} weights) |")
     for split, t in f["test"].items():
         lines.append(
             f"| {split} (beam {t['beam_size']}) | BLEU {t['bleu']:.2f} "

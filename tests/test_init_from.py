@@ -82,6 +82,22 @@ def test_a_run_starts_from_the_weights_with_a_fresh_optimizer(smoke_run, data, t
 
 
 @pytest.mark.slow
+def test_init_checkpoint_picks_the_weights(smoke_run, data, tmp_path) -> None:
+    """Weights of a checkpoint file given by path (as averaged.pt, last.pt are by name)."""
+    state = torch.load(smoke_run / "best.pt", map_location="cpu", weights_only=False)
+    state["model"] = {k: v + 1 if v.is_floating_point() else v for k, v in state["model"].items()}
+    torch.save(state, tmp_path / "shifted.pt")
+    run, given = tmp_path / "picked", f"train.init_checkpoint={tmp_path / 'shifted.pt'}"
+    proc = train(run, data, f"train.init_from={smoke_run}", given, "train.max_steps=1")
+    assert proc.returncode == 0, proc.stderr
+    after = weights(run / "last.pt")
+    assert max((after[k] - state["model"][k]).abs().max().item() for k in after) <= 2 * SMOKE_LR
+    assert OmegaConf.load(run / "config.yaml").train.init_checkpoint == str(tmp_path / "shifted.pt")
+    card = (export(run, tmp_path / "release") / "README.md").read_text()
+    assert f"(its {tmp_path / 'shifted.pt'} weights)" in card
+
+
+@pytest.mark.slow
 def test_init_optimizer_keeps_the_optimizer(smoke_run, data, tmp_path) -> None:
     run = tmp_path / "kept"
     overrides = [f"train.init_from={smoke_run}", "train.init_optimizer=true", "train.max_steps=1"]
@@ -102,6 +118,14 @@ def test_what_cannot_start_from_the_folder_is_refused_in_one_line(smoke_run, dat
         proc = train(tmp_path / "refused", data, f"train.init_from={folder}", *overrides)
         assert proc.returncode == 1 and says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
         assert "Traceback" not in proc.stdout + proc.stderr
+    for folder, checkpoint, says in (
+        (smoke_run, tmp_path / "none.pt", "none.pt does not exist"),
+        (release, "last", "is a release: it holds one model"),
+    ):
+        overrides = [f"train.init_from={folder}", f"train.init_checkpoint={checkpoint}"]
+        proc = train(tmp_path / "refused", data, *overrides)
+        assert proc.returncode == 1 and says in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert not (tmp_path / "refused" / "last.pt").exists()
     proc = train(tmp_path / "refused", data, f"train.init_from={tmp_path / 'nothing'}")
     said = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "is not a training run or release folder" in said

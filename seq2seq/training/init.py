@@ -1,7 +1,8 @@
 """A run that starts from a trained one (``train.init_from=<run or release folder>``): it takes
 that folder's model config, tokenizers and weights, and trains on today's data and settings
-with a fresh optimizer, schedule, step count and early stopping; ``train.init_optimizer=true``
-keeps the optimizer's moments and the learning rate of the run's last.pt instead."""
+with a fresh optimizer, schedule, step count and early stopping; ``train.init_checkpoint``
+picks a run's weights (best.pt unless asked), ``train.init_optimizer=true`` keeps the optimizer's
+moments and the learning rate of the run's last.pt instead."""
 
 from __future__ import annotations
 
@@ -15,7 +16,13 @@ from seq2seq.decoding.inference import load_run, read_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
 from seq2seq.runtime.checkpoint import load_checkpoint
-from seq2seq.storage.rundir import CONFIG_FILE, LAST
+from seq2seq.storage.rundir import (
+    CHECKPOINTS,
+    CONFIG_FILE,
+    LAST,
+    RELEASE_WEIGHTS,
+    checkpoint_path,
+)
 from seq2seq.training.schedule import LearningRate
 from seq2seq.training.updater import Updater
 
@@ -39,6 +46,7 @@ def adopt_model(cfg: DictConfig) -> None:
             f"train.init_from={cfg.train.init_from} is not a training run or release folder "
             f"(no {CONFIG_FILE})"
         )
+    _check_checkpoint(folder, cfg.train.init_checkpoint)
     if cfg.train.init_optimizer and not (folder / LAST).is_file():
         raise Seq2SeqError(
             f"train.init_optimizer=true takes the optimizer of {folder / LAST}, which does not "
@@ -65,19 +73,38 @@ def adopt_model(cfg: DictConfig) -> None:
     with open_dict(cfg):
         cfg.model = OmegaConf.merge(schema, theirs)  # typed, as a composed model config is
         cfg.train.init_from = str(folder)
+        if cfg.train.init_checkpoint not in CHECKPOINTS:  # a file's path, as init_from: absolute
+            cfg.train.init_checkpoint = str(Path(cfg.train.init_checkpoint).resolve())
         cfg.data.tokenizer.from_folder = str(folder)  # its pieces: the embeddings belong to them
 
 
-def start_from(folder: str, keep_optimizer: bool, updater: Updater, schedule: LearningRate):
-    """A new run's weights from ``folder`` (a release's, or a run's best.pt); with
+def start_from(
+    folder: str, checkpoint: str, keep_optimizer: bool, updater: Updater, schedule: LearningRate
+):
+    """A new run's weights from ``folder`` (a release's, or a run's ``checkpoint``); with
     ``keep_optimizer``, the optimizer and learning rate of its last.pt (checked by adopt_model)."""
-    run = load_run(folder)
+    run = load_run(folder, checkpoint)
     log.info("starting from %s (%s, step %d)", folder, run.checkpoint.name, run.step)
     updater.module.load_state_dict(run.model.state_dict())
     if keep_optimizer:
         saved = load_checkpoint(Path(folder) / LAST)
         updater.load_state_dict(saved)
         schedule.load_state_dict(saved["scheduler"])
+
+
+def _check_checkpoint(folder: Path, checkpoint: str) -> None:
+    """A release holds one set of weights; a run's chosen checkpoint must exist."""
+    if (folder / RELEASE_WEIGHTS).is_file():
+        if checkpoint != "best":
+            raise Seq2SeqError(
+                f"train.init_from={folder} is a release: it holds one model (leave out "
+                "train.init_checkpoint)"
+            )
+    elif not checkpoint_path(folder, checkpoint).is_file():
+        raise Seq2SeqError(
+            f"train.init_checkpoint={checkpoint}: {checkpoint_path(folder, checkpoint)} does not "
+            "exist (best, last, averaged after seq2seq-average, or a checkpoint file's path)"
+        )
 
 
 def _plain(model: DictConfig) -> dict[str, Any]:
