@@ -78,15 +78,15 @@ def adopt_model(cfg: DictConfig) -> None:
         cfg.data.tokenizer.from_folder = str(folder)  # its pieces: the embeddings belong to them
 
 
-def start_from(
-    folder: str, checkpoint: str, keep_optimizer: bool, updater: Updater, schedule: LearningRate
-):
-    """A new run's weights from ``folder`` (a release's, or a run's ``checkpoint``); with
-    ``keep_optimizer``, the optimizer and learning rate of its last.pt (checked by adopt_model)."""
-    run = load_run(folder, checkpoint)
+def start_from(train: DictConfig, updater: Updater, schedule: LearningRate) -> None:
+    """A new run's weights from ``train.init_from`` (a release's, or a run's
+    ``train.init_checkpoint``); with ``train.init_optimizer``, the optimizer and learning rate of
+    its last.pt (both checked by adopt_model)."""
+    folder = train.init_from
+    run = load_run(folder, train.init_checkpoint)
     log.info("starting from %s (%s, step %d)", folder, run.checkpoint.name, run.step)
     updater.module.load_state_dict(run.model.state_dict())
-    if keep_optimizer:
+    if train.init_optimizer:
         saved = load_checkpoint(Path(folder) / LAST)
         updater.load_state_dict(saved)
         schedule.load_state_dict(saved["scheduler"])

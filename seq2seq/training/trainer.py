@@ -156,13 +156,7 @@ class Trainer:
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
         self.plan, self.progress = epoch_plan(cfg, engine, self.data.train), Progress()
         if state is None and tcfg.init_from:
-            start_from(
-                tcfg.init_from,
-                tcfg.init_checkpoint,
-                tcfg.init_optimizer,
-                self.updater,
-                self.schedule,
-            )
+            start_from(tcfg, self.updater, self.schedule)
         if state is not None:
             self.progress = restore_training(state, self.updater, self.schedule, engine, self.plan)
         # Resuming hides whatever the interrupted run logged after the step of its last.pt.
