@@ -186,7 +186,7 @@ def register_command_configs() -> None:
 
 
 def register_schemas() -> None:
-    """Every schema a command composes, registered with Hydra (again: the same nodes)."""
+    """Every schema a command composes, registered with Hydra; calling it again is harmless."""
     register_configs()
     register_command_configs()
 

@@ -100,10 +100,10 @@ def _check_checkpoint(folder: Path, checkpoint: str) -> None:
                 f"train.init_from={folder} is a release: it holds one model (leave out "
                 "train.init_checkpoint)"
             )
-    elif not checkpoint_path(folder, checkpoint).is_file():
+    elif not (path := checkpoint_path(folder, checkpoint)).is_file():
         raise Seq2SeqError(
-            f"train.init_checkpoint={checkpoint}: {checkpoint_path(folder, checkpoint)} does not "
-            "exist (best, last, averaged after seq2seq-average, or a checkpoint file's path)"
+            f"train.init_checkpoint={checkpoint}: {path} does not exist (best, last, averaged "
+            "after seq2seq-average, or a checkpoint file's path)"
         )
 
 
