@@ -57,6 +57,13 @@ class Selection(str, Enum):
     best = "best"
 
 
+class Pick(str, Enum):
+    """Which of the teacher's hypotheses a distilled corpus keeps for each source."""
+
+    best = "best"  # the search's best: sequence-level distillation (Kim & Rush 2016)
+    closest = "closest"  # of the nbest, the nearest to the reference by sentence BLEU (Seq-Inter)
+
+
 class AlignMethod(str, Enum):
     """How a target word's attention over the source words becomes links."""
 

@@ -20,6 +20,7 @@ from seq2seq.config_choices import (
     AlignMethod,
     Backend,
     Int8Engine,
+    Pick,
     Precision,
     Products,
     Selection,
@@ -142,6 +143,8 @@ class DistillConfig(InferenceConfig):
     split: str = "train"  # a split of the teacher's corpus
     data_source: Optional[str] = None  # where Multi30k is, if not where the teacher trained
     chunk_sentences: int = 2000  # sentences decoded and saved at a time
+    # best: the teacher's best translation; closest: of its nbest, the one nearest the reference
+    pick: Pick = Pick.best
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import OmegaConf, open_dict
 
 from seq2seq.config import Precision, ScheduleName
+from seq2seq.config_choices import Pick
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.model.config import ATTENTION_CONFIGS
@@ -236,6 +237,7 @@ def _cross_key_problems(cfg: Any) -> list[str]:
         cfg, "coverage_penalty", default=0.0
     ):
         problems.append("coverage_penalty reranks beam search's hypotheses: not with sampling=true")
+    problems += _distill_problems(cfg)
     alpha = OmegaConf.select(cfg, "data.sampling_alpha", default=0.0)
     if OmegaConf.select(cfg, "train.guided_alignment", default=None) is not None and alpha:
         problems.append(
@@ -248,3 +250,19 @@ def _cross_key_problems(cfg: Any) -> list[str]:
             "log.alignment_pairs=<pairs> and log.alignment_links=<gold links> go together"
         )
     return problems
+
+
+def _distill_problems(cfg: Any) -> list[str]:
+    """seq2seq-distill (the only config with ``pick``) writes beam output, and picks among an
+    nbest of at least two."""
+    pick = OmegaConf.select(cfg, "pick", default=None)
+    if pick is None:
+        return []
+    if OmegaConf.select(cfg, "sampling", default=False):
+        return ["seq2seq-distill writes the teacher's beam output: leave out sampling"]
+    if Pick(pick) is Pick.closest and OmegaConf.select(cfg, "nbest", default=1) < 2:
+        return [
+            "pick=closest chooses among the teacher's nbest: add nbest=N (N >= 2, and "
+            "beam_size at least N)"
+        ]
+    return []

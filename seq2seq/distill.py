@@ -1,6 +1,7 @@
 """`seq2seq-distill`: sequence-level knowledge distillation (Kim & Rush 2016). A teacher (a run
 or release; an ensemble with ``ensemble=[...]``) translates every source of a split of its
-corpus with beam search; ``out=`` receives the sources and the teacher's translations as a
+corpus with beam search (``pick=closest nbest=5``: of its 5 best, the nearest to the reference,
+Kim & Rush's Seq-Inter); ``out=`` receives the sources and the teacher's translations as a
 corpus that ``data=custom`` reads (``<split>.<src>.gz``, ``<split>.<tgt>.gz``), and the original
 pairs followed by the distilled ones (``<split>_mixed.*``), to train a student on either::
 
@@ -20,10 +21,11 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from seq2seq.config_choices import Pick
 from seq2seq.config_commands import DistillConfig, hydra_command
 from seq2seq.data.corpus import read_parallel
-from seq2seq.decoding.chunked import PARTS, translate_in_chunks, write_gz
-from seq2seq.decoding.inference import Translator, open_model
+from seq2seq.decoding.chunked import PARTS, Nearest, translate_in_chunks, write_gz
+from seq2seq.decoding.inference import Translator, open_model, run_bleu_tokenizer
 from seq2seq.decoding.splits import run_split
 from seq2seq.errors import Seq2SeqError
 
@@ -34,8 +36,6 @@ def distill(cfg: DistillConfig) -> dict:
     """Write the distilled corpus of ``cfg``; return what was written (also printed as JSON)."""
     if OmegaConf.is_missing(cfg, "out"):
         raise Seq2SeqError("say where the distilled corpus goes: out=<folder>")
-    if cfg.sampling:
-        raise Seq2SeqError("seq2seq-distill writes the teacher's beam output: leave out sampling")
     engine, run = open_model(cfg, "distil with")
     out = Path(cfg.out)
     (out / PARTS).mkdir(parents=True, exist_ok=True)
@@ -47,6 +47,8 @@ def distill(cfg: DistillConfig) -> dict:
         "checkpoint": cfg.checkpoint,
         "split": split,
         **{k: getattr(cfg, k) for k in ("beam_size", "alpha", "max_len_a", "max_len_b")},
+        "pick": cfg.pick.value,
+        **({"nbest": cfg.nbest} if cfg.pick is Pick.closest else {}),
         "precision": engine.precision.value,
         "chunk_sentences": cfg.chunk_sentences,
     }
@@ -58,7 +60,10 @@ def distill(cfg: DistillConfig) -> dict:
         engine.describe(),
     )
     translator = Translator.from_run(run, cfg, engine)  # decodes under the engine's autocast
-    distilled = translate_in_chunks(translator, sources, out, cfg.chunk_sentences, facts)
+    nearest = None
+    if cfg.pick is Pick.closest:
+        nearest = Nearest(originals, run_bleu_tokenizer(run.cfg.data))
+    distilled = translate_in_chunks(translator, sources, out, cfg.chunk_sentences, facts, nearest)
     src_lang, tgt_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
     name = cfg.split if cfg.split in ("train", "valid", "test") else Path(split).name
     files = {

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 from run_helpers import TRAIN_TIMEOUT, command, gz_lines
+from sacrebleu.metrics import BLEU
+
+from seq2seq.decoding.chunked import Nearest
 
 SEARCH = ["split=valid", "beam_size=2", "chunk_sentences=400"]
 
@@ -55,10 +58,39 @@ def test_the_distilled_corpus_is_the_teachers_beam_output(smoke_run: Path, tmp_p
     assert "Traceback" not in other.stderr
 
 
+@pytest.mark.slow
+def test_pick_closest_keeps_the_hypothesis_nearest_the_reference(
+    smoke_run: Path, tmp_path: Path
+) -> None:
+    """Seq-Inter: of the teacher's 2 best, each line keeps the one of the higher sentence BLEU
+    against the reference, which is sometimes not the best one."""
+    best, closest = tmp_path / "best", tmp_path / "closest"
+    for out, pick in ((best, []), (closest, ["pick=closest", "nbest=2"])):
+        proc = distill(smoke_run, out, *SEARCH, *pick)
+        assert proc.returncode == 0, proc.stderr
+    assert json.loads((closest / "distill.json").read_text())["pick"] == "closest"
+    tops, nears = gz_lines(best / "valid.en.gz"), gz_lines(closest / "valid.en.gz")
+    references = gz_lines(closest / "valid_mixed.en.gz")[: len(nears)]  # the originals first
+    bleu = BLEU(effective_order=True)
+    for top, near, reference in zip(tops, nears, references, strict=True):
+        assert bleu.sentence_score(near, [reference]).score >= (
+            bleu.sentence_score(top, [reference]).score
+        )
+    assert sum(top != near for top, near in zip(tops, nears, strict=True)) > 0
+
+
+def test_nearest_picks_the_highest_sentence_bleu_and_the_first_of_equals() -> None:
+    nearest = Nearest(["a man rides a horse .", "two dogs play ."])
+    assert nearest.pick(0, ["a man walks .", "a man rides a horse ."]) == "a man rides a horse ."
+    assert nearest.pick(1, ["cats", "birds"]) == "cats"
+    assert nearest.pick(1, []) == ""
+
+
 def test_distill_needs_an_out_folder_and_a_search(tmp_path: Path) -> None:
     for overrides, says in (
         ([], "out=<folder>"),
         ([f"out={tmp_path / 'x'}", "sampling=true"], "leave out sampling"),
+        ([f"out={tmp_path / 'x'}", "pick=closest"], "pick=closest chooses among"),
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "seq2seq.distill", f"run_dir={tmp_path}", *overrides],

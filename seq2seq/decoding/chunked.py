@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from seq2seq.decoding.inference import Translator
+from sacrebleu.metrics import BLEU
+
+from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.errors import Seq2SeqError
 
 log = logging.getLogger("seq2seq.chunked")
@@ -32,11 +34,45 @@ def fingerprint(sources: Sequence[str], facts: dict[str, Any]) -> dict[str, Any]
     return {**facts, "sentences": len(sources), "sources_sha256": digest}
 
 
-def translate_in_chunks(
-    translator: Translator, sources: Sequence[str], out: Path, chunk: int, facts: dict[str, Any]
+class Nearest:
+    """Of a source's hypotheses, the one of the highest sentence BLEU against its reference (the
+    first of equals, in the search's order): Kim & Rush's Seq-Inter."""
+
+    def __init__(self, references: Sequence[str], tokenize: str = "13a") -> None:
+        self.references = references
+        self.bleu = BLEU(tokenize=tokenize, effective_order=True)
+
+    def pick(self, line: int, candidates: Sequence[str]) -> str:
+        """The candidate nearest reference ``line``; empty for no candidates (a blank line)."""
+        if not candidates:
+            return ""
+        reference = [self.references[line]]
+        scores = [self.bleu.sentence_score(c, reference).score for c in candidates]
+        return candidates[scores.index(max(scores))]
+
+
+def chosen(
+    translator: Translator, translated: Sequence[Translation], first: int, nearest: Nearest | None
 ) -> list[str]:
-    """The best translation of every source (blank for a blank line), in order; chunks already
-    in ``out/.parts`` from the same settings are read back, not decoded again."""
+    """Each translation's best text, or with ``nearest`` its hypothesis nearest the reference
+    (``first``: the line number of the first translation)."""
+    if nearest is None:
+        return [translator.best_text(t) for t in translated]
+    texts = [[translator.text(h) for h in t.hypotheses] for t in translated]
+    return [nearest.pick(first + i, candidates) for i, candidates in enumerate(texts)]
+
+
+def translate_in_chunks(
+    translator: Translator,
+    sources: Sequence[str],
+    out: Path,
+    chunk: int,
+    facts: dict[str, Any],
+    nearest: Nearest | None = None,
+) -> list[str]:
+    """The best translation of every source (with ``nearest``: of its nbest, the nearest to its
+    reference; blank for a blank line), in order; chunks already in ``out/.parts`` from the same
+    settings are read back, not decoded again."""
     parts = out / PARTS
     parts.mkdir(parents=True, exist_ok=True)
     if translator.search.sampling:
@@ -61,7 +97,7 @@ def translate_in_chunks(
                 continue
         # sampling: the chunk's batches draw with seeds of their own, not the first chunk's again
         translated = translator.translate(part, seed=translator.search.seed + start)
-        lines = [translator.best_text(t) for t in translated]
+        lines = chosen(translator, translated, start, nearest)
         temporary = path.with_suffix(".tmp")
         temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         os.replace(temporary, path)
