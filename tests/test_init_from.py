@@ -147,3 +147,17 @@ def test_a_run_can_take_another_folders_tokenizers(smoke_run, data, tmp_path) ->
     missing = train(tmp_path / "none", data, f"data.tokenizer.from_folder={tmp_path}")
     said = missing.stdout + missing.stderr
     assert missing.returncode == 1 and "data.tokenizer.from_folder" in said, said
+
+
+@pytest.mark.slow
+def test_only_a_run_that_would_go_on_stops_early(smoke_run, data, tmp_path) -> None:
+    # weights that barely move: every validation after the first gives the same BLEU, no better
+    same = [f"train.init_from={smoke_run}", "train.lr=1e-12", "train.validate_every=1"]
+    for max_steps, stops_early in ((3, False), (6, True)):
+        run = tmp_path / f"max_steps_{max_steps}"
+        proc = train(run, data[1:], *same, "train.patience=2", f"train.max_steps={max_steps}")
+        assert proc.returncode == 0, proc.stderr
+        state = torch.load(run / "last.pt", map_location="cpu", weights_only=False)
+        assert state["bad_validations"] == 2 and state["step"] == 3  # the third is the 2nd bad
+        assert state["stopped_early"] is stops_early  # not when the third was the last anyway
+        assert ("early stopping" in proc.stdout + proc.stderr) is stops_early

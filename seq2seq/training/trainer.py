@@ -285,7 +285,8 @@ class Trainer:
                     window = Window()
                 every, end = tcfg.validate_every, self._at_end()
                 if end or (every and p.step % every == 0):
-                    self._validate_and_checkpoint()
+                    epochs_done = p.batch_in_epoch == len(plan) and p.epoch + 1 >= tcfg.max_epochs
+                    self._validate_and_checkpoint(last=end or epochs_done)
                     self.updater.model.train()
                 stop = agreed_stop(engine, request)
                 if stop or ((end or p.stopped_early) and p.batch_in_epoch < len(plan)):
@@ -295,13 +296,14 @@ class Trainer:
         p.epoch += 1
         p.batch_in_epoch = 0
         if not tcfg.validate_every and p.validated_step != p.step:  # once per step, resumed too
-            self._validate_and_checkpoint()
+            self._validate_and_checkpoint(last=p.epoch >= tcfg.max_epochs)
         return agreed_stop(engine, request)
 
     # -- validation --------------------------------------------------------------------------
 
-    def _validate_and_checkpoint(self) -> None:
-        """Rank 0 validates; every rank takes the same decisions from its BLEU."""
+    def _validate_and_checkpoint(self, last: bool) -> None:
+        """Rank 0 validates; every rank takes the same decisions from its BLEU. The `last`
+        validation of a run that stops anyway does not count as stopping early."""
         start = time.perf_counter()
         result = None
         if self.engine.is_main:
@@ -325,7 +327,7 @@ class Trainer:
         else:
             p.bad_validations += 1
         self.schedule.after_validation(bleu)
-        if p.bad_validations >= self.cfg.train.patience:
+        if p.bad_validations >= self.cfg.train.patience and not last:
             log.info("early stopping: no better BLEU in %d validations", p.bad_validations)
             p.stopped_early = True
         if result is not None:
