@@ -1,5 +1,6 @@
 """The search as it was before it became sync-free (commit fa9b8d8, host only): the oracle that
-tests/test_search.py holds today's search against. Not used by the package."""
+tests/test_search.py holds today's search against, with today's rule that EOS cannot end a
+translation at the first step. Not used by the package."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD
 
 
-def _restrict(log_probs: Tensor, at_limit: Tensor) -> Tensor:
-    """Forbid PAD and BOS everywhere, and anything but EOS in rows that reached their limit."""
+def _restrict(log_probs: Tensor, at_limit: Tensor, first: bool) -> Tensor:
+    """Forbid PAD and BOS everywhere, EOS at the first step unless at the limit, and anything
+    but EOS in rows that reached their limit."""
     log_probs[:, [PAD, BOS]] = float("-inf")
+    if first:
+        log_probs[~at_limit, EOS] = float("-inf")
     if at_limit.any():
         log_probs[at_limit, :EOS] = float("-inf")
         log_probs[at_limit, EOS + 1 :] = float("-inf")
@@ -47,7 +51,7 @@ def greedy_search(
     prev = torch.full((batch,), BOS, dtype=torch.long)
     for t in range(steps):
         log_probs, state, weights = model.decoder.step(prev, state, enc)  # [b, V]
-        log_probs = _restrict(log_probs, limit[active] == t)
+        log_probs = _restrict(log_probs, limit[active] == t, t == 0)
         best, prev = log_probs.max(dim=-1)  # [b]
         tokens[active, t] = prev
         attention[active, t] = weights.float()
@@ -98,7 +102,7 @@ def beam_search(
         n = sent.numel()
         log_probs, state, weights = model.decoder.step(prev, state, enc)  # [n * k, V]
         at_limit = limit[sent] == t  # [n]
-        log_probs = _restrict(log_probs, at_limit.repeat_interleave(k))
+        log_probs = _restrict(log_probs, at_limit.repeat_interleave(k), t == 0)
         vocab = log_probs.size(1)
         candidates = (scores.unsqueeze(2) + log_probs.view(n, k, vocab)).view(n, k * vocab)
         top_scores, top_idx = candidates.topk(2 * k, dim=1)  # [n, 2k]

@@ -115,6 +115,16 @@ def test_length_limit_forces_eos() -> None:
         assert [h.tokens for h in hyps] == [[]]  # only EOS is possible
 
 
+def test_no_translation_is_empty_unless_the_limit_says_so() -> None:
+    model, (src, lengths) = peaky_model("bahdanau"), sources()
+    with torch.no_grad():
+        model.decoder.output_layer.bias[EOS] += 100.0  # EOS first, whatever the source
+    for cfg in (settings(), settings(3, 0.6, 3), settings(nbest=2)):
+        cfg.sampling = cfg.nbest == 2
+        for hyps in decode(model, src, lengths, cfg):
+            assert all(len(h.tokens) == 1 for h in hyps)  # one token, then the EOS it prefers
+
+
 def test_decode_sources_keeps_input_order() -> None:
     model, (src, lengths) = peaky_model("luong"), sources()
     seqs = [src[i, :n].tolist() for i, n in enumerate(lengths.tolist())]

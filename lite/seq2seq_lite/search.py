@@ -2,7 +2,8 @@
 (``seq2seq/decoding/search.py`` and ``beam.py``) step for step, on the host.
 
 Both stop a sentence at ``floor(a * src_len + b)`` target tokens (src_len counts the source EOS)
-by forcing EOS there; scores are log-prob sums over the GNMT length penalty
+by forcing EOS there, and never end one at the first step before it (no output is empty);
+scores are log-prob sums over the GNMT length penalty
 ``((5 + length) / 6) ** alpha`` (length counts the EOS). Beam search keeps the k best unfinished
 continuations; EOS among the k best candidates finishes a hypothesis; a sentence is done with k
 of them, at its length limit, or when no live beam can end above its n-best-th finished score.
@@ -38,10 +39,13 @@ def max_lengths(src_lengths: np.ndarray, a: float, b: int) -> np.ndarray:
     return np.maximum(np.floor(src_lengths.astype(np.float64) * a + b), 0).astype(np.int64)
 
 
-def restrict(log_probs: np.ndarray, at_limit: np.ndarray, ids: dict) -> np.ndarray:
-    """Forbid PAD and BOS everywhere, and anything but EOS in rows at their limit."""
+def restrict(log_probs: np.ndarray, at_limit: np.ndarray, ids: dict, first: bool) -> np.ndarray:
+    """Forbid PAD and BOS everywhere, EOS at the ``first`` step (no translation is empty)
+    unless the limit comes first, and anything but EOS in rows at their limit."""
     log_probs[:, ids["pad"]] = NEG_INF
     log_probs[:, ids["bos"]] = NEG_INF
+    if first:
+        log_probs[~at_limit, ids["eos"]] = NEG_INF
     if at_limit.any():
         eos = log_probs[at_limit, ids["eos"]]
         log_probs[at_limit] = NEG_INF
@@ -70,7 +74,7 @@ def greedy(graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict) -> list[
     prev = np.full(batch, ids["bos"], dtype=np.int64)
     for t in range(steps):
         log_probs, state, weights = graphs.step(prev, state, memory)
-        log_probs = restrict(log_probs, limit[active] == t, ids)
+        log_probs = restrict(log_probs, limit[active] == t, ids, t == 0)
         prev = log_probs.argmax(-1)
         best = log_probs[np.arange(len(prev)), prev]
         tokens[active, t] = prev
@@ -135,7 +139,7 @@ class _Beam:
         log_probs, state, weights = self.graphs.step(self.prev, self.state, self.memory)
         self.history.append(weights.mean(1))
         at_limit = self.limit[self.sent] == t
-        log_probs = restrict(log_probs, np.repeat(at_limit, width), self.ids)
+        log_probs = restrict(log_probs, np.repeat(at_limit, width), self.ids, t == 0)
         vocab = log_probs.shape[1]
         candidates = (self.scores[:, :, None] + log_probs.reshape(n, width, vocab)).reshape(n, -1)
         top_idx = _top(candidates, 2 * k)  # [n, 2k]

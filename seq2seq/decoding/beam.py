@@ -119,7 +119,7 @@ class _BeamSearch:
         self.history[t, : n * width] = weights.float()
         attended, penalty = self._coverage(weights, width)
         at_limit = self.limit[beams.sent] == t  # [n]
-        log_probs = restrict(log_probs, at_limit.repeat_interleave(width), look)
+        log_probs = restrict(log_probs, at_limit.repeat_interleave(width), look, t == 0)
         vocab = log_probs.size(1)
         candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
         top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]

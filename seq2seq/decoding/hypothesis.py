@@ -3,7 +3,8 @@ restrictions every step applies, and when the step loop looks at the device.
 
 Both searches stop a sentence at ``max_len = floor(a * src_len + b)`` target tokens (src_len
 counts the source EOS) by forcing EOS there, so every hypothesis ends with EOS and its attention
-has one row per output token plus the EOS row.
+has one row per output token plus the EOS row; before that limit, EOS cannot end a hypothesis at
+the first step, so no translation is empty.
 """
 
 from __future__ import annotations
@@ -37,14 +38,18 @@ def max_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
     return (src_lengths.cpu().double() * a + b).floor().long().clamp(min=0)
 
 
-def restrict(log_probs: Tensor, at_limit: Tensor, look: bool) -> Tensor:
-    """Forbid PAD and BOS everywhere, and anything but EOS in rows that reached their limit.
+def restrict(log_probs: Tensor, at_limit: Tensor, look: bool, first: bool) -> Tensor:
+    """Forbid PAD and BOS everywhere, EOS at the ``first`` step (no translation is empty, as
+    in fairseq and Joey NMT) unless the limit comes first, and anything but EOS in rows that
+    reached their limit.
 
     With ``look`` (free on the host) only rows at their limit are touched; without, a masked
     fill over all rows avoids asking the device whether there are any.
     """
     log_probs[:, PAD] = float("-inf")
     log_probs[:, BOS] = float("-inf")
+    if first:
+        log_probs[:, EOS] = torch.where(at_limit, log_probs[:, EOS], float("-inf"))
     if not look:
         not_eos = torch.ones(log_probs.size(1), dtype=torch.bool, device=log_probs.device)
         not_eos[EOS] = False

@@ -102,7 +102,7 @@ def greedy_search(
     for t in range(steps):
         log_probs, state, weights = model.decoder.step(prev, state, enc)  # [b, V]
         look = looks_at(t, steps, every)
-        log_probs = restrict(log_probs, limit[active] == t, look)
+        log_probs = restrict(log_probs, limit[active] == t, look, t == 0)
         best, prev = pick(log_probs)  # [b]
         tokens[active, t] = prev  # rows that ended earlier write past their length: unread
         attention[active, t] = weights.float()

@@ -3,8 +3,9 @@
 // sums rounded as numpy rounds them (Math.fround), so that both choose the same words.
 //
 // A sentence stops at floor(a * src_len + b) target tokens (src_len counts the source EOS) by
-// forcing EOS there; scores are log-prob sums over the GNMT length penalty
-// ((5 + length) / 6) ** alpha (length counts the EOS).
+// forcing EOS there, and never ends it with EOS at the first step before that (no output is
+// empty); scores are log-prob sums over the GNMT length penalty ((5 + length) / 6) ** alpha
+// (length counts the EOS).
 
 const f32 = Math.fround;
 
@@ -16,9 +17,11 @@ function maxLength(srcLength, a, b) {
   return Math.max(Math.floor(srcLength * a + b), 0);
 }
 
-// Forbid PAD and BOS in every row of log-probs [rows * V], and anything but EOS at the limit.
-function restrict(logProbs, vocab, atLimit, ids) {
+// Forbid PAD and BOS in every row of log-probs [rows * V], EOS at the first step (no
+// translation is empty) unless the limit comes first, and anything but EOS at the limit.
+function restrict(logProbs, vocab, atLimit, ids, first) {
   for (let start = 0; start < logProbs.length; start += vocab) {
+    if (first && !atLimit) logProbs[start + ids.eos] = -Infinity;
     if (atLimit) {
       const eos = logProbs[start + ids.eos];
       logProbs.fill(-Infinity, start, start + vocab);
@@ -71,7 +74,7 @@ export async function greedy(graphs, src, cfg) {
   let prev = ids.bos;
   for (let t = 0; t <= limit; t++) {
     const out = await graphs.step([prev], state, memory);
-    const logProbs = restrict(out.logProbs, out.logProbs.length, t === limit, ids);
+    const logProbs = restrict(out.logProbs, out.logProbs.length, t === limit, ids, t === 0);
     let token = 0;
     for (let v = 1; v < logProbs.length; v++) if (logProbs[v] > logProbs[token]) token = v;
     tokens.push(token);
@@ -105,7 +108,7 @@ export async function beam(graphs, src, cfg) {
     const out = await graphs.step(prev, state, memory);
     history.push(meanOverHeads(out.weights, width, graphs.heads));
     const vocab = out.logProbs.length / width;
-    const logProbs = restrict(out.logProbs, vocab, t === limit, ids);
+    const logProbs = restrict(out.logProbs, vocab, t === limit, ids, t === 0);
     const candidates = new Float32Array(logProbs.length);
     for (let i = 0; i < logProbs.length; i++) candidates[i] = f32(scores[Math.floor(i / vocab)] + logProbs[i]);
     const slots = top(candidates, 2 * k).map((i) => ({
