@@ -118,3 +118,15 @@ def test_installing_lite_never_installs_torch() -> None:
     for name in names:
         _requirements(name, closure)
     assert "torch" not in closure and "numpy" in closure
+
+
+def test_the_first_step_cannot_end_a_translation_unless_at_the_limit() -> None:
+    import numpy as np
+    from seq2seq_lite.search import NEG_INF, restrict
+
+    ids = {"pad": 0, "bos": 2, "eos": 3}
+    log_probs = restrict(np.zeros((2, 6), dtype=np.float32), np.array([False, True]), ids, True)
+    assert log_probs[0, 3] == NEG_INF and log_probs[0, 4] == 0.0  # EOS banned, words allowed
+    assert log_probs[1, 3] == 0.0 and (np.delete(log_probs[1], 3) == NEG_INF).all()  # limit 0
+    later = restrict(np.zeros((1, 6), dtype=np.float32), np.array([False]), ids, False)
+    assert later[0, 3] == 0.0
