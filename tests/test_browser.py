@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 from seq2seq_lite import Translator as LiteTranslator
 from serve_helpers import SENTENCES, export, headless_browser
+
+import seq2seq
 
 LINES = [*SENTENCES, "", "Ein Mann fährt Fahrrad."]
 # the folder's translations of LINES, or an error, from a page script
@@ -125,3 +128,44 @@ def test_browser_without_onnx_or_npm_is_refused_in_one_line(smoke_run, tmp_path)
         assert proc.returncode == 1 and says in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
         assert not (tmp_path / "r").exists()  # refused before anything is written
+
+
+# search.js over stand-in graphs whose EOS is the most probable token at every step
+FIRST_STEP = """
+import { greedy, beam } from "%s";
+const ids = { pad: 0, bos: 2, eos: 3 };
+const step = async (prev) => {
+  const word = (i) => (i %% 6 === 3 ? -0.1 : -3 - (i %% 6) / 10);
+  const logProbs = new Float32Array(prev.length * 6).map((_, i) => word(i));
+  return { logProbs, weights: new Float32Array(prev.length * 2).fill(0.5), state: null };
+};
+const encode = async () => ({ memory: null, state: null });
+const graphs = { ids, heads: 1, encode, step, rows: (x) => x };
+const cfg = { max_len_a: 1, max_len_b: 5, alpha: 0.6, beam_size: 3, nbest: 3 };
+const out = {
+  greedy: (await greedy(graphs, [4, 5, 3], cfg))[0].tokens,
+  beam: (await beam(graphs, [4, 5, 3], cfg)).map((h) => h.tokens),
+  limit0: (await beam(graphs, [4, 5, 3], { ...cfg, max_len_a: 0, max_len_b: 0 })).map(
+    (h) => h.tokens,
+  ),
+};
+console.log(JSON.stringify(out));
+"""
+
+
+def test_the_browser_search_ends_no_translation_at_the_first_step() -> None:
+    """EOS cannot end a hypothesis at step 0 unless the length limit is 0, as in lite's search."""
+    if shutil.which("node") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("node is needed for the browser's search")
+        pytest.skip("node is needed for the browser's search")
+    search = Path(seq2seq.__file__).parent / "static" / "browser" / "search.js"
+    script = FIRST_STEP % search.as_uri()
+    proc = subprocess.run(
+        ["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert found["greedy"] == [1]  # the best word but EOS, then EOS
+    assert len(found["beam"]) == 3 and all(len(tokens) == 1 for tokens in found["beam"])
+    assert found["limit0"] == [[]]  # at a limit of 0 only EOS is left: the empty translation
