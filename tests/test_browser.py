@@ -14,13 +14,12 @@ import sys
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
 from pathlib import Path
 
 import pytest
 from seq2seq_lite import Translator as LiteTranslator
 from serve_helpers import SENTENCES, export, headless_browser
-
-import seq2seq
 
 LINES = [*SENTENCES, "", "Ein Mann fährt Fahrrad."]
 # the folder's translations of LINES, or an error, from a page script
@@ -159,8 +158,8 @@ def test_the_browser_search_ends_no_translation_at_the_first_step() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail("node is needed for the browser's search")
         pytest.skip("node is needed for the browser's search")
-    search = Path(seq2seq.__file__).parent / "static" / "browser" / "search.js"
-    script = FIRST_STEP % search.as_uri()
+    search = resources.files("seq2seq").joinpath("static", "browser", "search.js")  # as exported
+    script = FIRST_STEP % Path(str(search)).as_uri()
     proc = subprocess.run(
         ["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60
     )
