@@ -4,11 +4,12 @@ From Tatoeba German-English: the held-out splits of the recipe (experiment=tatoe
 2,000 validation and 2,000 test pairs carved with split_seed 1, no German sentence in two
 splits); of the remaining pairs, shuffled with --seed, the first --parallel are the parallel
 data, and the English of the next pairs, each sentence once and none that is in the parallel,
-validation or test data, up to --mono of them, is the monolingual text. Written for
+validation or test data, up to --mono of them, is the monolingual text; the German each of
+them came with is kept apart, to score back-translations, never to train on. Written for
 ``seq2seq-train data=custom`` and ``seq2seq-backtranslate``::
 
     python scripts/tatoeba_lowres.py ../shared/data/tatoeba/deu-eng.zip data/tatoeba_lowres
-    # train.de.gz train.en.gz valid.* test.* mono.en.gz split.json
+    # train.de.gz train.en.gz valid.* test.* mono.en.gz mono_reference.de.gz split.json
 """
 
 from __future__ import annotations
@@ -50,16 +51,17 @@ def main() -> None:
     random.Random(args.seed).shuffle(rest)
     splits["train"], rest = rest[: args.parallel], rest[args.parallel :]
     seen = {en for pairs in splits.values() for _, en in pairs}
-    mono: list[str] = []
-    for _, en in rest:
+    mono: list[tuple[str, str]] = []
+    for de, en in rest:
         if en not in seen and len(mono) < args.mono:
             seen.add(en)
-            mono.append(en)
+            mono.append((de, en))
     args.out.mkdir(parents=True, exist_ok=True)
     for split, pairs in splits.items():
         write(args.out / f"{split}.de.gz", [de for de, _ in pairs])
         write(args.out / f"{split}.en.gz", [en for _, en in pairs])
-    write(args.out / "mono.en.gz", mono)
+    write(args.out / "mono.en.gz", [en for _, en in mono])
+    write(args.out / "mono_reference.de.gz", [de for de, _ in mono])
     facts = {split: len(pairs) for split, pairs in splits.items()}
     facts.update(mono=len(mono), unused_pairs=len(rest), seed=args.seed, source=str(args.zip))
     (args.out / "split.json").write_text(json.dumps(facts, indent=1))

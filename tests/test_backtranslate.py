@@ -1,17 +1,19 @@
 """seq2seq-backtranslate: a reverse run's translations of monolingual text as synthetic sources,
 equal to what seq2seq-evaluate decodes; real pairs mixed with them at each ratio; a tag from the
 same chunks without decoding again; sampling seeded, each chunk with seeds of its own; impossible
-requests refused in one line."""
+requests refused in one line; the simulated low-resource split of the measurement keeps its
+monolingual text apart."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
-from run_helpers import TRAIN_TIMEOUT, command, gz_lines
+from run_helpers import REPO, TRAIN_TIMEOUT, command, gz_lines
 
 MONO = [
     f"Ein {w} {v} auf der Straße."
@@ -116,3 +118,24 @@ def test_backtranslate_needs_text_and_an_out_folder(tmp_path: Path) -> None:
         proc = backtranslate(tmp_path, *overrides)
         assert proc.returncode == 1 and says in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_the_low_resource_split_keeps_the_monolingual_text_apart(
+    tatoeba_dir: Path, tmp_path: Path
+) -> None:
+    """scripts/tatoeba_lowres.py: the monolingual English is in no parallel, validation or test
+    pair, each sentence once, and the German kept apart with it is the German it came with."""
+    corpus, out = tatoeba_dir / "deu-eng.zip", tmp_path / "lowres"
+    script = [sys.executable, str(REPO / "scripts" / "tatoeba_lowres.py"), str(corpus), str(out)]
+    subprocess.run([*script, "--parallel", "300", "--mono", "200"], check=True, timeout=300)
+    facts = json.loads((out / "split.json").read_text())
+    assert (facts["train"], facts["valid"], facts["test"], facts["mono"]) == (300, 2000, 2000, 200)
+    mono, kept = gz_lines(out / "mono.en.gz"), gz_lines(out / "mono_reference.de.gz")
+    assert len(set(mono)) == len(kept) == 200
+    with zipfile.ZipFile(corpus) as z:
+        pairs = {tuple(line.split("\t")[:2]) for line in z.read("deu.txt").decode().splitlines()}
+    assert all(pair in pairs for pair in zip(mono, kept, strict=True))
+    for split in ("train", "valid", "test"):
+        english, german = gz_lines(out / f"{split}.en.gz"), gz_lines(out / f"{split}.de.gz")
+        assert not set(mono) & set(english)
+        assert all(pair in pairs for pair in zip(english, german, strict=True))
