@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 import threading
 
@@ -39,11 +40,12 @@ def serve(cfg: ServeConfig) -> None:
             model.card["attention_label"],
             model.card["step"],
         )
+    sock = _bind(cfg.host, cfg.port)  # a taken port is refused before "serving on" is said
     log.info(
         "serving on %s at http://%s:%d/ (queue: %d sentences, deadline %g s)",
         where,
         cfg.host,
-        cfg.port,
+        sock.getsockname()[1],
         cfg.max_queue_sentences,
         cfg.request_timeout_s,
     )
@@ -53,13 +55,25 @@ def serve(cfg: ServeConfig) -> None:
         app, host=cfg.host, port=cfg.port, log_level="warning", timeout_graceful_shutdown=30
     )
     server = uvicorn.Server(config)
-    http = threading.Thread(target=server.run, name="http")
+    http = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="http")
     _stop_on_signals(server)
     http.start()
     owner.run_until(http)  # this thread decodes until the server has shut down
     http.join()
     if not server.started:
         raise Seq2SeqError(f"could not serve on {cfg.host}:{cfg.port} (see the line above)")
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The server's socket, bound (uvicorn listens on it), or the reason it cannot be."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise Seq2SeqError(f"cannot serve on {host}:{port}: {e.strerror or e}") from e
+    return sock
 
 
 def _stop_on_signals(server: uvicorn.Server) -> None:
