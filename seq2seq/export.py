@@ -28,6 +28,7 @@ from seq2seq.runtime.checkpoint import load_checkpoint
 from seq2seq.runtime.graph_export import export_graphs, require_exporter
 from seq2seq.serving.browser import BROWSER_DIR, require_npm, write_browser
 from seq2seq.storage.manifest import write_manifest
+from seq2seq.storage.permissions import as_umask_allows
 from seq2seq.storage.rundir import (
     CHECKPOINTS,
     CONFIG_FILE,
@@ -221,6 +222,7 @@ def export(cfg: ExportConfig) -> Path:
     run = load_run(cfg.run_dir, cfg.checkpoint)
     out.mkdir(parents=True, exist_ok=True)
     safetensors.torch.save_model(run.model, str(out / RELEASE_WEIGHTS))
+    as_umask_allows(out / RELEASE_WEIGHTS)  # safetensors writes it 0600
     config = OmegaConf.masked_copy(run.cfg, ["model", "data", "train"])
     if config.data.kind == "multi30k":  # not where the corpus lay on the training machine
         defaults = Multi30kConfig()

@@ -6,6 +6,8 @@ import functools
 import hashlib
 import http.server
 import logging
+import os
+import stat
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -151,3 +153,13 @@ def test_an_unreachable_source_names_the_file_and_the_source(tiny: Path, tmp_pat
     with pytest.raises(DataError, match=r"could not fetch http://127.0.0.1:9/tiny.txt"):
         fetch("http://127.0.0.1:9/", root, ["tiny.txt"])  # the discard port: nothing listens
     assert leftovers(root) == []
+
+
+def test_downloaded_files_are_as_readable_as_the_umask_allows(tiny: Path, tmp_path: Path) -> None:
+    """Not mkstemp's 0600: a corpus folder shared with another user must be readable."""
+    mask = os.umask(0o022)
+    try:
+        (path,) = fetch(str(tiny), tmp_path / "root", ["tiny.txt"])
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

@@ -8,6 +8,8 @@ import json
 import os
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import time
@@ -208,6 +210,32 @@ def test_a_tampered_release_is_refused(release: Path, tmp_path: Path) -> None:
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "model.safetensors does not match its SHA-256" in proc.stderr
+
+
+def test_a_release_is_as_readable_as_the_umask_allows(release: Path) -> None:
+    """Every file, the weights included (safetensors writes 0600), is readable by a server that
+    runs as another user, as the umask of the exporting process allows."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in release.iterdir()}
+    assert modes == dict.fromkeys(modes, oct(0o666 & ~mask))
+
+
+def test_a_taken_port_is_refused_before_serving_on_is_said(smoke_run: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "seq2seq.serve", f"run_dir={smoke_run}", f"port={port}"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "serving on" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("[ERROR]")]
+    assert errors == [f"[ERROR] cannot serve on 127.0.0.1:{port}: Address already in use"]
 
 
 def test_a_release_is_served(release: Path) -> None:

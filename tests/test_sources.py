@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
+import stat
 import sys
 import zipfile
 from pathlib import Path
@@ -256,6 +258,26 @@ def test_text_store_reads_lines_by_number(tmp_path: Path) -> None:
     assert store[0][119_999] == "龘" and store[0][1] == ""
     again = text_store(from_lists(src, [s[::-1] for s in src]), tmp_path)
     assert again[1][2] == "ierd dnü iewz"
+
+
+def test_cache_folders_are_as_readable_as_the_umask_allows(tokenizers, tmp_path: Path) -> None:
+    """Written in a temporary folder (mkdtemp: 0700) and renamed: the cache a run leaves is
+    readable as the umask allows, as the files in it are."""
+    mask = os.umask(0o022)
+    try:
+        lines = [f"Satz {i}." for i in range(300)]
+        text_store(from_lists(lines, lines), tmp_path / "text")
+        encode_corpus(from_lists(lines, lines), *tokenizers, tmp_path / "ids", 24, True, workers=1)
+        source = open_source(tsv_config(tmp_path, write_tsv(tmp_path / "c.tsv", corpus_lines())))
+        source.check()
+        source.stream("test").lists()
+    finally:
+        os.umask(mask)
+    folders = {p.relative_to(tmp_path): p for p in tmp_path.rglob("*") if p.is_dir()}
+    assert len(folders) >= 4  # text, ids, the carved splits and their cache folder
+    assert {str(k): oct(stat.S_IMODE(p.stat().st_mode)) for k, p in folders.items()} == {
+        str(k): oct(0o755) for k in folders
+    }
 
 
 def test_run_configs_of_older_versions_name_their_reader(tmp_path: Path) -> None:

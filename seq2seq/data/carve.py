@@ -28,6 +28,7 @@ from seq2seq.data.corpus import parallel_batches
 from seq2seq.data.stream import PairStream, TextChunk, fingerprint
 from seq2seq.errors import DataError
 from seq2seq.storage.manifest import damage, write_manifest
+from seq2seq.storage.permissions import as_umask_allows
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ def _write(directory: Path, corpus: PairStream, groups: dict[str, set[int]], see
     """The held-out pairs as text files, written into a temporary folder, then renamed."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".tmp-"))
+    as_umask_allows(tmp)  # mkdtemp made it 0700
     try:
         pairs = _write_held_out(tmp, corpus, groups, seed)
         index = {"pairs": pairs, "groups": {s: sorted(groups[s]) for s in SPLITS}}

@@ -28,6 +28,7 @@ import numpy as np
 from seq2seq.data.stream import PairStream, fingerprint, worker_context
 from seq2seq.errors import DataError
 from seq2seq.storage.manifest import damage, write_manifest
+from seq2seq.storage.permissions import as_umask_allows
 from seq2seq.vocab import EOS
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,7 @@ def _encode_into(
     """Encode into a temporary folder beside ``directory``, then rename it."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".tmp-"))
+    as_umask_allows(tmp)  # mkdtemp made it 0700
     try:
         counts = _write_arrays(tmp, pairs, toks, max_len, drop_invalid, workers)
         (tmp / "counts.json").write_text(json.dumps(counts))

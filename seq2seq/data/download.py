@@ -13,6 +13,7 @@ from typing import BinaryIO
 
 from seq2seq.errors import ChecksumError, DataError
 from seq2seq.storage.manifest import sha256_file
+from seq2seq.storage.permissions import as_umask_allows
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,7 @@ def _download(source: str, name: str, dest: Path, expected: str) -> None:
                 f"checksum mismatch for {name} from {where}: expected SHA-256 {expected}, "
                 f"got {actual}; the file was removed"
             )
+        as_umask_allows(tmp)  # mkstemp made it 0600
         os.replace(tmp, dest)
         log.info("saved %s (%d bytes, SHA-256 verified)", dest, received)
     finally:

@@ -19,6 +19,7 @@ import numpy as np
 from seq2seq.data.dataset import NpyWriter
 from seq2seq.data.stream import PairStream, fingerprint
 from seq2seq.storage.manifest import damage, write_manifest
+from seq2seq.storage.permissions import as_umask_allows
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def text_store(stream: PairStream, cache_dir: Path) -> tuple[SideText, SideText]
 def _write(directory: Path, stream: PairStream) -> None:
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".tmp-"))
+    as_umask_allows(tmp)  # mkdtemp made it 0700
     try:
         sizes = _write_text(tmp, stream)
         (tmp / "size.json").write_text(json.dumps(sizes))
