@@ -150,8 +150,9 @@ def test_missing_or_unknown_files(tiny: Path, tmp_path: Path) -> None:
 
 def test_an_unreachable_source_names_the_file_and_the_source(tiny: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"
-    with pytest.raises(DataError, match=r"could not fetch http://127.0.0.1:9/tiny.txt"):
+    with pytest.raises(DataError, match=r"could not fetch http://127.0.0.1:9/tiny.txt") as err:
         fetch("http://127.0.0.1:9/", root, ["tiny.txt"])  # the discard port: nothing listens
+    assert "data.source=<folder>" in str(err.value)  # the way out without internet access
     assert leftovers(root) == []
 
 

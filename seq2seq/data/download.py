@@ -7,6 +7,7 @@ import http.client
 import logging
 import os
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import BinaryIO
@@ -44,6 +45,11 @@ MULTI30K_SHA256: dict[str, str] = {
 }
 
 _CHUNK = 1 << 20
+# what an unreachable URL's message adds: the way out without internet access
+_OFFLINE = (
+    "; without internet access, point to a local copy of the corpus (a folder of the "
+    "<split>.<lang>.gz files): data.source=<folder> (seq2seq-evaluate, -distill: data_source=)"
+)
 
 
 def fetch(source: str, root: Path, names: list[str]) -> list[Path]:
@@ -94,7 +100,8 @@ def _download(source: str, name: str, dest: Path, expected: str) -> None:
                         out.write(chunk)
                         received += len(chunk)
             except (OSError, http.client.HTTPException) as e:
-                raise DataError(f"could not fetch {where}: {e}") from e
+                hint = _OFFLINE if is_url and not isinstance(e, urllib.error.HTTPError) else ""
+                raise DataError(f"could not fetch {where}: {e}{hint}") from e
         if size is not None and received != size:
             raise DataError(f"incomplete download of {where}: {received} of {size} bytes")
         actual = digest.hexdigest()
