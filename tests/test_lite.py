@@ -120,6 +120,13 @@ def test_installing_lite_never_installs_torch() -> None:
     assert "torch" not in closure and "numpy" in closure
 
 
+def test_lite_help_is_plain_text_with_an_example() -> None:
+    proc = lite("--help", text="")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: seq2seq-lite") and "Example: seq2seq-lite " in proc.stdout
+    assert not re.search(r"``|\*\*|\[--beam K\]", proc.stdout)  # no reStructuredText markup
+
+
 def test_the_first_step_cannot_end_a_translation_unless_at_the_limit() -> None:
     import numpy as np
     from seq2seq_lite.search import NEG_INF, restrict

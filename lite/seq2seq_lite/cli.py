@@ -11,7 +11,12 @@ from seq2seq_lite import ReleaseError, Translator
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="seq2seq-lite", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="seq2seq-lite",
+        description="Translate stdin to stdout, one line per line, with a release's ONNX graphs "
+        "(no torch), as seq2seq-translate does on a pipe.",
+        epilog="Example: seq2seq-lite releases/de-en --beam 5 < source.de > translations.en",
+    )
     parser.add_argument("release", help="a release folder exported with onnx=true")
     parser.add_argument("--beam", type=int, help="beam size (1: greedy); default: the release's")
     parser.add_argument("--nbest", type=int, help="translations per line (at most --beam)")
