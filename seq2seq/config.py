@@ -163,6 +163,9 @@ class TrainConfig:
     init_optimizer: bool = False  # with init_from: its last.pt's optimizer and learning rate
     precision: Optional[Precision] = None  # deprecated: the top-level precision=
     compile: bool = False  # torch.compile the decoder's per-step work (time-step loops)
+    # fixed-shape updates replayed from CUDA graphs (docs/gpu.md): auto (where CUDA is and the
+    # update allows), true or false; config.yaml records what ran
+    cuda_graphs: str = "auto"
     threads: int = 0  # torch threads; 0 = $OMP_NUM_THREADS, else this process's share of cores
     keep_freed_memory: bool = True  # glibc keeps freed blocks for the next batch (faster steps)
     log_every: int = 50  # updates between training-loss scalars

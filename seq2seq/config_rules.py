@@ -169,6 +169,9 @@ def check_config(cfg: Any) -> None:
     coverage = OmegaConf.select(cfg, "data.tokenizer.character_coverage", default=None)
     if coverage is not None and coverage > 1:
         problems.append(f"data.tokenizer.character_coverage={coverage} must be at most 1")
+    graphs = OmegaConf.select(cfg, "train.cuda_graphs", default=None)
+    if graphs is not None and str(graphs).lower() not in ("auto", "true", "false"):
+        problems.append(f"train.cuda_graphs={graphs} must be auto, true or false")
     schedule = OmegaConf.select(cfg, "train.scheduler", default=None)
     if schedule is not None and schedule.name == ScheduleName.inverse_sqrt and schedule.warmup < 1:
         problems.append("train.scheduler.name=inverse_sqrt needs train.scheduler.warmup=N (N > 0)")

@@ -329,3 +329,23 @@ def test_misspelled_override_fails_loudly(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "lr_rate" in proc.stderr + proc.stdout
+
+
+def test_static_updates_train_as_eager_ones_and_are_recorded(
+    tmp_path: Path, data_dirs: list[str]
+) -> None:
+    """train.cuda_graphs=true on the CPU (the fixed-shape update, uncaptured) trains as the
+    eager update does, to the validation loss's rounding (no dropout), resumes, and config.yaml
+    records what ran: true, and false where auto found no CUDA."""
+    same = ["model.dropout=0", "precision=fp32", "train.max_steps=12", "train.validate_every=12"]
+    train(tmp_path / "eager", *data_dirs, *same)
+    out = train(
+        tmp_path / "static", *data_dirs, *same, "train.cuda_graphs=true", "train.log_every=5"
+    )
+    assert "update 10" in out and "loss" in out
+    assert OmegaConf.load(tmp_path / "eager" / "config.yaml").train.cuda_graphs == "false"
+    assert OmegaConf.load(tmp_path / "static" / "config.yaml").train.cuda_graphs == "true"
+    (_, eager), (_, static) = (scalars(tmp_path / r, "valid/loss")[0] for r in ("eager", "static"))
+    assert static == pytest.approx(eager, rel=1e-3)
+    train(tmp_path / "static", *data_dirs, *same[:2], "train.resume=true", "train.max_steps=15")
+    assert torch.load(tmp_path / "static" / "last.pt", weights_only=True)["step"] == 15

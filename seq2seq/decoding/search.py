@@ -83,50 +83,78 @@ def greedy_search(
     [B, S] at once, within the length limit of ``cfg``; scores as beam search gives them (over
     ``cfg.alpha``'s length penalty); the loop looks at the device every ``check_every`` steps
     (None: `check_interval` of the device)."""
-    enc = model.encode(src, src_lengths)
-    state = model.decoder.init_state(enc)
-    batch, src_len = src.shape
-    device = src.device
-    every = check_interval(device) if check_every is None else check_every
-    limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
-    steps = int(limit_host.max()) + 1
-    limit = limit_host.to(device)
-    heads = model.decoder.heads
-    tokens = torch.full((batch, steps), PAD, dtype=torch.long, device=device)
-    attention = torch.zeros(batch, steps, heads, src_len, device=device)
-    scores = torch.zeros(batch, device=device)
-    lengths = torch.zeros(batch, dtype=torch.long, device=device)  # steps taken, EOS included
-    active = torch.arange(batch, device=device)  # batch rows still in the loop
-    running = torch.ones(batch, dtype=torch.bool, device=device)  # of those, not yet ended
-    prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
-    for t in range(steps):
-        log_probs, state, weights = model.decoder.step(prev, state, enc)  # [b, V]
-        look = looks_at(t, steps, every)
-        log_probs = restrict(log_probs, limit[active] == t, look, t == 0)
-        best, prev = pick(log_probs)  # [b]
-        tokens[active, t] = prev  # rows that ended earlier write past their length: unread
-        attention[active, t] = weights.float()
-        scores[active] += torch.where(running, best.float(), 0.0)
-        ended = running & (prev == EOS)
-        lengths[active] = torch.where(ended, t + 1, lengths[active])
+    search = _Greedy(model, src, src_lengths, cfg, pick)
+    every = check_interval(src.device) if check_every is None else check_every
+    for t in range(search.steps):
+        look = looks_at(t, search.steps, every)
+        search.step(t, look)
+        if look and search.drop_ended():
+            break
+    return search.results(src_lengths, cfg.alpha)
+
+
+class _Greedy:
+    """The device state of one batch's greedy search: the rows still in the loop, and every
+    row's tokens, attention, score and length so far."""
+
+    def __init__(
+        self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, pick: Pick
+    ) -> None:
+        self.model, self.pick = model, pick
+        self.enc = model.encode(src, src_lengths)
+        self.state = model.decoder.init_state(self.enc)
+        batch, src_len = src.shape
+        device = src.device
+        limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
+        self.steps = int(limit_host.max()) + 1
+        self.limit = limit_host.to(device)
+        heads = model.decoder.heads
+        self.tokens = torch.full((batch, self.steps), PAD, dtype=torch.long, device=device)
+        self.attention = torch.zeros(batch, self.steps, heads, src_len, device=device)
+        self.scores = torch.zeros(batch, device=device)
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # EOS included
+        self.active = torch.arange(batch, device=device)  # batch rows still in the loop
+        self.running = torch.ones(batch, dtype=torch.bool, device=device)  # of those, not ended
+        self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+
+    def step(self, t: int, look: bool) -> None:
+        """Step ``t`` of every row in the loop; only device work, nothing read back."""
+        active, running = self.active, self.running
+        log_probs, self.state, weights = self.model.decoder.step(self.prev, self.state, self.enc)
+        log_probs = restrict(log_probs, self.limit[active] == t, look, t == 0)  # [b, V]
+        best, self.prev = self.pick(log_probs)  # [b]
+        self.tokens[active, t] = self.prev  # rows that ended earlier write past their length
+        self.attention[active, t] = weights.float()
+        self.scores[active] += torch.where(running, best.float(), 0.0)
+        ended = running & (self.prev == EOS)
+        self.lengths[active] = torch.where(ended, t + 1, self.lengths[active])
         running &= ~ended
-        if look:
-            if not running.any():
-                break
-            if not running.all():
-                keep = running.nonzero().squeeze(1)
-                active, prev, running = active[keep], prev[keep], running[keep]
-                state, enc = state.index_select(keep), enc.index_select(keep)
-    tokens, attention, scores, lengths = (x.cpu() for x in (tokens, attention, scores, lengths))
-    return [
-        make_hypothesis(
-            tokens[i, : lengths[i] - 1],
-            float(scores[i]) / length_penalty(int(lengths[i]), cfg.alpha),  # as beam search's
-            attention[i, : lengths[i]],
-            n,
+
+    def drop_ended(self) -> bool:
+        """Leave out the rows that have ended (a look at the device); True when none is left."""
+        running = self.running
+        if not running.any():
+            return True
+        if not running.all():
+            keep = running.nonzero().squeeze(1)
+            self.active, self.prev, self.running = self.active[keep], self.prev[keep], running[keep]
+            self.state, self.enc = self.state.index_select(keep), self.enc.index_select(keep)
+        return False
+
+    def results(self, src_lengths: Tensor, alpha: float) -> list[Hypothesis]:
+        """Every sentence's translation, on the host, scored as beam search scores."""
+        tokens, attention, scores, lengths = (
+            x.cpu() for x in (self.tokens, self.attention, self.scores, self.lengths)
         )
-        for i, n in enumerate(src_lengths.tolist())
-    ]
+        return [
+            make_hypothesis(
+                tokens[i, : lengths[i] - 1],
+                float(scores[i]) / length_penalty(int(lengths[i]), alpha),
+                attention[i, : lengths[i]],
+                n,
+            )
+            for i, n in enumerate(src_lengths.tolist())
+        ]
 
 
 def decode(

@@ -56,26 +56,43 @@ class Encoder(nn.Module):
         return memory, final
 
     def unpacked(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """``forward`` without packing, for graph export (packing depends on the data): each
-        direction of each layer runs over the whole padded batch, the backward one over every
-        sentence reversed in place; padded positions of the memory are 0 as ``forward``'s."""
+        """``forward`` without packing, for fixed shapes (graph export, CUDA graphs: packing
+        depends on the data and reads the lengths on the host): each direction of each layer
+        runs over the whole padded batch, the backward one over every sentence reversed in
+        place; padded positions of the memory are 0 as ``forward``'s. lengths [B] may stay on
+        the device."""
         steps = torch.arange(src.size(1), device=src.device).unsqueeze(0)  # [1, S]
         real = steps < lengths.unsqueeze(1)  # [B, S]
         flip = torch.where(real, lengths.unsqueeze(1) - 1 - steps, steps)  # [B, S]
         x = self.dropout(self.embedding(src))  # [B, S, E]
+        dtype = compute_dtype(src.device)
         for layer in range(self.rnn.num_layers):
-            forward = self._direction(x, f"l{layer}")  # [B, S, H]
+            if layer:  # nn.GRU's dropout between layers
+                x = nn.functional.dropout(x, self.rnn.dropout, self.training)
+            forward = self._direction(x, f"l{layer}", dtype)  # [B, S, H]
             index = flip.unsqueeze(-1).expand(-1, -1, x.size(-1))
-            backward = self._direction(x.gather(1, index), f"l{layer}_reverse")
+            backward = self._direction(x.gather(1, index), f"l{layer}_reverse", dtype)
             backward = backward.gather(1, flip.unsqueeze(-1).expand(-1, -1, backward.size(-1)))
             x = torch.cat([forward, backward], -1) * real.unsqueeze(-1)  # [B, S, 2H]
         rows = torch.arange(src.size(0), device=src.device)
         final = torch.cat([forward[rows, lengths - 1], backward[:, 0]], -1)  # [B, 2H]
         return x, final
 
-    def _direction(self, x: Tensor, suffix: str) -> Tensor:
-        """One direction of one layer of ``self.rnn`` as a one-layer forward GRU: [B, S, H]."""
-        one = nn.GRU(x.size(-1), self.rnn.hidden_size, batch_first=True, device=x.device)
+    def _direction(self, x: Tensor, suffix: str, dtype: torch.dtype | None) -> Tensor:
+        """One direction of one layer of ``self.rnn`` as a one-layer forward GRU: [B, S, H]
+        (in ``dtype`` where autocast runs one, as ``forward``)."""
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
         weights = {f"{n}_l0": getattr(self.rnn, f"{n}_{suffix}") for n in names}
-        return torch.func.functional_call(one, weights, (x,))[0]
+        if dtype is not None:
+            weights, x = {k: w.to(dtype) for k, w in weights.items()}, x.to(dtype)
+        return torch.func.functional_call(self._one_direction(x.size(-1)), weights, (x,))[0]
+
+    def _one_direction(self, input_size: int) -> nn.GRU:
+        """A weightless one-layer GRU of ``input_size`` (its weights are passed in each call),
+        made once per input size, outside the module tree (no parameters, no random init)."""
+        shells = self.__dict__.setdefault("_shells", {})
+        if input_size not in shells:
+            shells[input_size] = nn.GRU(
+                input_size, self.rnn.hidden_size, batch_first=True, device="meta"
+            )
+        return shells[input_size]

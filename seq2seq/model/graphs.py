@@ -46,10 +46,7 @@ class GraphNames:
 
 def _encode(model: Seq2Seq, src: Tensor) -> tuple[EncoderOutput, DecoderState]:
     """The encoder output and the first state of a padded batch src [B, S], without packing."""
-    lengths = (src != PAD).sum(1)  # [B]
-    memory, final = model.encoder.unpacked(src, lengths)  # [B, S, 2H], [B, 2H]
-    keys, values = model.decoder.attention.precompute(memory)
-    enc = model.decoder.flow.prepare(EncoderOutput(memory, src != PAD, keys, values, final))
+    enc = model.encode(src, (src != PAD).sum(1), packed=False)  # memory [B, S, 2H], ...
     return enc, model.decoder.init_state(enc)
 
 

@@ -24,29 +24,41 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     The smoothed target is ``(1 - eps) onehot + eps / K`` on the K = V - 2 ids that can be
     targets (not PAD or BOS), as OpenNMT-py and Joey NMT do; the gradient
     ``softmax - (1 - eps) onehot - eps / K`` (but 0 on PAD and BOS) is written in one pass.
+    With ``real`` [N] (1.0 for a target, 0.0 for padding), padded rows count for nothing:
+    every row of a fixed-shape batch is scored.
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx, logits: Tensor, target: Tensor, eps: float, real: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         dtype = torch.promote_types(logits.dtype, torch.float32)  # bf16 logits -> fp32 loss
         log_probs = torch.log_softmax(logits.to(dtype), dim=-1)  # [N, V]
-        nll = -log_probs.gather(1, target.unsqueeze(1)).sum()
         share = eps / (log_probs.size(1) - len(NEVER_TARGETS))
-        smoothed = log_probs.sum() - log_probs[:, list(NEVER_TARGETS)].sum()
+        picked = log_probs.gather(1, target.unsqueeze(1)).squeeze(1)  # [N]
+        if real is None:
+            nll = -picked.sum()
+            smoothed = log_probs.sum() - log_probs[:, list(NEVER_TARGETS)].sum()
+        else:
+            nll = -(picked * real).sum()
+            rows = log_probs.sum(1) - log_probs[:, list(NEVER_TARGETS)].sum(1)  # [N]
+            smoothed = (rows * real).sum()
         loss = (1.0 - eps) * nll - share * smoothed
-        ctx.save_for_backward(log_probs, target)
+        ctx.save_for_backward(log_probs, target, real)
         ctx.eps, ctx.share, ctx.logits_dtype = eps, share, logits.dtype
         ctx.mark_non_differentiable(nll)
         return loss, nll
 
     @staticmethod
-    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:
-        log_probs, target = ctx.saved_tensors
+    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None, None]:
+        log_probs, target, real = ctx.saved_tensors
         grad = torch.exp(log_probs).sub_(ctx.share)  # [N, V]
         grad[:, list(NEVER_TARGETS)] += ctx.share
         rows = torch.arange(target.size(0), device=target.device)
         grad[rows, target] -= 1.0 - ctx.eps
-        return grad.mul_(grad_loss).to(ctx.logits_dtype), None, None
+        if real is not None:
+            grad.mul_(real.unsqueeze(1))
+        return grad.mul_(grad_loss).to(ctx.logits_dtype), None, None, None
 
 
 def coverage_loss(weights: Tensor, real: Tensor) -> Tensor:
@@ -74,18 +86,22 @@ class Seq2Seq(nn.Module):
         """Compile the decoder's per-step work (see ``DecoderStep.compile_steps``)."""
         self.decoder.flow.compile_steps(compiler)
 
-    def encode(self, src: Tensor, lengths: Tensor) -> EncoderOutput:
+    def encode(self, src: Tensor, lengths: Tensor, packed: bool = True) -> EncoderOutput:
         """src [B, S] (PAD after each sentence), lengths [B] (best on the host: packing reads
         them there) -> memory, mask, attention keys/values and the decoder flow's per-batch
-        projections, all computed once per batch."""
-        memory, final = self.encoder(src, lengths)  # [B, S, 2H], [B, 2H]
+        projections, all computed once per batch. ``packed=False`` runs the encoder over the
+        padded batch (`Encoder.unpacked`): no shape or host read depends on the lengths."""
+        encoder = self.encoder if packed else self.encoder.unpacked
+        memory, final = encoder(src, lengths)  # [B, S, 2H], [B, 2H]
         mask = src != PAD  # [B, S]
         keys, values = self.decoder.attention.precompute(memory)
         return self.decoder.flow.prepare(EncoderOutput(memory, mask, keys, values, final))
 
-    def features(self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor) -> tuple[Tensor, Tensor]:
+    def features(
+        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, packed: bool = True
+    ) -> tuple[Tensor, Tensor]:
         """Teacher forcing -> (features [B, T, F], attention weights [B, heads, T, S])."""
-        return self.decoder(tgt_in, self.encode(src, src_lengths))
+        return self.decoder(tgt_in, self.encode(src, src_lengths, packed))
 
     def forward(
         self,
@@ -97,6 +113,7 @@ class Seq2Seq(nn.Module):
         align: Tensor | None = None,
         align_weight: float = 0.0,
         coverage_weight: float = 0.0,
+        static: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """(label-smoothed loss sum, plain NLL sum) over the non-pad target positions.
 
@@ -105,11 +122,20 @@ class Seq2Seq(nn.Module):
         ``align_weight`` times the cross-entropy of the attention (mean over heads) against it.
         An attention with coverage adds ``coverage_weight`` times See et al.'s coverage loss,
         sum_t sum_j min(a_tj, c_tj), c_tj the weight of j before step t.
+
+        ``static``: the same sums with no shape or host read that depends on the data (CUDA
+        graphs): the encoder runs unpacked, every position is projected and padding weighs 0,
+        so that a batch padded further gives the same loss.
         """
-        features, weights = self.features(src, src_lengths, tgt_in)  # [B, T, F]
+        features, weights = self.features(src, src_lengths, tgt_in, packed=not static)
         real = tgt_out != PAD  # [B, T]
-        logits = self.decoder.output_layer(features[real])  # [N, V]
-        loss, nll = SmoothedCrossEntropy.apply(logits, tgt_out[real], label_smoothing)
+        if static:
+            logits = self.decoder.output_layer(features.flatten(0, 1))  # [B * T, V]
+            targets, weight = tgt_out.flatten(), real.flatten().float()
+            loss, nll = SmoothedCrossEntropy.apply(logits, targets, label_smoothing, weight)
+        else:
+            logits = self.decoder.output_layer(features[real])  # [N, V]
+            loss, nll = SmoothedCrossEntropy.apply(logits, tgt_out[real], label_smoothing)
         if align is not None:
             attention = weights.float().mean(1)  # [B, T, S]
             guided = -(align * torch.log(attention.clamp_min(1e-9))).sum()

@@ -241,12 +241,13 @@ class Engine(ProcessGroup):
         use_int8_engine(self._int8_name)
         return self._int8_name
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """bf16/fp16 autocast on this device (fp32 master weights), or nothing for fp32."""
+    def autocast(self, cache: bool = True) -> contextlib.AbstractContextManager:
+        """bf16/fp16 autocast on this device (fp32 master weights), or nothing for fp32;
+        ``cache=False`` inside a CUDA graph's capture, where cached casts would go stale."""
         dtype = _DTYPES.get(self.precision)
         if dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=dtype)
+        return torch.autocast(self.device.type, dtype=dtype, cache_enabled=cache)
 
     def for_inference(self, model: nn.Module) -> nn.Module:
         """``model`` on this device; under bf16/fp16 its weights in that precision too, since

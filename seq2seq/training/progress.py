@@ -8,10 +8,12 @@ import time
 
 import torch
 from omegaconf import DictConfig
+from torch.optim import Optimizer
 from tqdm import tqdm
 
 from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.engine import Engine
+from seq2seq.training.graphed import PendingStep, resolve
 from seq2seq.training.monitor import Monitor, run_hparams
 from seq2seq.training.state import Progress
 from seq2seq.training.updater import StepResult
@@ -21,18 +23,30 @@ log = logging.getLogger("seq2seq.train")
 
 
 class Window:
-    """Training loss and speed between two log lines."""
+    """Training loss and speed between two log lines, and the updates whose results are still
+    on the device (`settle` reads them all at once)."""
 
     def __init__(self) -> None:
         self.loss: torch.Tensor | float = 0.0  # summed on this rank (a device tensor)
         self.tokens = 0  # target tokens of all ranks
         self.skipped = 0  # updates with non-finite gradients
         self.start = time.perf_counter()
+        self.unsettled: list[tuple[int, StepResult | PendingStep]] = []
+        self.last: StepResult | None = None  # the latest settled update
 
-    def add(self, result: StepResult, tokens: int) -> None:
+    def add(self, step: int, result: StepResult | PendingStep, tokens: int) -> None:
         self.loss = self.loss + result.loss_sum
         self.tokens += tokens
-        self.skipped += not result.applied
+        self.unsettled.append((step, result))
+
+    def settle(self) -> list[tuple[int, StepResult]]:
+        """The updates added since the last call, on the host, with their step numbers."""
+        steps = [step for step, _ in self.unsettled]
+        results = resolve([result for _, result in self.unsettled])
+        self.unsettled = []
+        self.skipped += sum(not r.applied for r in results)
+        self.last = results[-1] if results else self.last
+        return list(zip(steps, results, strict=True))
 
 
 class Report:
@@ -61,10 +75,11 @@ class Report:
         )
 
     def training(
-        self, p: Progress, window: Window, last: StepResult, lr: float, bar: tqdm, updates: int
+        self, p: Progress, window: Window, optimizer: Optimizer, bar: tqdm, updates: int
     ) -> None:
-        """Loss and speed over all ranks since the last log line: TensorBoard, and a log line
-        where no progress bar shows them (every rank takes part in the sums)."""
+        """Loss and speed over all ranks since the last log line (``window``, settled): TensorBoard,
+        and a log line where no progress bar shows them (every rank takes part in the sums)."""
+        lr = float(optimizer.param_groups[0]["lr"])  # a device tensor under CUDA graphs
         loss_sum, skipped = self.engine.sum_over_ranks([float(window.loss), window.skipped])
         elapsed = time.perf_counter() - window.start
         loss, tok_s = loss_sum / window.tokens, window.tokens / elapsed
@@ -76,7 +91,12 @@ class Report:
                 skipped,
                 self.cfg.train.log_every,
             )
-        scalars = {"loss": loss, "lr": lr, "tokens_per_s": tok_s, "grad_norm": last.grad_norm}
+        scalars = {
+            "loss": loss,
+            "lr": lr,
+            "tokens_per_s": tok_s,
+            "grad_norm": window.last.grad_norm,
+        }
         self.monitor.scalars(p.step, {f"train/{name}": v for name, v in scalars.items()})
         if not bar.disable:
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}")

@@ -1,6 +1,6 @@
 """What a run records of itself: the concrete choices made at its start (device, precision,
-matrix products, threads) and the library versions, written into its config.yaml, so that
-training again from that file takes the same paths (docs/training.md)."""
+matrix products, threads, CUDA graphs) and the library versions, written into its config.yaml,
+so that training again from that file takes the same paths (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from torch import nn
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.manifest import write_manifest
 from seq2seq.storage.rundir import CONFIG_FILE, MANIFEST
+from seq2seq.training.graphed import use_graphs
 from seq2seq.training.state import kept_precision
 
 log = logging.getLogger("seq2seq.train")
@@ -68,6 +69,8 @@ def choose_and_record(
     into ``cfg`` and, by rank 0, into the run's config.yaml."""
     engine.choose_products(model, kept=kept.get("products"))
     engine.choose_precision(model, vocab, cfg.train.batch_tokens, kept_precision(kept))
+    graphs = use_graphs(cfg.train.cuda_graphs, engine, cfg.train)
+    cfg.train.cuda_graphs = "true" if graphs else "false"  # what runs, for a rerun
     if changed := record_choices(cfg, engine):
         log.warning("the config names other library versions: %s", ", ".join(changed))
     engine.from_main(lambda: save_config(cfg, run_dir))

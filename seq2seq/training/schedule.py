@@ -35,7 +35,10 @@ class LearningRate:
         rate = self.rate(step)
         if rate is not None:
             for group in self.optimizer.param_groups:
-                group["lr"] = rate
+                if isinstance(group["lr"], torch.Tensor):  # read by a CUDA graph: in place
+                    group["lr"].fill_(rate)
+                else:
+                    group["lr"] = rate
 
     def after_validation(self, bleu: float) -> None:
         if self.plateau is not None:

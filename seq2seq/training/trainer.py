@@ -38,6 +38,7 @@ from seq2seq.storage.rundir import (
     RunLock,
 )
 from seq2seq.training.alignment import AlignmentProbe
+from seq2seq.training.graphed import make_updater
 from seq2seq.training.init import adopt_model, start_from
 from seq2seq.training.monitor import Monitor
 from seq2seq.training.progress import Report, Window
@@ -45,7 +46,7 @@ from seq2seq.training.record import choose_and_record
 from seq2seq.training.schedule import LearningRate
 from seq2seq.training.state import Progress, epoch_plan, restore_training, training_state
 from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
-from seq2seq.training.updater import NonFiniteGuard, Updater
+from seq2seq.training.updater import NonFiniteGuard, StepResult
 from seq2seq.training.validation import validate, validation_search
 
 log = logging.getLogger("seq2seq.train")
@@ -152,23 +153,21 @@ class Trainer:
         self.epochs = Epochs(self.data, cfg, engine)
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
         choose_and_record(cfg, engine, model, state or {}, self._vocab(), run_dir)
-        self.updater = Updater(engine, model, tcfg)
+        self.updater = make_updater(engine, model, tcfg)  # as choose_and_record decided
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
         self.plan, self.progress = epoch_plan(cfg, engine, self.data.train), Progress()
         if state is None and tcfg.init_from:
             start_from(tcfg, self.updater, self.schedule)
         if state is not None:
             self.progress = restore_training(state, self.updater, self.schedule, engine, self.plan)
-        # Resuming hides whatever the interrupted run logged after the step of its last.pt.
-        purge = self.progress.step + 1 if state is not None else None
+        purge = self.progress.step + 1 if state is not None else None  # hide logs after last.pt
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
         self.report = Report(cfg, engine, self.monitor)
         self.probe = AlignmentProbe.from_config(cfg.log) if engine.is_main else None
         self.writer = CheckpointWriter()
         self.non_finite = NonFiniteGuard(engine, tcfg, run_dir)
-        updates = self.epochs.plan(0, rank=0)
         parameters = sum(p.numel() for p in model.parameters())
-        self.report.start(parameters, len(self.data.train), len(updates))
+        self.report.start(parameters, len(self.data.train), len(self.epochs.plan(0, rank=0)))
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -277,14 +276,16 @@ class Trainer:
                 p.step += 1
                 p.batch_in_epoch += 1
                 bar.update()
-                window.add(result, tokens)
-                self.non_finite.check(result, p.step)
-                if p.step % tcfg.log_every == 0:
-                    lr = self.updater.optimizer.param_groups[0]["lr"]
-                    self.report.training(p, window, result, lr, bar, len(plan))
+                window.add(p.step, result, tokens)
+                end = self._at_end()
+                validating = end or (tcfg.validate_every and p.step % tcfg.validate_every == 0)
+                logging_now = p.step % tcfg.log_every == 0
+                if isinstance(result, StepResult) or logging_now or validating:
+                    self.non_finite.check_all(window.settle())  # graphed: once in log_every
+                if logging_now:
+                    self.report.training(p, window, self.updater.optimizer, bar, len(plan))
                     window = Window()
-                every, end = tcfg.validate_every, self._at_end()
-                if end or (every and p.step % every == 0):
+                if validating:
                     epochs_done = p.batch_in_epoch == len(plan) and p.epoch + 1 >= tcfg.max_epochs
                     self._validate_and_checkpoint(last=end or epochs_done)
                     self.updater.model.train()
@@ -293,6 +294,7 @@ class Trainer:
                     return stop
                 if end or p.stopped_early:
                     break  # on the epoch's last update: the epoch is done, and so marked
+        self.non_finite.check_all(window.settle())
         p.epoch += 1
         p.batch_in_epoch = 0
         if not tcfg.validate_every and p.validated_step != p.step:  # once per step, resumed too

@@ -39,14 +39,18 @@ class StepResult:
     finite_loss: bool
 
 
-def build_optimizer(model: nn.Module, tcfg: TrainConfig, device: torch.device) -> torch.optim.Adam:
-    """Adam over all parameters; fused (one pass per tensor) where the device has the kernel."""
+def build_optimizer(
+    model: nn.Module, tcfg: TrainConfig, device: torch.device, capturable: bool = False
+) -> torch.optim.Adam:
+    """Adam over all parameters; fused (one pass per tensor) where the device has the kernel;
+    ``capturable``: its step counts stay on the device, for CUDA graphs."""
     return torch.optim.Adam(
         model.parameters(),
         lr=tcfg.lr,
         betas=tuple(tcfg.betas),
         weight_decay=tcfg.weight_decay,
         fused=device.type in ("cpu", "cuda"),
+        capturable=capturable,
     )
 
 
@@ -125,6 +129,11 @@ class NonFiniteGuard:
     def __init__(self, engine: Engine, tcfg: TrainConfig, run_dir: Path) -> None:
         self.engine, self.tcfg, self.run_dir = engine, tcfg, run_dir
         self.bad_in_a_row = 0  # updates skipped for a non-finite loss, in a row
+
+    def check_all(self, results: Sequence[tuple[int, StepResult]]) -> None:
+        """`check` each (step, result) in order."""
+        for step, result in results:
+            self.check(result, step)
 
     def check(self, result: StepResult, step: int) -> None:
         """Count update ``step``'s ``result``; raise when too many in a row were skipped."""

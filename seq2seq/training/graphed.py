@@ -1,0 +1,227 @@
+"""Training updates of fixed shapes (``train.cuda_graphs``): each batch padded up to one of a
+few length buckets, an update that never reads a tensor back to the host, and on CUDA each
+bucket's update captured once as a graph and replayed, so the GPU no longer waits for Python to
+launch every kernel of every time step.
+
+Padding does not change the update: padded target positions weigh 0 in the loss
+(`Seq2Seq.forward` with ``static=True``) and padded rows hold a one-token source and no target.
+The loss and gradient norm of each update stay on the device; `resolve` reads many at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.config import Precision, TrainConfig
+from seq2seq.data.batching import Batch
+from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.engine import Engine
+from seq2seq.training.updater import StepResult, Updater, build_optimizer
+from seq2seq.vocab import EOS
+
+WARMUP = 1  # eager updates of a bucket (on a side stream) before its graph is captured
+
+
+def bucket_size(n: int) -> int:
+    """``n`` rounded up to one of a few sizes: to a multiple of 2, then of an eighth of its
+    power of two above 16 (at most 1/8 more; 17 -> 18, 33 -> 36, 100 -> 104)."""
+    step = max(2, 2 ** (max(n, 1).bit_length() - 4))
+    return -(-n // step) * step
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A static batch shape: rows, source length, target length."""
+
+    rows: int
+    src_len: int
+    tgt_len: int
+
+    @classmethod
+    def of(cls, batch: Batch) -> Bucket:
+        rows, src_len = batch.src.shape
+        return cls(bucket_size(rows), bucket_size(src_len), bucket_size(batch.tgt_out.size(1)))
+
+
+class StaticBatch:
+    """One bucket's input tensors on the device, refilled before every update of the bucket."""
+
+    def __init__(self, bucket: Bucket, device: torch.device, guided: bool) -> None:
+        rows, s, t = bucket.rows, bucket.src_len, bucket.tgt_len
+        self.src = torch.zeros(rows, s, dtype=torch.long, device=device)
+        self.src_lengths = torch.ones(rows, dtype=torch.long, device=device)
+        self.tgt_in = torch.zeros(rows, t, dtype=torch.long, device=device)
+        self.tgt_out = torch.zeros(rows, t, dtype=torch.long, device=device)
+        self.align = torch.zeros(rows, t, s, device=device) if guided else None
+        self.scale = torch.zeros((), device=device)  # processes / target tokens of the update
+
+    def fill(self, batch: Batch, scale: float) -> None:
+        """Copy ``batch`` in (device work only, nothing read back): padded rows get a source of
+        one EOS and no target."""
+        rows, s = batch.src.shape
+        t = batch.tgt_out.size(1)
+        for mine, theirs in ((self.src, batch.src), (self.tgt_in, batch.tgt_in)):
+            mine.zero_()[:rows, : theirs.size(1)].copy_(theirs, non_blocking=True)
+        self.tgt_out.zero_()[:rows, :t].copy_(batch.tgt_out, non_blocking=True)
+        self.src[rows:, 0] = EOS
+        lengths = batch.src_lengths
+        if self.src.device.type == "cuda":  # from pinned memory: no wait for the copy
+            lengths = lengths.pin_memory()
+        self.src_lengths.fill_(1)[:rows].copy_(lengths, non_blocking=True)
+        if self.align is not None:
+            self.align.zero_()[:rows, :t, :s].copy_(batch.align, non_blocking=True)
+        self.scale.fill_(scale)
+
+
+@dataclass
+class PendingStep:
+    """An update whose loss sum and gradient norm are still on the device."""
+
+    loss_sum: Tensor
+    grad_norm: Tensor
+
+
+def resolve(steps: Sequence[StepResult | PendingStep]) -> list[StepResult]:
+    """Every step's result on the host, with one read for all pending ones."""
+    pending = [s for s in steps if isinstance(s, PendingStep)]
+    if not pending:
+        return list(steps)
+    pairs = torch.stack([torch.stack([s.loss_sum, s.grad_norm]).float() for s in pending])
+    values = iter(pairs.tolist())  # the one host synchronisation of these updates
+    results = []
+    for s in steps:
+        if isinstance(s, PendingStep):
+            loss, norm = next(values)
+            s = StepResult(s.loss_sum, norm, math.isfinite(norm), math.isfinite(loss))
+        results.append(s)
+    return results
+
+
+def use_graphs(setting: str, engine: Engine, tcfg: TrainConfig) -> bool:
+    """Whether this run takes the fixed-shape update (``train.cuda_graphs``, any case): ``auto``
+    where CUDA is and the update allows it; ``true`` refuses, in one line, what it cannot run
+    (and runs eagerly, uncaptured, on the CPU)."""
+    setting = str(setting).lower()
+    blockers = [
+        (engine.distributed, "one process (not torchrun)"),
+        (tcfg.accumulate != 1, "train.accumulate=1"),
+        (engine.precision == Precision.fp16, "precision fp32 or bf16 (not fp16)"),
+        (tcfg.compile, "train.compile=false"),
+    ]
+    if setting == "false":
+        return False
+    if setting == "auto":
+        return engine.device.type == "cuda" and not any(b for b, _ in blockers)
+    needs = [what for blocked, what in blockers if blocked]
+    if needs:
+        raise Seq2SeqError(f"train.cuda_graphs=true needs {', '.join(needs)}")
+    return True
+
+
+def make_updater(engine: Engine, model: nn.Module, tcfg: TrainConfig) -> Updater | StaticUpdater:
+    """The updater ``tcfg.cuda_graphs`` asks for, once resolved to true or false."""
+    return (StaticUpdater if tcfg.cuda_graphs == "true" else Updater)(engine, model, tcfg)
+
+
+class StaticUpdater:
+    """`Updater`'s work over fixed-shape buckets with no host read inside an update: the optimizer
+    skips a non-finite update on the device (fused Adam's ``found_inf``). On CUDA each bucket's
+    update becomes a graph after ``WARMUP`` eager ones; on the CPU it runs eagerly (tests)."""
+
+    def __init__(self, engine: Engine, model: nn.Module, tcfg: TrainConfig) -> None:
+        self.engine, self.tcfg = engine, tcfg
+        self.module = self.model = model.to(engine.device)
+        self.capture = engine.device.type == "cuda"
+        lr = torch.tensor(tcfg.lr, device=engine.device) if self.capture else tcfg.lr
+        self.optimizer = build_optimizer(self.module, tcfg, engine.device, capturable=self.capture)
+        for group in self.optimizer.param_groups:  # a tensor: the schedule fills it in place
+            group["lr"] = lr
+        self.optimizer.found_inf = torch.zeros((), device=engine.device)
+        self.inputs: dict[Bucket, StaticBatch] = {}
+        self.graphs: dict[Bucket, tuple[torch.cuda.CUDAGraph, tuple[Tensor, Tensor]]] = {}
+        self.seen: Counter[Bucket] = Counter()
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
+
+    def step(self, batches: Sequence[Batch], tokens: int) -> PendingStep:
+        """One update from one batch (``accumulate`` is 1); nothing is read back."""
+        (batch,) = batches
+        bucket = Bucket.of(batch)
+        if bucket not in self.inputs:
+            self.inputs[bucket] = StaticBatch(bucket, self.engine.device, batch.align is not None)
+        inputs = self.inputs[bucket]
+        inputs.fill(batch, self.engine.world_size / tokens)
+        self.seen[bucket] += 1
+        if bucket in self.graphs:
+            graph, out = self.graphs[bucket]
+            graph.replay()
+        elif not self.capture:
+            self.optimizer.zero_grad(set_to_none=True)
+            out = self.update(inputs)
+        elif self.seen[bucket] <= WARMUP:
+            out = self._warm_up(inputs)
+        else:
+            out = self._capture(bucket, inputs)
+        return PendingStep(out[0].clone(), out[1].clone())  # before the next replay writes
+
+    def update(self, x: StaticBatch) -> tuple[Tensor, Tensor]:
+        """Forward, backward, clipping and the optimizer step of one static batch, from
+        gradients that are None: (the loss sum, the gradient norm), on the device."""
+        tcfg = self.tcfg
+        with self.engine.autocast(cache=not self.capture):  # no cast cache inside a graph
+            loss, _ = self.module(
+                x.src,
+                x.src_lengths,
+                x.tgt_in,
+                x.tgt_out,
+                tcfg.label_smoothing,
+                x.align,
+                tcfg.guided_weight,
+                tcfg.coverage_weight,
+                static=True,
+            )
+        (loss * x.scale).backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), tcfg.clip_grad_norm)
+        self.optimizer.found_inf.copy_(norm.isfinite().logical_not())
+        self.optimizer.step()
+        return loss.detach(), norm
+
+    def _warm_up(self, inputs: StaticBatch) -> tuple[Tensor, Tensor]:
+        """An eager update on a side stream, as capture asks before a graph is recorded."""
+        side = torch.cuda.Stream(self.engine.device)
+        side.wait_stream(torch.cuda.current_stream(self.engine.device))
+        with torch.cuda.stream(side):
+            self.optimizer.zero_grad(set_to_none=True)
+            out = self.update(inputs)
+        torch.cuda.current_stream(self.engine.device).wait_stream(side)
+        return out
+
+    def _capture(self, bucket: Bucket, inputs: StaticBatch) -> tuple[Tensor, Tensor]:
+        """Record the bucket's update as a graph (from unset gradients, so that its backward
+        writes them instead of adding to another graph's), then run it once."""
+        self.optimizer.zero_grad(set_to_none=True)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = self.update(inputs)
+        self.graphs[bucket] = (graph, out)
+        graph.replay()
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scaler": {}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The optimizer's state (also an eager run's), its rate kept in this updater's tensor."""
+        rates = [group["lr"] for group in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(state["optimizer"])
+        for group, rate in zip(self.optimizer.param_groups, rates, strict=True):
+            group["capturable"] = self.capture
+            if isinstance(rate, Tensor):
+                rate.fill_(float(group["lr"]))
+                group["lr"] = rate

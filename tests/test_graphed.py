@@ -1,0 +1,176 @@
+"""The fixed-shape training update (train.cuda_graphs) and the search steps between looks, on
+the CPU: the same losses, gradients, updates and translations as the eager paths, and nothing
+read back to the host inside an update or a search step (a read raises here, as it would make
+a CUDA graph impossible or the GPU wait)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from host_reads import HostRead, no_host_reads
+from model_helpers import SETUPS, HandBatch, peaky_model, settings, sources, tiny_model
+
+from seq2seq.config import TrainConfig
+from seq2seq.data.batching import Batch
+from seq2seq.decoding import beam as beam_module
+from seq2seq.decoding import search as search_module
+from seq2seq.decoding.search import beam_search, greedy_search
+from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.engine import Engine
+from seq2seq.training.graphed import Bucket, StaticUpdater, bucket_size, resolve, use_graphs
+from seq2seq.training.updater import Updater
+from seq2seq.vocab import EOS
+
+TRAIN = TrainConfig(label_smoothing=0.1, clip_grad_norm=1.0, lr=1e-2, coverage_weight=0.5)
+
+
+def hand_batch(seed: int, rows: int | None = None) -> Batch:
+    """A `Batch` of HandBatch's pairs (rows cut to ``rows``, columns to their longest)."""
+    hand = HandBatch(seed)
+    rows = rows or hand.src.size(0)
+    src_len, tgt_len = (
+        int(hand.src_lengths[:rows].max()),
+        int((hand.tgt_out[:rows] > 0).sum(1).max()),
+    )
+    tgt_out = hand.tgt_out[:rows, :tgt_len]
+    return Batch(
+        hand.src[:rows, :src_len],
+        hand.src_lengths[:rows],
+        hand.tgt_in[:rows, :tgt_len],
+        tgt_out,
+        hand.ids[:rows],
+        int((tgt_out > 0).sum()),
+    )
+
+
+def padded(batch: Batch, rows: int, src_len: int, tgt_len: int) -> tuple[torch.Tensor, ...]:
+    """``batch`` padded as the static update pads it: extra rows hold one EOS and no target."""
+    b, s = batch.src.shape
+    src = torch.zeros(rows, src_len, dtype=torch.long)
+    src[:b, :s], src[b:, 0] = batch.src, EOS
+    tgt_in, tgt_out = (torch.zeros(rows, tgt_len, dtype=torch.long) for _ in range(2))
+    tgt_in[:b, : batch.tgt_in.size(1)] = batch.tgt_in
+    tgt_out[:b, : batch.tgt_out.size(1)] = batch.tgt_out
+    lengths = torch.ones(rows, dtype=torch.long)
+    lengths[:b] = batch.src_lengths
+    return src, lengths, tgt_in, tgt_out
+
+
+@pytest.mark.parametrize("name", SETUPS)
+def test_padded_loss_and_gradients_equal_eager(name: str) -> None:
+    """Every attention setup: the static loss of a batch padded further equals the eager loss
+    of the batch as it is, and so do the gradients (fp32, within rounding)."""
+    model = tiny_model(**SETUPS[name]).train()
+    batch = hand_batch(0)
+    params = list(model.parameters())
+    eager = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, 0.1, None, 0, 0.5)
+    eager_grads = torch.autograd.grad(eager[0], params, allow_unused=True)
+    inputs = padded(batch, 5, 9, 10)
+    static = model(*inputs, 0.1, None, 0, 0.5, static=True)
+    static_grads = torch.autograd.grad(static[0], params, allow_unused=True)
+    torch.testing.assert_close(static, eager, rtol=1e-5, atol=1e-5)
+    for a, b in zip(static_grads, eager_grads, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_bucket_sizes_are_few_and_tight() -> None:
+    sizes = [bucket_size(n) for n in range(1, 257)]
+    assert all(n <= s <= max(n + 1, n * 1.125 + 1) for n, s in enumerate(sizes, start=1))
+    assert len(set(sizes)) <= 45  # shapes to capture for every length up to 256
+    assert Bucket.of(hand_batch(0)) == Bucket(4, 6, 8)
+
+
+def updates(updater, batches: list[Batch]) -> list:
+    return [updater.step([b], b.ntokens) for b in batches]
+
+
+def test_static_updates_equal_eager_updates() -> None:
+    """Three updates over batches of three shapes (two buckets): the same losses, gradient
+    norms and parameters as the eager updater's."""
+    engine = Engine.create("cpu")
+    batches = [hand_batch(0), hand_batch(1, rows=2), hand_batch(2)]
+    eager, static = Updater(engine, tiny_model(**SETUPS["bahdanau-coverage"]), TRAIN), None
+    static = StaticUpdater(engine, tiny_model(**SETUPS["bahdanau-coverage"]), TRAIN)
+    expected, got = updates(eager, batches), resolve(updates(static, batches))
+    for a, b in zip(got, expected, strict=True):
+        assert a.applied and b.applied
+        assert float(a.loss_sum) == pytest.approx(float(b.loss_sum), rel=1e-5)
+        assert a.grad_norm == pytest.approx(b.grad_norm, rel=1e-4)
+    for a, b in zip(static.module.parameters(), eager.module.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_static_update_reads_nothing_back() -> None:
+    """Inside a static update no tensor is read by the host; the eager update does read (its
+    check of the gradient norm), which shows that the guard sees reads."""
+    engine = Engine.create("cpu")
+    batch = hand_batch(0)
+    static = StaticUpdater(engine, tiny_model(**SETUPS["local_p"]), TRAIN)
+    eager = Updater(engine, tiny_model(**SETUPS["local_p"]), TRAIN)
+    with no_host_reads():
+        pending = static.step([batch], batch.ntokens)
+        with pytest.raises(HostRead):
+            eager.step([batch], batch.ntokens)
+    assert resolve([pending])[0].applied
+
+
+def test_non_finite_update_is_skipped_on_the_device() -> None:
+    """A non-finite gradient norm leaves every parameter as it was, without a host read, and
+    the resolved result says it was skipped."""
+    engine = Engine.create("cpu")
+    static = StaticUpdater(engine, tiny_model(**SETUPS["bahdanau"]), TRAIN)
+    with torch.no_grad():
+        static.module.decoder.bridge.weight[0, 0] = float("nan")
+    before = [p.detach().clone() for p in static.module.parameters()]
+    batch = hand_batch(0)
+    with no_host_reads():
+        pending = static.step([batch], batch.ntokens)
+    (result,) = resolve([pending])
+    assert not result.applied and not result.finite_loss
+    for a, b in zip(static.module.parameters(), before, strict=True):
+        torch.testing.assert_close(a, b, equal_nan=True)
+
+
+def test_when_the_static_update_runs() -> None:
+    engine = Engine.create("cpu")
+    assert not use_graphs("auto", engine, TRAIN)  # no CUDA here
+    assert not use_graphs("false", engine, TRAIN)
+    assert use_graphs("true", engine, TRAIN)  # the static update, eagerly on the CPU
+    with pytest.raises(Seq2SeqError, match="train.accumulate=1"):
+        use_graphs("true", engine, TrainConfig(accumulate=2))
+
+
+@pytest.fixture
+def guarded_steps(monkeypatch):
+    """The search steps between two looks at the device run under `no_host_reads`."""
+    for cls in (beam_module._BeamSearch, search_module._Greedy):
+        original = cls.step
+
+        def step(self, t: int, look: bool, original=original) -> None:
+            if look:
+                return original(self, t, look)
+            with no_host_reads():
+                return original(self, t, look)
+
+        monkeypatch.setattr(cls, "step", step)
+
+
+@pytest.mark.parametrize("name", ["bahdanau", "luong", "multihead", "local_p", "bahdanau-coverage"])
+def test_search_steps_between_looks_read_nothing_back(guarded_steps, name: str) -> None:
+    """Looking every 1,000 steps (only at the last): greedy and beam search read nothing back
+    between looks, and give the n-best lists of a search that looks at every step."""
+    model = peaky_model(name)
+    src, lengths = sources()
+    beam = settings(4, 0.6, 4, coverage_penalty=0.5 if "coverage" in name else 0.0)
+    for search, cfg in ((greedy_search, settings()), (beam_search, beam)):
+        rare = search(model, src, lengths, cfg, check_every=1000)
+        every = search(model, src, lengths, cfg, check_every=1)
+        assert len(rare) == len(every)
+        for a, b in zip(rare, every, strict=True):
+            pairs = zip(a, b, strict=True) if isinstance(a, list) else [(a, b)]
+            for x, y in pairs:
+                assert x.tokens == y.tokens
+                assert x.score == pytest.approx(y.score, abs=1e-5)
+                torch.testing.assert_close(x.attention, y.attention)
