@@ -1,9 +1,49 @@
-"""What a new user meets first on the command line: each command's own help."""
+"""What a new user meets first: the README's quick start, which ends by itself, and each
+command's own help."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+from run_helpers import REPO, run
+
+
+def quick_start_overrides() -> list[str]:
+    """The overrides of the README's quick-start training command (its first bash block)."""
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"## Quick start\n.*?```bash\n(.*?)```", readme, re.S)
+    assert block, "the README has no quick start"
+    [command] = [line for line in block.group(1).splitlines() if "seq2seq-train" in line]
+    return command.split("seq2seq-train", 1)[1].split()
+
+
+def test_the_quick_start_trains_a_recipe_that_ends_by_itself() -> None:
+    """On a machine without a GPU the README's first command must end in the time it states:
+    a recipe with a time limit, not the reference model's 50 epochs."""
+    overrides = quick_start_overrides()
+    assert overrides == ["experiment=multi30k_de_en_cpu"]
+    recipe = (REPO / "configs/experiment/multi30k_de_en_cpu.yaml").read_text()
+    assert re.search(r"^  max_minutes: 30$", recipe, re.M)
+    assert "about 31 minutes, 30 of them training" in (REPO / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_quick_start_shortened_runs_to_a_clean_end(tmp_path: Path, data_dirs) -> None:
+    shortened = [
+        "train.max_steps=2",
+        "data.train_limit=600",
+        "data.valid_limit=20",
+        "data.tokenizer.vocab_size=300",
+        "log.progress=false",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    out = run("train", *quick_start_overrides(), *data_dirs, *shortened)
+    assert "finished after 2 updates" in out and "Traceback" not in out
+    assert (tmp_path / "run" / "best.pt").is_file() and (tmp_path / "run" / "last.pt").is_file()
 
 
 def test_train_help_is_its_own() -> None:
