@@ -54,6 +54,7 @@ from seq2seq.runtime.engine import DEVICES, Engine, check_precision
 from seq2seq.runtime.heap import allocator_setting
 from seq2seq.runtime.precision import cpu_flags, native_bf16
 from seq2seq.runtime.profiling import describe, profile_ops
+from seq2seq.training.graphed import Bucket, StaticUpdater, make_updater
 from seq2seq.training.updater import Updater
 
 # The reference model (ModelConfig's defaults) with each attention of the registry, and Luong
@@ -81,7 +82,9 @@ ATTENTIONS.update(
 PEER = "peer"
 MODELS = ("reference", PEER)
 MEASURES = ("training", "decoding")
-BATCHES = ("peer", "recipe")  # ~1000 target tokens like the peers' 64 sentences; TrainConfig's
+# ~1000 target tokens like the peers' 64 sentences; TrainConfig's; OpenNMT-py's large batches
+# (batch_type tokens, batch_size 8192); twice that
+BATCHES = ("peer", "recipe", "8192", "16000")
 PEER_TOKENS = 1000  # the peers' batches of 64 sentences hold about 967 target tokens
 SEARCHES = {"greedy": 1, "beam": DecodeConfig.beam_size}
 # fp32 products on the CPU: oneDNN (what the model uses, seq2seq/model/linear.py) or PyTorch's BLAS
@@ -265,7 +268,10 @@ def flop_counter() -> FlopCounterMode:
 
 
 def run_updates(
-    engine: Engine, updater: Updater, corpus: TokenizedCorpus, batches: Sequence[np.ndarray]
+    engine: Engine,
+    updater: Updater | StaticUpdater,
+    corpus: TokenizedCorpus,
+    batches: Sequence[np.ndarray],
 ) -> int:
     """Collate and apply each batch as the training loop does (one batch per update, prepared
     one ahead); returns the target tokens, after the device has finished."""
@@ -299,7 +305,7 @@ def measure_training(
     engine.reset_peak_memory()
     torch.manual_seed(tcfg.seed)
     model = build_model(OmegaConf.structured(model_cfg), *vocab)
-    updater = Updater(engine, model, tcfg)
+    updater = make_updater(engine, model, tcfg)
     updater.model.train()
     sampler = TokenBatchSampler(
         train.src_lengths, train.tgt_lengths, tcfg.batch_tokens, shuffle=True, seed=tcfg.seed
@@ -307,6 +313,10 @@ def measure_training(
     epoch = sampler.batches(0)
     needed = sizes.warmup + sizes.windows * sizes.window
     order = list(itertools.islice(itertools.cycle(epoch), needed))
+    start = time.perf_counter()
+    if isinstance(updater, StaticUpdater):  # every bucket's graph captured before timing
+        run_updates(engine, updater, train, bucket_warmup(train, epoch))
+    capture_s = time.perf_counter() - start
     run_updates(engine, updater, train, order[: sizes.warmup])
     windows = [order[i : i + sizes.window] for i in range(sizes.warmup, needed, sizes.window)]
     rates = []
@@ -315,8 +325,11 @@ def measure_training(
         tokens = run_updates(engine, updater, train, batches)
         rates.append(tokens / (time.perf_counter() - start))
     max_memory = engine.max_memory_allocated()
+    counting = updater  # a replayed graph dispatches no operator: count the eager update
+    if isinstance(updater, StaticUpdater) and updater.graphs:
+        counting = Updater(engine, copy.deepcopy(updater.module), tcfg)
     with flop_counter() as counter:  # the first window again, counted, not timed
-        counted = run_updates(engine, updater, train, windows[0])
+        counted = run_updates(engine, counting, train, windows[0])
     flops_per_token = counter.get_total_flops() / counted
     ops = profile_ops(lambda: run_updates(engine, updater, train, windows[0])) if profile else None
     tokens_per_s = statistics.median(rates)
@@ -324,6 +337,9 @@ def measure_training(
     slots = sum(len(ids) * int(lengths[ids].max()) for ids in epoch)  # padded target positions
     return {
         "batch_tokens": tcfg.batch_tokens,
+        "cuda_graphs": tcfg.cuda_graphs,
+        "graphs": len(getattr(updater, "graphs", {})),
+        "capture_s": capture_s,
         "batches_per_epoch": len(epoch),
         "mean_target_tokens": float(lengths.sum() / len(epoch)),
         "mean_sentences": len(lengths) / len(epoch),
@@ -340,6 +356,16 @@ def measure_training(
     }
 
 
+def bucket_warmup(corpus: TokenizedCorpus, epoch: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Two batches of each bucket of ``epoch``: a warm-up and a capture for the graphed update."""
+    seen: dict[Bucket, list[np.ndarray]] = {}
+    for ids in epoch:
+        taken = seen.setdefault(Bucket.of(collate(corpus, ids)), [])
+        if len(taken) < 2:
+            taken.append(ids)
+    return [ids for taken in seen.values() for ids in taken]
+
+
 def measure_decoding(
     engine: Engine,
     model: Seq2Seq,
@@ -350,11 +376,13 @@ def measure_decoding(
     sizes: Sizes,
     peak_gflops: float,
     profile: bool = False,
+    batch_size: int = DecodeConfig.batch_size,
 ) -> dict[str, Any]:
     """Sentences/s of ``decode_corpus`` under the engine's autocast (median over passes after a
-    counted warm-up pass), FLOPs per sentence, output length in pieces and words, BLEU, peak
-    RSS; with ``profile``, the operators of one more pass (per output piece)."""
-    cfg = DecodeConfig(beam_size=beam_size, nbest=1)
+    counted warm-up pass) in batches of ``batch_size`` (1: the latency of one sentence), FLOPs
+    per sentence, output length in pieces and words, BLEU, peak RSS; with ``profile``, the
+    operators of one more pass (per output piece)."""
+    cfg = DecodeConfig(beam_size=beam_size, nbest=1, batch_size=batch_size)
     gc.collect()
     reset_peak_rss()
     engine.reset_peak_memory()
@@ -384,6 +412,8 @@ def measure_decoding(
     sentences_per_s = statistics.median(rates)
     return {
         "beam_size": beam_size,
+        "batch_size": batch_size,
+        "ms_per_batch": 1e3 * batch_size / sentences_per_s,
         "sentences": len(test),
         "sentences_per_s": sentences_per_s,
         "sentences_per_s_min": min(rates),
@@ -443,6 +473,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sizes = replace(sizes, dims=args.dims)
     if args.repeats:
         sizes = replace(sizes, windows=args.repeats, passes=args.repeats)
+    if args.test_limit:
+        sizes = replace(sizes, test_limit=args.test_limit)
     engine = Engine.create(args.device, Precision.fp32, args.threads, TrainConfig.seed)
     engine.keep_freed_memory()  # as training does
     if args.precision is None:  # what this device can run
@@ -495,19 +527,23 @@ def training_rows(
     vocab: tuple[int, int],
     peaks: dict[str, float],
 ) -> list[dict[str, Any]]:
-    """One row per attention x precision x batch size (the peers' ~1000 tokens, the recipe's)."""
+    """One row per attention x precision x batch size (the peers' ~1000 tokens, the recipe's,
+    large ones) x products x CUDA graphs (false, true)."""
     budgets = {
         "peer": peer_batch_tokens(train, PEER_TOKENS, TrainConfig.seed),
         "recipe": TrainConfig.batch_tokens,
+        "8192": 8192,
+        "16000": 16000,
     }
     rows = []
-    for attention, precision, batch, products in itertools.product(
-        benchmarked_models(args), args.precision, args.batch, args.products
+    for attention, precision, batch, products, graphs in itertools.product(
+        benchmarked_models(args), args.precision, args.batch, args.products, args.cuda_graphs
     ):
         model = model_config(attention, sizes)
-        tcfg = TrainConfig(batch_tokens=budgets[batch], threads=args.threads)
+        tcfg = TrainConfig(batch_tokens=budgets[batch], threads=args.threads, cuda_graphs=graphs)
         name = f"training {attention} {precision} {batch} (batch_tokens {tcfg.batch_tokens})"
         name += f" {products}" if len(args.products) > 1 else ""
+        name += " graphed" if graphs == "true" else ""
         progress(f"{name} ...")
         at = Engine(engine.device, Precision(precision), engine.topology)
         with PRODUCTS[products]():
@@ -581,10 +617,10 @@ def decoding_rows(
     model."""
     models, test, refs, tokenizer = decoding_models(engine, args, trained, data, sizes, tokenizers)
     rows = []
-    for (attention, model, settings), precision, search, products in itertools.product(
-        models, args.precision, args.search, args.products
+    for (attention, model, settings), precision, search, products, size in itertools.product(
+        models, args.precision, args.search, args.products, args.decode_batch
     ):
-        name = f"decoding {attention} {precision} {search}"
+        name = f"decoding {attention} {precision} {search} (batches of {size})"
         name += f" {products}" if len(args.products) > 1 else ""
         progress(f"{name} ...")
         at = Engine(engine.device, Precision(precision), engine.topology)
@@ -592,7 +628,16 @@ def decoding_rows(
         decoder = at.for_inference(copy.deepcopy(model))  # as evaluate loads it in this precision
         with PRODUCTS[products]():
             row = measure_decoding(
-                at, decoder, test, refs, tokenizer, beam, sizes, peaks[precision], args.profile
+                at,
+                decoder,
+                test,
+                refs,
+                tokenizer,
+                beam,
+                sizes,
+                peaks[precision],
+                args.profile,
+                size,
             )
         rows.append(
             {
@@ -616,6 +661,7 @@ TRAINING_COLUMNS = (
     ("prec", "<5", lambda r: r["precision"]),
     ("products", "<9", lambda r: r["products"]),
     ("batch", "<7", lambda r: r["batch"]),
+    ("graphs", "<6", lambda r: r.get("cuda_graphs", "false")),
     ("budget", ">7", lambda r: f"{r['batch_tokens']}"),
     ("tok/b", ">7", lambda r: f"{r['mean_target_tokens']:.0f}"),
     ("sent/b", ">7", lambda r: f"{r['mean_sentences']:.1f}"),
@@ -630,6 +676,8 @@ TRAINING_COLUMNS = (
 DECODING_COLUMNS = (
     ("attention", "<19", lambda r: r["attention"]),
     ("search", "<7", lambda r: r["search"]),
+    ("batch", ">5", lambda r: r.get("batch_size", DecodeConfig.batch_size)),
+    ("ms/batch", ">9", lambda r: f"{r.get('ms_per_batch', float('nan')):.1f}"),
     ("prec", "<5", lambda r: r["precision"]),
     ("products", "<9", lambda r: r["products"]),
     ("sent/s", ">8", lambda r: f"{r['sentences_per_s']:,.1f}"),
@@ -763,10 +811,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default = {
             "--precision": None,
             "--model": ["reference"],
+            "--batch": ["peer", "recipe"],
             "--products": ["onednn"],
             "--attention": list(MEASURED_BY_DEFAULT),
         }.get(option, list(choices))
         parser.add_argument(option, type=comma_list(choices), default=default, help=help_text)
+    parser.add_argument(
+        "--cuda-graphs",
+        type=comma_list(("false", "true")),
+        default=["false"],
+        help="training updates eager (false) or fixed-shape and, on CUDA, graphed (true)",
+    )
+    parser.add_argument(
+        "--decode-batch",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[DecodeConfig.batch_size],
+        help="sentences per decoding batch, comma-separated (1: one sentence's latency)",
+    )
     parser.add_argument("--device", default="auto", help=f"{DEVICES} (default auto)")
     parser.add_argument("--run-dir", help="decode with this trained run (best.pt), not random")
     parser.add_argument(
@@ -774,6 +835,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--repeats", type=at_least(1), help="timed windows and passes (default 5 and 3)"
+    )
+    parser.add_argument(
+        "--test-limit", type=at_least(1), help="decode only the first N test sentences"
     )
     parser.add_argument("--quick", action="store_true", help="tiny model and data, for CI")
     parser.add_argument(

@@ -12,7 +12,8 @@
 #
 # Every step runs under its own time limit (seconds: TESTS_S, PEER_S, OURS_S, RECIPE_S,
 # COMPARE_S) even when an earlier one failed; each writes its log to OUT_DIR, and the last line
-# says which failed.
+# says which failed. The default steps take about ten minutes on one H100/H200 (docs/gpu.md);
+# on a short lease, run them in two calls: STEPS="machine tests peer ours", then STEPS=recipe.
 set -uo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
@@ -66,26 +67,47 @@ step peer "${PEER_S:-150}" "
     python3 -c \"import sentencepiece as s; p = s.SentencePieceProcessor(model_file='\$d/spm/en.model')
 open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for l in open('\$w/hyp_\$name.test'))\"
   done
-  python3 $peer/summarize.py \$w \$d"
+  python3 $peer/summarize.py \$w \$d
+  # its large-batch setting (batch_type tokens, batch_size 8192), 100 updates, side by side
+  b=\$w/big; mkdir -p \$b
+  python3 $peer/yaml_set.py \$w/train.yaml \$b/train.yaml batch_type=tokens batch_size=8192 \
+    train_steps=100 save_checkpoint_steps=100 report_every=10 save_model=\$b/model
+  python3 $peer/timev.py \$b/train.time python3 -m onmt.bin.train -config \$b/train.yaml \
+    >\$b/train.out 2>&1 || { tail -30 \$b/train.out; exit 1; }
+  echo 'large batches (8192 tokens):'; python3 $peer/summarize.py \$b \$d 2>&1 | tail -1"
 
-# ours, the same shape and budget, then the benchmark of that run and of the reference model
-step ours "${OURS_S:-240}" "
+# ours, the same shape and budget (graphed, as train.cuda_graphs=auto takes on CUDA, then eager),
+# then the benchmark: the peer shape eager and graphed at its batch and at 8,192 tokens, the
+# reference model graphed at 8,192 and 16,000 tokens in fp32 and bf16 (with peak memory), and
+# the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency)
+step ours "${OURS_S:-300}" "
   set -e
-  python3 -m seq2seq.train model.emb_size=256 model.encoder_size=256 model/attention=luong \
-    model.attention.score=concat train.max_steps=300 train.batch_tokens=1100 \
-    train.label_smoothing=0 device=cuda precision=fp32 log.progress=false \
-    data.source=$bundle/multi30k hydra.run.dir=/tmp/peer300 | tail -5
-  python3 scripts/benchmark.py --data-source $bundle/multi30k --device cuda \
-    --model peer,reference --attention bahdanau --batch peer --precision fp32,bf16 \
-    --run-dir /tmp/peer300 --repeats 3"
+  peer='model.emb_size=256 model.encoder_size=256 model/attention=luong model.attention.score=concat
+    train.max_steps=300 train.batch_tokens=1100 train.label_smoothing=0 device=cuda precision=fp32
+    log.progress=false data.source=$bundle/multi30k'
+  python3 -m seq2seq.train \$peer hydra.run.dir=/tmp/peer300 | grep -E 'tok/s|finished' | tail -4
+  python3 -m seq2seq.train \$peer train.cuda_graphs=false hydra.run.dir=/tmp/peer300_eager \
+    | grep -E 'tok/s|finished' | tail -2
+  b='python3 scripts/benchmark.py --data-source $bundle/multi30k --device cuda --repeats 3'
+  \$b --measure training --model peer --batch peer,8192 --precision fp32 --cuda-graphs false,true
+  \$b --measure training --model reference --attention bahdanau --batch 8192,16000 \
+    --precision fp32,bf16 --cuda-graphs true
+  \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32,bf16
+  \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32 --decode-batch 1 \
+    --test-limit 100 --repeats 2"
 
-# the best German->English recipe, for the time given (validated at the end); RECIPE_OVERRIDES
-# adds to it, e.g. "model.attention.conditional=true train.seed=2"
-step recipe "${RECIPE_S:-300}" "
-  python3 -m seq2seq.train experiment=multi30k_de_en device=cuda log.progress=false \
-    data.source=$bundle/multi30k hydra.run.dir=/tmp/recipe \
-    train.max_minutes=${RECIPE_MINUTES:-3} ${RECIPE_OVERRIDES:-} \
-    && cp /tmp/recipe/train.log $out/recipe_train.log"
+# the best German->English recipe for the time given (validated at the end), one run per seed,
+# then its test BLEU (best.pt, beam 5); RECIPE_OVERRIDES adds to it, e.g.
+# "model.attention.conditional=true"
+step recipe "${RECIPE_S:-330}" "
+  set -e
+  for seed in ${RECIPE_SEEDS:-1 2}; do
+    python3 -m seq2seq.train experiment=multi30k_de_en device=cuda log.progress=false \
+      data.source=$bundle/multi30k hydra.run.dir=/tmp/recipe\$seed train.seed=\$seed \
+      train.max_minutes=${RECIPE_MINUTES:-1.5} ${RECIPE_OVERRIDES:-} | grep -E 'finished|BLEU' | tail -2
+    cp /tmp/recipe\$seed/train.log $out/recipe\${seed}_train.log
+    python3 -m seq2seq.evaluate run_dir=/tmp/recipe\$seed device=cuda | tail -1
+  done"
 
 # the attention comparison's English->French rows side by side on the one GPU, to a longer budget
 # (docs/attention.md, "Where the alignment ends"); each row's validations are in its train.log

@@ -8,6 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import Batch
 from seq2seq.decoding.search import Hypothesis
 from seq2seq.model import Seq2Seq, build_model
 from seq2seq.model.config import (
@@ -66,6 +67,25 @@ class HandBatch:
         self.tgt_in[self.tgt_out == 0] = 0
         self.ids = torch.arange(3)
         self.ntokens = int(tgt_lengths.sum())
+
+
+def hand_batch(seed: int, rows: int | None = None) -> Batch:
+    """A `Batch` of HandBatch's pairs (rows cut to ``rows``, columns to their longest)."""
+    hand = HandBatch(seed)
+    rows = rows or hand.src.size(0)
+    src_len, tgt_len = (
+        int(hand.src_lengths[:rows].max()),
+        int((hand.tgt_out[:rows] > 0).sum(1).max()),
+    )
+    tgt_out = hand.tgt_out[:rows, :tgt_len]
+    return Batch(
+        hand.src[:rows, :src_len],
+        hand.src_lengths[:rows],
+        hand.tgt_in[:rows, :tgt_len],
+        tgt_out,
+        hand.ids[:rows],
+        int((tgt_out > 0).sum()),
+    )
 
 
 def loss_of(

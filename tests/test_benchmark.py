@@ -188,3 +188,21 @@ def test_peer_shape_and_impossible_precision(data_args: list[str]) -> None:
     if not torch.cuda.is_available():
         proc = benchmark(*args, "--precision", "fp16", *data_args)
         assert proc.returncode == 1 and "fp16 needs CUDA" in proc.stderr
+
+
+@pytest.mark.slow
+def test_quick_benchmark_times_graphed_updates_and_decoding_batches(data_args: list[str]) -> None:
+    """--cuda-graphs false,true: a row each (on the CPU the fixed-shape update runs eagerly, and
+    no graph is captured); --decode-batch 64,1: a decoding row per batch size."""
+    options = ["--attention", "bahdanau", "--precision", "fp32", "--batch", "peer"]
+    options += ["--cuda-graphs", "false,true", "--decode-batch", "64,1", "--search", "greedy"]
+    report = report_of(benchmark("--quick", "--threads", "1", *options, *data_args))
+    rows = report["training"]
+    assert [r["cuda_graphs"] for r in rows] == ["false", "true"]
+    for row in rows:
+        assert_positive(row, TRAINING_FIGURES)
+        assert row["graphs"] == 0  # no CUDA here
+    rows = report["decoding"]
+    assert [r["batch_size"] for r in rows] == [64, 1]
+    for row in rows:
+        assert_positive(row, (*DECODING_FIGURES, "ms_per_batch"))

@@ -1,5 +1,7 @@
-"""On a CUDA GPU: smoke training in each precision, the same translations as on the CPU, and
-checkpoints that move between devices. Marked ``gpu``; skipped where torch finds no CUDA."""
+"""On a CUDA GPU: smoke training in each precision, the same translations as on the CPU,
+checkpoints that move between devices, training updates replayed from CUDA graphs (the eager
+updates' results, also after a change of bucket) and search steps that never synchronise.
+Marked ``gpu``; skipped where torch finds no CUDA."""
 
 from __future__ import annotations
 
@@ -10,12 +12,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from model_helpers import SETUPS, hand_batch, peaky_model, settings, sources, tiny_model
+from omegaconf import OmegaConf
 from run_helpers import TRAIN_TIMEOUT, scalars
 
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.corpus import read_parallel
+from seq2seq.decoding import beam as beam_module
+from seq2seq.decoding import search as search_module
 from seq2seq.decoding.inference import Translator, load_run
+from seq2seq.decoding.search import beam_search, greedy_search
 from seq2seq.runtime.engine import Engine
+from seq2seq.training.graphed import StaticUpdater, resolve
+from seq2seq.training.updater import Updater
 
 pytestmark = [
     pytest.mark.gpu,
@@ -52,6 +61,8 @@ def test_smoke_training_on_the_gpu(gpu_runs: dict[str, Path], precision: str) ->
     state = torch.load(run / "best.pt", weights_only=True)
     assert all(t.device.type == "cpu" for t in state["model"].values())  # host tensors
     assert "cuda" in state["rng"][0]
+    graphs = OmegaConf.load(run / "config.yaml").train.cuda_graphs  # auto: what ran
+    assert graphs == ("false" if precision == "fp16" else "true")
 
 
 def decode_test(run: Path, device: str, beam_size: int, multi30k_dir: Path) -> list:
@@ -92,3 +103,74 @@ def test_checkpoints_move_between_devices(smoke_run: Path, gpu_runs: dict[str, P
     on_cpu = evaluate(gpu_runs["fp32"], "cpu")  # trained on the GPU
     assert on_cpu["device"] == "cpu"
     assert on_cpu["bleu"] == pytest.approx(evaluate(gpu_runs["fp32"], "cuda")["bleu"], abs=0.5)
+
+
+# rows of hand_batch per update: buckets (4, 6, 8) x3, (2, 6, 8) x3, the first again, (2, 6, 4)
+# x3: a warm-up, a capture and replays of each, and a replay after another bucket's
+ROWS = [3, 3, 3, 2, 2, 2, 3, 1, 1, 1]
+
+
+@pytest.fixture
+def no_tf32(monkeypatch):
+    """fp32 products in full precision, so that the two paths differ by rounding only."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+
+
+@pytest.mark.parametrize("name", ["bahdanau", "luong-feed", "luong-nofeed", "multihead"])
+def test_graphed_updates_equal_eager_updates(no_tf32, name: str) -> None:
+    """Ten updates over three buckets: replayed graphs give the eager updates' losses, gradient
+    norms and parameters; the replays read nothing back (CUDA's sync debug mode raises)."""
+    engine = Engine.create("cuda")
+    tcfg = TrainConfig(label_smoothing=0.1, lr=1e-2)
+    batches = [engine.to_device(hand_batch(i, rows)) for i, rows in enumerate(ROWS)]
+    eager = Updater(engine, tiny_model(**SETUPS[name]).train(), tcfg)
+    graphed = StaticUpdater(engine, tiny_model(**SETUPS[name]).train(), tcfg)
+    expected = [eager.step([b], b.ntokens) for b in batches]
+    pending = []
+    for i, batch in enumerate(batches):
+        replay = i in (2, 5, 6, 9)  # each bucket's graph exists by then
+        torch.cuda.set_sync_debug_mode("error" if replay else "default")
+        try:
+            pending.append(graphed.step([batch], batch.ntokens))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert len(graphed.graphs) == 3
+    for got, want in zip(resolve(pending), expected, strict=True):
+        assert float(got.loss_sum) == pytest.approx(float(want.loss_sum), rel=1e-4)
+        assert got.grad_norm == pytest.approx(want.grad_norm, rel=1e-3)
+    for a, b in zip(graphed.module.parameters(), eager.module.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+@pytest.fixture
+def steps_never_synchronise(monkeypatch):
+    """Greedy's and beam's steps between two looks run in CUDA's sync debug mode "error"."""
+    for cls in (beam_module._BeamSearch, search_module._Greedy):
+        original = cls.step
+
+        def step(self, t: int, look: bool, original=original) -> None:
+            torch.cuda.set_sync_debug_mode("default" if look else "error")
+            try:
+                return original(self, t, look)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+
+        monkeypatch.setattr(cls, "step", step)
+
+
+@pytest.mark.parametrize("name", ["bahdanau", "luong", "multihead", "local_p"])
+def test_search_steps_never_synchronise(steps_never_synchronise, name: str) -> None:
+    """Looking every 8 steps (the GPU's default), greedy and beam search give the n-best lists
+    of a search that looks at every step, and no step in between waits for the host."""
+    model = peaky_model(name).cuda()
+    src, lengths = sources()
+    src = src.cuda()
+    for search, cfg in ((greedy_search, settings()), (beam_search, settings(4, 0.6, 4))):
+        rare = search(model, src, lengths, cfg, check_every=8)
+        every = search(model, src, lengths, cfg, check_every=1)
+        for a, b in zip(rare, every, strict=True):
+            pairs = zip(a, b, strict=True) if isinstance(a, list) else [(a, b)]
+            for x, y in pairs:
+                assert x.tokens == y.tokens
+                assert x.score == pytest.approx(y.score, abs=1e-5)

@@ -104,12 +104,19 @@ def resolve(steps: Sequence[StepResult | PendingStep]) -> list[StepResult]:
     return results
 
 
-def use_graphs(setting: str, engine: Engine, tcfg: TrainConfig) -> bool:
+def use_graphs(
+    setting: str, engine: Engine, tcfg: TrainConfig, normalizer: str = "softmax"
+) -> bool:
     """Whether this run takes the fixed-shape update (``train.cuda_graphs``, any case): ``auto``
     where CUDA is and the update allows it; ``true`` refuses, in one line, what it cannot run
-    (and runs eagerly, uncaptured, on the CPU)."""
+    (and runs eagerly, uncaptured, on the CPU). The entmax package's sparsemax reads the device
+    back in its backward (boolean indexing), which a graph cannot hold."""
     setting = str(setting).lower()
     blockers = [
+        (
+            getattr(normalizer, "value", normalizer) == "sparsemax",
+            "an attention normalizer other than sparsemax",
+        ),
         (engine.distributed, "one process (not torchrun)"),
         (tcfg.accumulate != 1, "train.accumulate=1"),
         (engine.precision == Precision.fp16, "precision fp32 or bf16 (not fp16)"),
@@ -207,7 +214,7 @@ class StaticUpdater:
         writes them instead of adding to another graph's), then run it once."""
         self.optimizer.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             out = self.update(inputs)
         self.graphs[bucket] = (graph, out)
         graph.replay()

@@ -69,7 +69,8 @@ def choose_and_record(
     into ``cfg`` and, by rank 0, into the run's config.yaml."""
     engine.choose_products(model, kept=kept.get("products"))
     engine.choose_precision(model, vocab, cfg.train.batch_tokens, kept_precision(kept))
-    graphs = use_graphs(cfg.train.cuda_graphs, engine, cfg.train)
+    normalizer = cfg.model.attention.get("normalizer", "softmax")
+    graphs = use_graphs(cfg.train.cuda_graphs, engine, cfg.train, normalizer)
     cfg.train.cuda_graphs = "true" if graphs else "false"  # what runs, for a rerun
     if changed := record_choices(cfg, engine):
         log.warning("the config names other library versions: %s", ", ".join(changed))
