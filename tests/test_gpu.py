@@ -141,6 +141,10 @@ def test_graphed_updates_equal_eager_updates(no_tf32, name: str) -> None:
         assert got.grad_norm == pytest.approx(want.grad_norm, rel=1e-3)
     for a, b in zip(graphed.module.parameters(), eager.module.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+    # its checkpoint state continues on the CPU, eagerly
+    on_cpu = Updater(Engine.create("cpu"), tiny_model(**SETUPS[name]).train(), tcfg)
+    on_cpu.load_state_dict(graphed.state_dict())
+    assert on_cpu.step([hand_batch(0)], hand_batch(0).ntokens).applied
 
 
 @pytest.fixture

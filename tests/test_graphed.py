@@ -82,6 +82,14 @@ def test_static_updates_equal_eager_updates() -> None:
         assert a.grad_norm == pytest.approx(b.grad_norm, rel=1e-4)
     for a, b in zip(static.module.parameters(), eager.module.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    # each takes up the other's state, as a resumed run does
+    state = static.state_dict()
+    assert isinstance(state["optimizer"]["param_groups"][0]["lr"], float)
+    eager.load_state_dict(state)
+    static.load_state_dict(eager.state_dict())
+    assert (
+        resolve(updates(static, batches[:1]))[0].applied and updates(eager, batches[:1])[0].applied
+    )
 
 
 @pytest.mark.parametrize("name", SETUPS)

@@ -221,7 +221,12 @@ class StaticUpdater:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scaler": {}}
+        """As `Updater`'s: the rate a number and the optimizer not capturable, so that an eager
+        run (or one on the CPU) takes it up."""
+        state = self.optimizer.state_dict()
+        for group in state["param_groups"]:
+            group["lr"], group["capturable"] = float(group["lr"]), False
+        return {"optimizer": state, "scaler": {}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The optimizer's state (also an eager run's), its rate kept in this updater's tensor."""
