@@ -151,7 +151,13 @@ def test_keys_projected_once_per_batch(name: str) -> None:
         return hook
 
     attention.key_layer.register_forward_hook(count("keys"))
-    attention.register_forward_hook(count("steps"))
+    weights = attention.weights  # what every step asks, with or without the context
+
+    def counted(*args, **kwargs):
+        count("steps")()
+        return weights(*args, **kwargs)
+
+    attention.weights = counted
     src = torch.randint(4, 20, (2, 6))
     greedy_search(model, src, torch.tensor([6, 6]), DecodeConfig(max_len_a=0.0, max_len_b=7))
     assert calls["steps"] >= 2  # several decoder steps ran ...

@@ -2,7 +2,8 @@
 
 Every variant has one interface: ``precompute(memory)`` projects keys/values once per batch, then
 ``forward(query, keys, values, mask)`` serves one decoder step (query [B, Q]) or all steps at once
-(query [B, T, Q]). Padded source positions get exactly zero weight.
+(query [B, T, Q]) and returns the context c_t = sum_j a_tj v_j and the weights a_tj; ``weigh``
+gives the weights alone. Padded source positions get exactly zero weight.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def additive_scores(query: Tensor, keys: Tensor, energy: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    """Common interface; subclasses implement ``precompute`` and ``attend`` (sequence mode).
+    """Common interface; subclasses implement ``precompute`` and ``weights`` (sequence mode),
+    and ``read`` where the context is more than the weighted sum of the values.
 
     ``positional`` attentions read the target position of each query (local attention), and
     ``uses_coverage`` ones the sum of the earlier steps' weights: the decoder keeps both in its
@@ -54,18 +56,44 @@ class Attention(nn.Module):
         """Project the memory [B, S, M] into (keys, values); called once per batch."""
         raise NotImplementedError
 
-    def attend(
+    def weights(
         self,
         query: Tensor,
         keys: Tensor,
-        values: Tensor,
         mask: Tensor,
         positions: Tensor | None = None,
         coverage: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    ) -> Tensor:
         """Queries [B, T, Q], mask [B, S], target positions [T] and coverage [B, T, S] where the
-        attention reads them -> (context [B, T, C], weights [B, heads, T, S])."""
+        attention reads them -> weights [B, heads, T, S]."""
         raise NotImplementedError
+
+    def read(self, weights: Tensor, values: Tensor) -> Tensor:
+        """The context c_t = sum_j a_tj v_j: weights [B, 1, T, S], values [B, S, C] -> [B, T, C]."""
+        return torch.bmm(weights[:, 0], values)
+
+    def weigh(
+        self,
+        query: Tensor,
+        keys: Tensor,
+        mask: Tensor,
+        position: Tensor | None = None,
+        coverage: Tensor | None = None,
+    ) -> Tensor:
+        """The weights alone: [B, Q] -> [B, heads, S]; or [B, T, Q] -> [B, heads, T, S].
+
+        ``position`` (0-d) is the target position of the (first) query, ``coverage`` [B, S] the
+        sum of the weights of the steps before it."""
+        step = query.dim() == 2
+        query = query.unsqueeze(1) if step else query  # [B, T, Q]
+        positions = None
+        if self.positional:
+            start = 0 if position is None else position
+            positions = torch.arange(query.size(1), device=query.device) + start  # [T]
+        if coverage is not None:
+            coverage = coverage.unsqueeze(1)  # [B, 1, S]: a step's query
+        weights = self.weights(query, keys, mask, positions, coverage)  # [B, heads, T, S]
+        return weights.squeeze(2) if step else weights
 
     def forward(
         self,
@@ -76,20 +104,12 @@ class Attention(nn.Module):
         position: Tensor | None = None,
         coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        """[B, Q] -> ([B, C], [B, heads, S]); or [B, T, Q] -> ([B, T, C], [B, heads, T, S]).
-
-        ``position`` (0-d) is the target position of the (first) query, ``coverage`` [B, S] the
-        sum of the weights of the steps before it."""
-        step = query.dim() == 2
-        query = query.unsqueeze(1) if step else query
-        positions = None
-        if self.positional:
-            start = 0 if position is None else position
-            positions = torch.arange(query.size(1), device=query.device) + start  # [T]
-        if coverage is not None:
-            coverage = coverage.unsqueeze(1)  # [B, 1, S]: a step's query
-        context, weights = self.attend(query, keys, values, mask, positions, coverage)
-        return (context.squeeze(1), weights.squeeze(2)) if step else (context, weights)
+        """[B, Q] -> (context [B, C], weights [B, heads, S]); or [B, T, Q] -> ([B, T, C],
+        [B, heads, T, S]) (see ``weigh``)."""
+        weights = self.weigh(query, keys, mask, position, coverage)
+        if query.dim() == 2:
+            return self.read(weights.unsqueeze(2), values).squeeze(1), weights
+        return self.read(weights, values), weights
 
 
 class BahdanauAttention(Attention):
@@ -115,20 +135,18 @@ class BahdanauAttention(Attention):
     def precompute(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         return self.key_layer(memory), memory  # [B, S, A], [B, S, M]
 
-    def attend(
+    def weights(
         self,
         query: Tensor,
         keys: Tensor,
-        values: Tensor,
         mask: Tensor,
         positions: Tensor | None = None,
         coverage: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    ) -> Tensor:
         if self.coverage_layer is not None and coverage is not None:  # none yet: all zero
             keys = keys.unsqueeze(1) + coverage.unsqueeze(-1) * self.coverage_layer  # [B,T,S,A]
         scores = additive_scores(self.query_layer(query), keys, self.energy)  # [B, T, S]
-        weights = self.normalize(scores, mask.unsqueeze(1))
-        return weights @ values, weights.unsqueeze(1)  # [B, T, M], [B, 1, T, S]
+        return self.normalize(scores, mask.unsqueeze(1)).unsqueeze(1)  # [B, 1, T, S]
 
 
 class LuongAttention(Attention):
@@ -175,17 +193,16 @@ class LuongAttention(Attention):
             return additive_scores(self.query_layer(query), keys, self.energy)
         return torch.bmm(query, keys.transpose(1, 2)) * self.scale
 
-    def attend(
+    def weights(
         self,
         query: Tensor,
         keys: Tensor,
-        values: Tensor,
         mask: Tensor,
         positions: Tensor | None = None,
         coverage: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    ) -> Tensor:
         weights = self.normalize(self.scores(query, keys), mask.unsqueeze(1))  # [B, T, S]
-        return torch.bmm(weights, values), weights.unsqueeze(1)  # [B, T, M], [B, 1, T, S]
+        return weights.unsqueeze(1)  # [B, 1, T, S]
 
 
 class MultiHeadAttention(Attention):
@@ -216,16 +233,19 @@ class MultiHeadAttention(Attention):
         keys = self._split(self.key_layer(memory) / math.sqrt(self.head_size))  # [B, h, S, d]
         return keys, self._split(self.value_layer(memory))  # [B, h, S, d]
 
-    def attend(
+    def weights(
         self,
         query: Tensor,
         keys: Tensor,
-        values: Tensor,
         mask: Tensor,
         positions: Tensor | None = None,
         coverage: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    ) -> Tensor:
         q = self._split(self.query_layer(query))  # [B, h, T, d]
-        weights = self.normalize(q @ keys.transpose(2, 3), mask[:, None, None])  # [B, h, T, S]
+        return self.normalize(q @ keys.transpose(2, 3), mask[:, None, None])  # [B, h, T, S]
+
+    def read(self, weights: Tensor, values: Tensor) -> Tensor:
+        """Each head's weighted sum [B, h, T, d], the heads side by side [B, T, size], mixed by
+        the output layer."""
         context = (weights @ values).transpose(1, 2).flatten(2)  # [B, T, size]
-        return self.output_layer(context), weights
+        return self.output_layer(context)

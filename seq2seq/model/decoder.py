@@ -100,8 +100,9 @@ class DecoderStep(nn.Module):
         cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any
     ) -> DecoderStep:
         """The step of a model config: ``settings`` is the attention config, whose FLOW_KEYS
-        (``input_feed`` of the Luong flow, ``conditional`` of Bahdanau's) are the step's."""
-        return cls(emb_size, hidden_size, attention)
+        (``input_feed`` of the Luong flow, ``conditional`` of Bahdanau's) are the step's. Each
+        flow defines it."""
+        raise NotImplementedError
 
     def compile_steps(self, compiler: Callable[[Callable], Callable]) -> None:
         """Run the per-step work (a teacher-forcing step, a search step) through ``compiler``,
@@ -154,24 +155,39 @@ class DecoderStep(nn.Module):
 
 
 class BahdanauStep(DecoderStep):
-    """Bahdanau flow: s_{t-1} queries; GRU input [emb; context]; readout of [s_t; context; emb]."""
+    """Bahdanau flow: s_{t-1} queries; GRU input [emb; context]; readout of [s_t; context; emb].
 
-    def __init__(self, emb_size: int, hidden_size: int, attention: Attention) -> None:
-        super().__init__(emb_size, hidden_size, attention, attention.context_size)
+    ``conditional``: Nematus's conditional GRU (Sennrich et al. 2017), where the query knows the
+    previous word: s'_t = GRU_1(s_{t-1}, E y_{t-1}) queries, s_t = GRU_2(s'_t, c_t).
+    """
+
+    def __init__(
+        self, emb_size: int, hidden_size: int, attention: Attention, conditional: bool = False
+    ) -> None:
+        feed_size = 0 if conditional else attention.context_size  # GRU_1 reads the word only
+        super().__init__(emb_size, hidden_size, attention, feed_size)
+        self.conditional = conditional
+        self.context_rnn = None  # GRU_2 of the conditional GRU, which reads the context
+        if conditional:
+            self.context_rnn = nn.GRU(attention.context_size, hidden_size, batch_first=True)
         self.readout = Linear(hidden_size + attention.context_size + emb_size, hidden_size)
 
     @classmethod
     def build(
         cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any
     ) -> DecoderStep:
-        if getattr(settings, "conditional", False):
-            return ConditionalBahdanauStep(emb_size, hidden_size, attention)
-        return cls(emb_size, hidden_size, attention)
+        return cls(emb_size, hidden_size, attention, bool(getattr(settings, "conditional", False)))
+
+    def feed_weight(self) -> Tensor:
+        """The input weight that multiplies the context: the GRU's (GRU_2's) [3H, C]."""
+        if self.context_rnn is not None:
+            return self.context_rnn.weight_ih_l0
+        return super().feed_weight()
 
     def prepare(self, enc: EncoderOutput) -> EncoderOutput:
         """The context enters the GRU only through W_ih, and W_ih (sum_j a_j h_j) equals
-        sum_j a_j (W_ih h_j): attending over the values projected once per batch replaces a
-        per-step [B, C] x [C, 3H] product by one [B*S, C] x [C, 3H] product."""
+        sum_j a_j (W_ih h_j): weighing the values projected once per batch (``gates``) replaces
+        a per-step [B, C] x [C, 3H] product by one [B*S, C] x [C, 3H] product."""
         return replace(enc, gates=linear(enc.values, self.feed_weight()))  # [B, S, 3H]
 
     def forward(
@@ -186,67 +202,33 @@ class BahdanauStep(DecoderStep):
             states.append(hidden)
             weights.append(w)
         weights = torch.stack(weights, 2)  # [B, 1, T, S]
-        contexts = weights[:, 0] @ enc.values  # [B, T, C], all steps at once
+        contexts = self.attention.read(weights, enc.values)  # [B, T, C], all steps at once
         features = torch.cat([torch.stack(states, 1), contexts, emb], -1)
         return torch.tanh(self.readout(features)), weights
 
     def _advance(
         self, gi_t: Tensor, hidden: Tensor, coverage: Tensor | None, enc: EncoderOutput
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """One teacher-forced step from the embeddings' gate share gi_t [B, 3H]: (state,
-        weights, coverage)."""
-        gi_context, weights = self.attention(
-            hidden, enc.keys, enc.gates, enc.mask, coverage=coverage
-        )  # [B, 3H]
-        return self.cell(gi_t + gi_context, hidden), weights, _accumulate(coverage, weights)
-
-    def step(
-        self, emb: Tensor, state: DecoderState, enc: EncoderOutput
-    ) -> tuple[Tensor, DecoderState, Tensor]:
-        """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
-        coverage = state.coverage
-        gi_context, weights = self.attention(
-            state.hidden, enc.keys, enc.gates, enc.mask, coverage=coverage
-        )
-        context = torch.bmm(weights, enc.values).squeeze(1)  # [B, C]
-        gi = linear(emb, self.rnn.weight_ih_l0[:, : self.emb_size], self.rnn.bias_ih_l0)
-        hidden = self.cell(gi + gi_context, state.hidden)  # [B, H]
-        readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
-        return readout, DecoderState(hidden, None, _accumulate(coverage, weights)), weights
-
-
-class ConditionalBahdanauStep(BahdanauStep):
-    """Nematus's conditional GRU (Sennrich et al. 2017): the query knows the previous word.
-    s'_t = GRU_1(s_{t-1}, E y_{t-1}) queries; s_t = GRU_2(s'_t, c_t); readout as Bahdanau's."""
-
-    def __init__(self, emb_size: int, hidden_size: int, attention: Attention) -> None:
-        DecoderStep.__init__(self, emb_size, hidden_size, attention, 0)  # self.rnn: GRU_1
-        self.context_rnn = nn.GRU(attention.context_size, hidden_size, batch_first=True)
-        self.readout = Linear(hidden_size + attention.context_size + emb_size, hidden_size)
-
-    def feed_weight(self) -> Tensor:
-        """GRU_2's input weight, which multiplies the context: [3H, C]."""
-        return self.context_rnn.weight_ih_l0
-
-    def _advance(
-        self, gi_t: Tensor, hidden: Tensor, coverage: Tensor | None, enc: EncoderOutput
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """One step from GRU_1's input projection gi_t [B, 3H]: (state, weights, coverage)."""
-        query = self.cell(gi_t, hidden)  # s'_t [B, H]
-        gi_context, weights = self.attention(
-            query, enc.keys, enc.gates, enc.mask, coverage=coverage
-        )  # [B, 3H]: GRU_2's input projection of the context, but its bias
-        rnn = self.context_rnn
-        hidden = gru_cell(gi_context + rnn.bias_ih_l0, query, rnn.weight_hh_l0, rnn.bias_hh_l0)
+        """One step from the word's share of the GRU input gi_t [B, 3H] (its bias included):
+        (state s_t, weights [B, 1, S], coverage)."""
+        query = self.cell(gi_t, hidden) if self.conditional else hidden  # s'_t or s_{t-1}
+        weights = self.attention.weigh(query, enc.keys, enc.mask, coverage=coverage)
+        gi_context = torch.bmm(weights, enc.gates).squeeze(1)  # W_ih c_t [B, 3H]
+        if self.context_rnn is None:
+            hidden = self.cell(gi_t + gi_context, hidden)
+        else:  # GRU_2 from s'_t; its input projection, but the bias, is gi_context
+            rnn = self.context_rnn
+            gi = gi_context + rnn.bias_ih_l0
+            hidden = gru_cell(gi, query, rnn.weight_hh_l0, rnn.bias_hh_l0)
         return hidden, weights, _accumulate(coverage, weights)
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
-        gi = self.project_input(emb)  # [B, 3H]
+        gi = linear(emb, self.rnn.weight_ih_l0[:, : self.emb_size], self.rnn.bias_ih_l0)
         hidden, weights, coverage = self._advance(gi, state.hidden, state.coverage, enc)
-        context = torch.bmm(weights, enc.values).squeeze(1)  # [B, C]
+        context = self.attention.read(weights.unsqueeze(2), enc.values).squeeze(1)  # [B, C]
         readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
         return readout, DecoderState(hidden, None, coverage), weights
 

@@ -44,15 +44,14 @@ class LocalMonotonicAttention(LuongAttention):
         """Weights [B, T, S] after the window's normalizer; s - p_t [B, T, S]."""
         return weights
 
-    def attend(
+    def weights(
         self,
         query: Tensor,
         keys: Tensor,
-        values: Tensor,
         mask: Tensor,
         positions: Tensor | None = None,
         coverage: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+    ) -> Tensor:
         if positions is None:  # sequence mode from the first target position
             positions = torch.arange(query.size(1), device=query.device)
         centre = self.centres(query, positions, mask.sum(-1))  # [B, T]
@@ -60,7 +59,7 @@ class LocalMonotonicAttention(LuongAttention):
         distance = source - centre.unsqueeze(-1)  # [B, T, S]
         window = mask.unsqueeze(1) & (distance.abs() <= self.window)  # [B, T, S]
         weights = self.reweight(self.normalize(self.scores(query, keys), window), distance)
-        return torch.bmm(weights, values), weights.unsqueeze(1)  # [B, T, M], [B, 1, T, S]
+        return weights.unsqueeze(1)  # [B, 1, T, S]
 
 
 class LocalPredictiveAttention(LocalMonotonicAttention):
