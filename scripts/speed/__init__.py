@@ -1,0 +1,1 @@
+"""The parts of scripts/benchmark.py, by what they measure."""
