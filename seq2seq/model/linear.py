@@ -1,10 +1,10 @@
 """The model's matrix products: fp32 on the CPU through oneDNN or PyTorch's BLAS, whichever is
 faster on this CPU; everything else through F.linear.
 
-PyTorch multiplies fp32 matrices on the CPU with its BLAS (MKL). On two cores of an AMD EPYC
-(Zen 5) oneDNN (the library PyTorch already uses for bf16) ran the model's products 1.3 to 1.7
-times faster with the same fp32 arithmetic (rounding aside); on a Zen 4 it was 0.97x and on an
-Intel Xeon with AMX 0.81x. So ``choose_products`` times both on the model's own shapes.
+PyTorch multiplies fp32 matrices on the CPU with its BLAS (MKL). oneDNN (the library PyTorch
+already uses for bf16) does the same arithmetic much faster on some CPUs and slower on others
+(docs/performance.md, "Where fp32 comes from"), so ``choose_products`` times both on the model's
+own shapes.
 Small products (``MIN_WORK``), bf16/fp16, autocast, GPUs and torch.compile keep PyTorch's path.
 """
 
@@ -28,7 +28,7 @@ KERNEL_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 _ONEDNN_OP = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
 _enabled = bool(_ONEDNN_OP is not None and torch.backends.mkldnn.is_available())
 # rows x in x out below which a oneDNN call (and this module's autograd step) costs more than it
-# saves: about 2^21 was the break-even on the AMD EPYC above
+# saves (twice the break-even measured: docs/performance.md, "Where fp32 comes from")
 MIN_WORK = 2**22
 _compiling = getattr(torch.compiler, "is_compiling", lambda: False)  # torch < 2.3 lacks it
 
@@ -141,8 +141,8 @@ def current_products() -> str:
 
 
 # Rows of the products timed: a decoding step of 64 sentences, a beam of 5 over them, and the
-# projections of all steps at once in training (~1,000 target pieces). 32 rows alone chose
-# PyTorch's BLAS on a Zen 5 where oneDNN trained 1.4x and decoded 1.35-1.5x faster (issue 25).
+# projections of all steps at once in training (~1,000 target pieces); a smaller probe chose the
+# slower path (docs/performance.md, "Levers")
 ROWS = (64, 320, 1024)
 
 

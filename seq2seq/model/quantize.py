@@ -25,7 +25,7 @@ from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
 from seq2seq.model.linear import Linear
 from seq2seq.vocab import BOS
 
-# qnnpack, the fourth engine of x86 builds, is ARM's: ~10x slower than these on x86 (measured)
+# qnnpack, the fourth engine of x86 builds, is ARM's: far slower than these on x86
 INT8_ENGINES = ("x86", "fbgemm", "onednn")
 LENGTH = 16  # pieces per sentence, and steps, of the timing probe (Multi30k's captions: ~14)
 
@@ -68,8 +68,8 @@ def time_int8_engines(
     """Seconds (mean of ``repeats``) of a greedy decoding probe (``_probe``) of a copy of
     ``model`` quantized by each engine of this build, ``rows`` sentences at a time (a greedy
     batch of 64, and a beam of 5 over it). The whole model is timed, batches shrinking as in a
-    search: oneDNN's engine was the fastest on fixed-size products and on a teacher-forced pass,
-    and the slowest at decoding, on a Zen 5 (issue 25)."""
+    search: products of fixed sizes, or a teacher-forced pass, chose another engine than the one
+    that decodes fastest (docs/performance.md, "What the defaults choose")."""
     vocab = model.encoder.embedding.num_embeddings
     gen = torch.Generator().manual_seed(0)
     sources = [torch.randint(4, vocab, (n, LENGTH), generator=gen) for n in rows]

@@ -1,9 +1,9 @@
 """``precision=auto``: train in bf16 where this CPU runs the model's training step faster in it,
 in fp32 elsewhere.
 
-Whether bf16 pays depends on the CPU and the model: on AVX-512 CPUs with native bf16 (AMD Zen 4
-and 5) it trained the reference model 1.4-1.5x faster than fp32; on an Intel Xeon with AMX it was
-no faster (issue 25); without native bf16 it is several times slower. So the choice is timed,
+Whether bf16 pays depends on the CPU and the model: much faster on some CPUs with native bf16,
+no faster on others, several times slower without it (docs/performance.md, by CPU). So the
+choice is timed,
 once, at start-up: forward and backward passes of the model over a batch of the run's size (at
 most ``TOKENS`` target pieces) in each precision. Other devices train in fp32 unless told
 (nothing measured there yet).
@@ -25,8 +25,8 @@ from seq2seq.config import Precision
 MARGIN = 0.95
 LENGTH = 16  # pieces per synthetic sentence (Multi30k's captions: ~14 on average)
 TOKENS = 1024  # at most this many target pieces per timed step: a few seconds in all
-# a warm-up pass this many times fp32's step ends bf16's timing: where bf16 is emulated slowly
-# (29x fp32 on a Zen 5 limited to AVX2) the full timing took 37 s
+# a warm-up pass this many times fp32's step ends bf16's timing: where bf16 is emulated, the full
+# timing took tens of seconds (docs/performance.md, "AVX2 only")
 SLOW = 4.0
 
 

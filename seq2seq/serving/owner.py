@@ -1,11 +1,9 @@
 """The thread that owns the model: the process's main thread, which decodes while the HTTP event
 loop runs on a second thread.
 
-Measured on two cores of an AMD EPYC (Zen 4), 8 clients sending greedy requests in bf16: the same
-batches of 8 took 56-62 ms to decode on the main thread and 77-88 ms on a worker thread of the
-same server (the intra-op thread count was the same, 2; the GIL's switch interval, OpenMP's
-wait policy and glibc's arenas did not explain it; a native profile showed more time at OpenMP
-barriers). So the model stays on the main thread and the event loop moves instead.
+The same batches decoded markedly slower on a worker thread of the server than on its main
+thread, for a cause not found (docs/serving.md, "Why the model runs on the main thread"). So the
+model stays on the main thread and the event loop moves instead.
 """
 
 from __future__ import annotations
