@@ -7,6 +7,7 @@ importing the library registers nothing.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -26,6 +27,8 @@ from seq2seq.config_choices import (
     Selection,
     Symmetrize,
 )
+from seq2seq.config_keys import check_command_line
+from seq2seq.errors import Seq2SeqError
 
 CONFIGS = "pkg://seq2seq.configs"  # the top-level configs/, installed inside the package
 
@@ -196,14 +199,20 @@ def register_schemas() -> None:
 
 def hydra_command(config_name: str) -> Callable[[Callable[[Any], None]], Callable[[], None]]:
     """``hydra.main`` of a command that reads ``configs/<config_name>.yaml`` (shipped inside the
-    package), with the schemas registered when the command starts."""
+    package), with the schemas registered when the command starts and its overrides checked
+    against them first: an unknown key or a wrong type is one line, exit 1, before any work."""
 
     def decorate(task: Callable[[Any], None]) -> Callable[[], None]:
         run = hydra.main(version_base=None, config_path=CONFIGS, config_name=config_name)(task)
+        name = "seq2seq-train" if config_name == "config" else f"seq2seq-{config_name}"
 
         @functools.wraps(task)
         def command() -> None:
             register_schemas()
+            try:
+                check_command_line(config_name, sys.argv[1:])
+            except Seq2SeqError as e:
+                sys.exit(f"{name}: {e}")
             run()
 
         return command

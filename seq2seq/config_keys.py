@@ -1,0 +1,218 @@
+"""Every command's overrides checked against its schema before Hydra runs: an unknown key (``+``
+overrides included: on a typed config they would add a key nothing reads), a key the chosen
+attention does not have, an option no group holds, a value of the wrong type, each answered in
+one line with the closest valid key, before any work starts.
+
+The config is composed once with the group choices of the command line (``data=tsv``,
+``model/attention=luong``, ``experiment=...``; each choice of a swept group), and each
+``key=value`` is looked up in it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from collections.abc import Iterator, Sequence
+from copy import deepcopy
+from enum import Enum
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from hydra._internal.utils import get_args_parser
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, Override, OverrideType
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+from omegaconf.nodes import BooleanNode, EnumNode, FloatNode, IntegerNode, StringNode
+
+from seq2seq.config import CustomDataConfig, HfDataConfig, Multi30kConfig, TsvDataConfig
+from seq2seq.errors import Seq2SeqError
+from seq2seq.model.config import ATTENTION_CONFIGS
+
+CONFIG_MODULE = "seq2seq.configs"
+# groups whose options have keys of their own: (section, {option: schema}, the key naming it)
+_GROUP_SCHEMAS = (
+    ("model.attention", ATTENTION_CONFIGS, "name"),
+    (
+        "data",
+        {
+            "multi30k": Multi30kConfig,
+            "custom": CustomDataConfig,
+            "tsv": TsvDataConfig,
+            "hf": HfDataConfig,
+        },
+        "kind",
+    ),
+)
+_MAX_COMBINATIONS = 64  # swept groups: the configs composed to look keys up in, at most
+_SKIP_FLAGS = ("help", "hydra_help", "info", "shell_completion", "config_path", "config_dir")
+
+
+def check_command_line(config_name: str, argv: Sequence[str]) -> None:
+    """Refuse, in one line (Seq2SeqError), the first override of ``argv`` (a command's
+    arguments) that names no key or option of ``configs/<config_name>.yaml``'s composed config,
+    or gives a key a value of the wrong type. Help and Hydra's own keys are left alone."""
+    args = get_args_parser().parse_args(list(argv))
+    if any(getattr(args, flag, None) for flag in _SKIP_FLAGS) or args.experimental_rerun:
+        return
+    try:
+        overrides = OverridesParser.create().parse_overrides(args.overrides)
+    except Exception:  # a syntax error: Hydra's own message says where
+        return
+    overrides = [o for o in overrides if not o.key_or_group.startswith("hydra")]
+    with initialize_config_module(CONFIG_MODULE, version_base=None):
+        repository = GlobalHydra.instance().config_loader().repository
+        groups = [o for o in overrides if repository.group_exists(o.key_or_group)]
+        for override in groups:
+            _check_option(override, GlobalHydra.instance().config_loader().get_group_options)
+        configs = list(_composed(args.config_name or config_name, groups))
+    if not configs:
+        return
+    for override in overrides:
+        if override not in groups:
+            _check_value(configs, override)
+
+
+def _check_option(override: Override, options_of: Any) -> None:
+    """A group's option must exist: ``experiment=smok`` names ``smoke``."""
+    if override.is_delete():
+        return
+    group = override.key_or_group
+    options = options_of(group)
+    value = override.value()
+    chosen = value.list if isinstance(value, ChoiceSweep) else [value]
+    for option in chosen:
+        if isinstance(option, str) and option not in options:
+            raise Seq2SeqError(
+                f"{group}={option}: no such option{_did_you_mean(option, options)} "
+                f"(options: {', '.join(options)})"
+            )
+
+
+def _composed(config_name: str, groups: list[Override]) -> Iterator[DictConfig]:
+    """The config composed with each combination of the group choices (one without sweeps)."""
+    choices = []
+    for override in groups:
+        value = override.value()
+        if override.is_sweep_override() and not isinstance(value, ChoiceSweep):
+            return  # a range or glob of options: Hydra checks each job
+        items = value.list if isinstance(value, ChoiceSweep) else [value]
+        choices.append([_as_override(override, item) for item in items])
+    for combination in itertools.islice(itertools.product(*choices), _MAX_COMBINATIONS):
+        try:
+            yield compose(config_name, overrides=list(combination))
+        except Exception:  # a broken config file: Hydra's own message says what and where
+            return
+
+
+def _as_override(override: Override, item: Any) -> str:
+    prefix = {OverrideType.ADD: "+", OverrideType.FORCE_ADD: "++", OverrideType.DEL: "~"}
+    key = override.key_or_group + (f"@{override.package}" if override.package else "")
+    if override.is_delete():
+        return f"~{key}" + ("" if item is None else f"={item}")
+    return f"{prefix.get(override.type, '')}{key}={item}"
+
+
+def _check_value(configs: list[DictConfig], override: Override) -> None:
+    """The key must be in every composed config (each job of a sweep), and take the value."""
+    key = override.key_or_group
+    lacking = [cfg for cfg in configs if not _has_key(cfg, key)]
+    if lacking:
+        raise Seq2SeqError(_unknown(lacking[0], key))
+    if override.is_delete():
+        return
+    cfg = configs[0]
+    node = OmegaConf.select(cfg, key, throw_on_missing=False)
+    value = override.value()
+    values = value.list if isinstance(value, ChoiceSweep) else [value]
+    if override.is_sweep_override() and not isinstance(value, ChoiceSweep):
+        return  # a range or interval: Hydra checks each job's value
+    for item in values:
+        if isinstance(node, DictConfig) and not isinstance(item, dict):
+            raise Seq2SeqError(_not_a_value(key, item))
+        copy = deepcopy(cfg)
+        try:
+            with open_dict(copy):
+                OmegaConf.update(copy, key, item, merge=True)
+        except (OmegaConfBaseException, ValueError, TypeError) as e:
+            given = item if len(values) > 1 else override.get_value_element_as_str()
+            raise Seq2SeqError(f"{key}={given}: expected {_expected(cfg, key)}") from e
+
+
+def _has_key(cfg: DictConfig, key: str) -> bool:
+    """Whether ``key`` (dotted) names a node of ``cfg``; below a plain dict or a list any key
+    does (``versions.torch``, ``data.columns.0``)."""
+    node: Any = cfg
+    for part in key.split("."):
+        if isinstance(node, ListConfig) or (
+            isinstance(node, DictConfig) and OmegaConf.get_type(node) is dict
+        ):
+            return True
+        if not isinstance(node, DictConfig) or part not in node.keys():  # noqa: SIM118 (MISSING ones too)
+            return False
+        node = node._get_node(part)
+    return True
+
+
+def _paths(node: DictConfig, prefix: str = "") -> Iterator[str]:
+    """Every dotted key of a composed config, sections included."""
+    for name in node:
+        path = f"{prefix}{name}"
+        yield path
+        child = node._get_node(name)
+        if isinstance(child, DictConfig) and OmegaConf.get_type(child) is not dict:
+            yield from _paths(child, f"{path}.")
+
+
+def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _unknown(cfg: DictConfig, key: str) -> str:
+    """``train.max_step: no such key; did you mean train.max_steps?``; a key of another
+    attention than the chosen one says which attentions have it."""
+    paths = [p for p in _paths(cfg) if not key.startswith(f"{p}.")]  # not its own sections
+    message = f"{key}: no such key{_did_you_mean(key, paths)}"
+    for section, options, chosen in _GROUP_SCHEMAS:
+        name = key.removeprefix(f"{section}.")
+        current = OmegaConf.select(cfg, f"{section}.{chosen}", default=None)
+        if name == key or "." in name or current is None:
+            continue
+        having = [o for o, schema in options.items() if name in schema.__dataclass_fields__]
+        if having:
+            group = section.replace(".", "/")
+            choices = " or ".join(f"{group}={o}" for o in having)
+            return f"{key}: no such key with {group}={current}; {name} is a key of {choices}"
+    return message
+
+
+def _not_a_value(key: str, item: Any) -> str:
+    group = key.replace(".", "/")
+    with initialize_config_module(CONFIG_MODULE, version_base=None):
+        is_group = GlobalHydra.instance().config_loader().repository.group_exists(group)
+    if is_group:
+        return f"{key}={item}: {key} is a group, chosen with {group}={item}"
+    return f"{key}={item}: {key} is a section of keys, not a value: give {key}.<key>=..."
+
+
+def _expected(cfg: DictConfig, key: str) -> str:
+    """What a key's type takes, in words."""
+    parent, _, name = key.rpartition(".")
+    container = OmegaConf.select(cfg, parent) if parent else cfg
+    node = container._get_node(name)
+    if isinstance(node, EnumNode):
+        kinds: type[Enum] = node.enum_type
+        what = "one of " + ", ".join(kinds.__members__)
+    elif isinstance(node, ListConfig):
+        what = "a list, e.g. [a,b]"
+    else:
+        types = {
+            BooleanNode: "true or false",
+            IntegerNode: "an integer",
+            FloatNode: "a number",
+            StringNode: "a string",
+        }
+        what = next((text for kind, text in types.items() if isinstance(node, kind)), "a value")
+    return what + (" or null" if node._is_optional() else "")

@@ -1,0 +1,126 @@
+"""Every command's overrides checked before any work: an unknown key (a ``+`` one too), a key
+the chosen attention or corpus reader lacks, a group's unknown option and a wrong type are each
+one line naming what was meant."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seq2seq.config_keys import check_command_line
+from seq2seq.errors import Seq2SeqError
+
+# each command's config: a key of its schema, a typo of it, and a value the key takes
+COMMANDS = {
+    "config": ("train.max_steps", "train.max_step", "100"),
+    "evaluate": ("beam_size", "beam_sizes", "4"),
+    "translate": ("show_alignment", "show_aligment", "true"),
+    "align": ("src_file", "src_fiel", "a.en"),
+    "average": ("select", "selct", "best"),
+    "export": ("onnx", "onxx", "true"),
+    "distill": ("chunk_sentences", "chunk_sentence", "500"),
+    "backtranslate": ("ratios", "ratio", "[1,2]"),
+    "serve": ("port", "prot", "8080"),
+}
+
+
+def refusal(config: str, *overrides: str) -> str:
+    with pytest.raises(Seq2SeqError) as error:
+        check_command_line(config, list(overrides))
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("config", COMMANDS)
+def test_each_command_names_the_key_a_typo_meant(config: str) -> None:
+    key, typo, value = COMMANDS[config]
+    check_command_line(config, [f"{key}={value}"])  # the key itself passes
+    for prefix in ("", "+", "++"):  # adding a key the schema lacks is refused all the same
+        message = refusal(config, f"{prefix}{typo}={value}")
+        assert message == f"{typo}: no such key; did you mean {key}?"
+
+
+def test_a_key_of_another_attention_or_reader_says_which_has_it() -> None:
+    assert refusal("config", "+model.attention.heads=8") == (
+        "model.attention.heads: no such key with model/attention=bahdanau; "
+        "heads is a key of model/attention=multihead"
+    )
+    check_command_line("config", ["model/attention=multihead", "model.attention.heads=8"])
+    assert refusal("config", "data.columns=[en,de]") == (
+        "data.columns: no such key with data=multi30k; columns is a key of data=tsv"
+    )
+    check_command_line("config", ["data=tsv", "data.file=x.tsv", "data.columns=[en,de]"])
+    # a sweep: every job must have the key
+    message = refusal(
+        "config", "-m", "model/attention=multihead,bahdanau", "model.attention.heads=8"
+    )
+    assert message.startswith("model.attention.heads: no such key with model/attention=bahdanau")
+
+
+def test_a_group_given_as_a_key_and_an_unknown_option() -> None:
+    assert refusal("config", "model.attention=luong") == (
+        "model.attention=luong: model.attention is a group, chosen with model/attention=luong"
+    )
+    message = refusal("config", "model/attention=luongg")
+    assert message.startswith("model/attention=luongg: no such option; did you mean luong? (")
+    assert refusal("config", "experiment=smok").startswith("experiment=smok: no such option; did")
+    assert refusal("config", "+compare=luongx").startswith("compare=luongx: no such option; did")
+
+
+@pytest.mark.parametrize(
+    ("config", "override", "expected"),
+    [
+        ("config", "train.max_steps=abc", "an integer or null"),
+        ("config", "train.lr=fast", "a number"),
+        ("config", "log.progress=maybe", "true or false"),
+        ("config", "precision=fp64", "one of auto, fp32, bf16, fp16, int8"),
+        ("serve", "port=http", "an integer"),
+        ("serve", "backend=onnxx", "one of torch, onnx"),
+        ("config", "-m train.max_epochs=1,x", "an integer"),
+    ],
+)
+def test_a_wrong_type_says_what_is_expected(config: str, override: str, expected: str) -> None:
+    *flags, given = override.split()
+    key, value = given.split("=")
+    value = value.split(",")[-1]
+    assert refusal(config, *flags, given) == f"{key}={value}: expected {expected}"
+
+
+def test_what_is_left_to_hydra_passes() -> None:
+    for overrides in (
+        ["hydra.run.dir=/tmp/x", "hydra.job.chdir=true"],
+        ["--help", "anything=1"],
+        ["-m", "experiment=attention_comparison"],
+        ["+compare=luong", "versions.torch=2.13", "~log.progress"],
+        ["-m", "train.lr=1e-3,3e-4", "train.seed=range(1,3)"],
+        ["train.precision=fp16", "model/attention=luong", "model.attention.score=scaled_dot"],
+        ["experiment=multi30k_de_en_cpu", "data.source=/data/multi30k"],
+    ):
+        check_command_line("config", overrides)
+    check_command_line("evaluate", ["run_dir=x", "source=y"])  # an old spelling, still read
+
+
+def test_a_typo_stops_a_command_before_any_work(tmp_path: Path) -> None:
+    """End to end: one line on stderr, exit 1, no traceback; a run folder that does not exist is
+    not even looked at, and training creates no folder."""
+    commands = [
+        ("evaluate", [f"run_dir={tmp_path / 'nothing'}", "+beam_sizes=5"], "beam_size"),
+        ("train", [f"hydra.run.dir={tmp_path / 'run'}", "train.max_step=100"], "train.max_steps"),
+    ]
+    for module, overrides, meant in commands:
+        proc = subprocess.run(
+            [sys.executable, "-m", f"seq2seq.{module}", *overrides],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            f"seq2seq-{module}: {overrides[1].lstrip('+').split('=')[0]}: no such key; "
+            f"did you mean {meant}?"
+        ]
+    assert not (tmp_path / "run").exists()
