@@ -123,24 +123,45 @@ def test_fp32_products_are_set_kept_or_timed(monkeypatch) -> None:
     from seq2seq.model import linear as products
     from seq2seq.model.config import BahdanauConfig, ModelConfig
     from seq2seq.model.seq2seq import build_model
+    from seq2seq.runtime import kernels
 
-    monkeypatch.setattr(products, "_enabled", products._enabled)  # restored after the test
     model = build_model(ModelConfig(8, 12, attention=BahdanauConfig(size=10)), 30, 40)
     assert Engine.create("cpu", "fp32", products="pytorch").choose_products(model) == "pytorch"
     auto = Engine.create("cpu", "fp32")
     assert auto.choose_products(model, kept="pytorch") == "pytorch"  # a resumed run's choice
     if products.onednn_available():
-        monkeypatch.setattr(products, "time_products", lambda m: {"onednn": 2.0, "pytorch": 1.0})
+        monkeypatch.setattr(kernels, "time_products", lambda m: {"onednn": 2.0, "pytorch": 1.0})
         assert auto.choose_products(model) == "pytorch"
-        monkeypatch.setattr(products, "time_products", lambda m: {"onednn": 1.0, "pytorch": 2.0})
+        monkeypatch.setattr(kernels, "time_products", lambda m: {"onednn": 1.0, "pytorch": 2.0})
         assert auto.choose_products(model) == "onednn"
     else:
         assert auto.choose_products(model) == "pytorch"
-    before = products.current_products()
-    assert auto.products_in_use() == before
+    assert auto.products_in_use() == auto.kernels.fp32
     # other precisions multiply in PyTorch, whatever the fp32 choice, and leave it untouched
     assert Engine.create("cpu", "bf16").choose_products(model) == "pytorch"
-    assert products.current_products() == before
+    assert auto.products_in_use() == auto.kernels.fp32
+
+
+def test_the_chosen_products_hold_inside_the_engines_scope_only(monkeypatch) -> None:
+    """Two engines with different fp32 paths in one process: each multiplies through its own
+    inside ``compute``, and nothing changes outside."""
+    from seq2seq.model import linear as products
+
+    if not products.onednn_available():
+        pytest.skip("this torch has no oneDNN linear kernel")
+    monkeypatch.setattr(products, "MIN_WORK", 1)
+    seen = []
+    op = products._ONEDNN_OP
+    monkeypatch.setattr(products, "_ONEDNN_OP", lambda *a: seen.append(1) or op(*a))
+    x, w = torch.randn(4, 8), torch.randn(8, 8)
+    with Engine.create("cpu", "fp32", products="pytorch").compute():
+        products.linear(x, w)
+    assert seen == []
+    with Engine.create("cpu", "fp32", products="onednn").compute():
+        products.linear(x, w)
+    assert seen == [1]
+    products.linear(x, w)  # outside: the default path (oneDNN where this torch has it)
+    assert seen == [1, 1]
 
 
 def test_precision_auto_is_set_kept_or_timed(monkeypatch) -> None:

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from seq2seq.model.linear import KERNEL_CACHE_VARIABLE
 from seq2seq.runtime import heap
+from seq2seq.runtime.kernels import KERNEL_CACHE_VARIABLE
 
 # minor page faults of allocating and freeing a 64 MB tensor 20 times, after one warm-up round
 FAULTS = """
@@ -83,7 +83,7 @@ def test_importing_the_package_changes_no_process_setting() -> None:
 
 ENGINE = """
 import os, sys
-from seq2seq.model.linear import KERNEL_CACHE_VARIABLE
+from seq2seq.runtime.kernels import KERNEL_CACHE_VARIABLE
 from seq2seq.runtime import heap
 from seq2seq.runtime.engine import Engine
 engine = Engine.create("cpu")

@@ -12,6 +12,7 @@ from seq2seq.model import build_model
 from seq2seq.model import linear as products
 from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig
 from seq2seq.model.linear import Linear, linear, pytorch_products
+from seq2seq.runtime.kernels import fastest_products
 
 needs_onednn = pytest.mark.skipif(
     not products.onednn_available(), reason="this torch has no oneDNN linear kernel"
@@ -22,8 +23,6 @@ needs_onednn = pytest.mark.skipif(
 def calls(monkeypatch) -> list[tuple[int, ...]]:
     """The shapes of every oneDNN product."""
     monkeypatch.setattr(products, "MIN_WORK", 1)  # the tests' products are small
-    # oneDNN's path, whatever an earlier command in this process chose (products=auto)
-    monkeypatch.setattr(products, "_enabled", products.onednn_available())
     seen: list[tuple[int, ...]] = []
     op = products._ONEDNN_OP
 
@@ -101,19 +100,22 @@ def test_a_training_step_matches_pytorch_products(attention, calls) -> None:
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
-def test_choose_products_times_both_paths_and_switches(monkeypatch) -> None:
-    monkeypatch.setattr(products, "_enabled", products._enabled)  # restored after the test
+def test_the_fastest_products_are_timed_on_both_paths_and_change_nothing(calls) -> None:
     model = build_model(
         ModelConfig(emb_size=16, hidden_size=24, attention=BahdanauConfig(size=24)), 50, 60
     )
-    name, seconds = products.choose_products(model)
-    assert name == products.current_products()
+    name, seconds = fastest_products(model)
     if products.onednn_available():
         assert set(seconds) == set(products.PRODUCTS)
         assert seconds[name] == min(seconds.values())
     else:
         assert (name, seconds) == ("pytorch", {})
-    products.use_products("pytorch")
-    assert products.current_products() == "pytorch"
-    with pytest.raises(ValueError, match="onednn, pytorch"):
-        products.use_products("mkl")
+    calls.clear()
+    x, w = torch.randn(64, 24), torch.randn(24, 24)
+    linear(x, w)  # outside a products block: the default path, whatever was timed
+    assert len(calls) == int(products.onednn_available())
+    with products.products("pytorch"):
+        linear(x, w)
+    assert len(calls) == int(products.onednn_available())
+    with pytest.raises(ValueError, match="onednn, pytorch"), products.products("mkl"):
+        pass

@@ -18,15 +18,15 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.model import build_model
 from seq2seq.model.config import BahdanauConfig, ModelConfig
 from seq2seq.model.linear import Linear
-from seq2seq.model.quantize import (
-    choose_int8_engine,
-    int8_available,
-    int8_engines,
-    quantize_int8,
-    time_int8_engines,
-    use_int8_engine,
-)
+from seq2seq.model.quantize import quantize_int8
 from seq2seq.runtime.engine import Engine, check_precision
+from seq2seq.runtime.kernels import (
+    fastest_int8_engine,
+    int8_available,
+    int8_engine,
+    int8_engines,
+    time_int8_engines,
+)
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="this torch has no quantized engine")
 
@@ -82,17 +82,14 @@ def small_model() -> torch.nn.Module:
     return build_model(cfg, 20, 20).eval()
 
 
-def test_the_int8_engine_is_timed_on_the_models_shapes_and_switched_to() -> None:
+def test_the_int8_engine_is_timed_on_the_models_shapes_and_changes_nothing() -> None:
     saved = torch.backends.quantized.engine
-    try:
-        seconds = time_int8_engines(peaky_model("bahdanau"), repeats=1)
-        assert set(seconds) == set(int8_engines()) and all(s > 0 for s in seconds.values())
-        name, timed = choose_int8_engine(peaky_model("bahdanau"))
-        assert name in int8_engines() and torch.backends.quantized.engine == name
-        if len(int8_engines()) > 1:
-            assert set(timed) == set(int8_engines())
-    finally:
-        torch.backends.quantized.engine = saved
+    seconds = time_int8_engines(peaky_model("bahdanau"), repeats=1)
+    assert set(seconds) == set(int8_engines()) and all(s > 0 for s in seconds.values())
+    name, timed = fastest_int8_engine(peaky_model("bahdanau"))
+    assert name in int8_engines() and torch.backends.quantized.engine == saved
+    if len(int8_engines()) > 1:
+        assert set(timed) == set(int8_engines())
 
 
 @pytest.mark.parametrize("name", int8_engines())
@@ -103,7 +100,8 @@ def test_every_int8_engine_quantizes_close_to_fp32(name: str) -> None:
         before = log_probs(model)
         engine = Engine.create("cpu", "int8", int8_engine=name)
         engine.for_inference(model)
-        assert engine.choose_int8_engine(model) == name == torch.backends.quantized.engine
+        assert engine.choose_int8_engine(model) == name == engine.kernels.int8
+        assert torch.backends.quantized.engine == saved  # in force inside engine.compute() only
         after = log_probs(model)
         moved = (before.exp() - after.exp()).abs().sum(-1) / 2
         assert 0 < moved.mean() < 0.1
@@ -128,9 +126,9 @@ def test_auto_chooses_once_for_an_ensemble_and_says_why(caplog: pytest.LogCaptur
 def test_an_int8_engine_this_torch_lacks_is_refused_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("seq2seq.runtime.engine.int8_engines", lambda: ["fbgemm"])
+    monkeypatch.setattr("seq2seq.runtime.kernels.int8_engines", lambda: ["fbgemm"])
     engine = Engine.create("cpu", "int8", int8_engine="onednn")
     with pytest.raises(Seq2SeqError, match="int8_engine=onednn: this torch has fbgemm"):
         engine.for_inference(small_model())
-    with pytest.raises(ValueError, match="not in this torch"):
-        use_int8_engine("qnnpack")
+    with pytest.raises(ValueError, match="not in this torch"), int8_engine("qnnpack"):
+        pass

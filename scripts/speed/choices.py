@@ -4,7 +4,6 @@ precisions it can be asked for, and how much of each (``Sizes``)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from seq2seq.config import DecodeConfig, Multi30kConfig
 from seq2seq.data.batching import TokenBatchSampler
 from seq2seq.data.dataset import TokenizedCorpus
 from seq2seq.model.config import AttentionConfig, BahdanauConfig, LuongConfig, ModelConfig
-from seq2seq.model.linear import pytorch_products
 from seq2seq.model.registry import ATTENTIONS as REGISTRY
 
 # The reference model (ModelConfig's defaults) with each attention of the registry, and Luong
@@ -70,8 +68,8 @@ PEER_TOKENS = 1000  # the peers' batches of 64 sentences hold about 967 target t
 SEARCHES = {"greedy": 1, "beam": DecodeConfig.beam_size}
 
 
-# fp32 products on the CPU: oneDNN (what the model uses, seq2seq/model/linear.py) or PyTorch's BLAS
-PRODUCTS = {"onednn": contextlib.nullcontext, "pytorch": pytorch_products}
+# fp32 products on the CPU: oneDNN (seq2seq/model/linear.py) or PyTorch's BLAS, the engine's
+PRODUCTS = ("onednn", "pytorch")
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

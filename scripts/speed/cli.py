@@ -162,7 +162,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--batch": (BATCHES, f"peer: ~{PEER_TOKENS} target tokens; recipe: train.batch_tokens"),
         "--search": (tuple(SEARCHES), f"greedy, beam {DecodeConfig.beam_size}"),
         "--products": (
-            tuple(PRODUCTS),
+            PRODUCTS,
             "fp32 products on the CPU: oneDNN (the model's) or PyTorch's BLAS, to compare",
         ),
     }

@@ -16,7 +16,6 @@ import torch
 from omegaconf import OmegaConf
 
 from scripts.speed.choices import (
-    PRODUCTS,
     SEARCHES,
     Sizes,
     benchmarked_models,
@@ -57,12 +56,12 @@ def measure_decoding(
     gc.collect()
     reset_peak_rss()
     engine.reset_peak_memory()
-    with flop_counter() as counter, engine.autocast():  # also the warm-up
+    with flop_counter() as counter, engine.compute():  # also the warm-up
         hyps = decode_corpus(model, test, cfg)
     rates = []
     for _ in range(sizes.passes):
         start = time.perf_counter()
-        with engine.autocast():
+        with engine.compute():
             decode_corpus(model, test, cfg)  # results on the host after
         rates.append(len(test) / (time.perf_counter() - start))
     max_memory = engine.max_memory_allocated()
@@ -75,7 +74,7 @@ def measure_decoding(
 
     ops = None
     if profile:
-        with engine.autocast():
+        with engine.compute():
             ops = profile_ops(decode_pass)
     limits = max_lengths(torch.from_numpy(test.src_lengths), cfg.max_len_a, cfg.max_len_b)
     text = [tgt_tok.decode(tokens) for tokens in outputs]
@@ -172,22 +171,21 @@ def decoding_rows(
         name = f"decoding {attention} {precision} {search} (batches of {size})"
         name += f" {products}" if len(args.products) > 1 else ""
         progress(f"{name} ...")
-        at = Engine(engine.device, Precision(precision), engine.topology)
+        at = Engine(engine.device, Precision(precision), engine.topology, products=products)
         beam = SEARCHES[search]
         decoder = at.for_inference(copy.deepcopy(model))  # as evaluate loads it in this precision
-        with PRODUCTS[products]():
-            row = measure_decoding(
-                at,
-                decoder,
-                test,
-                refs,
-                tokenizer,
-                beam,
-                sizes,
-                peaks[precision],
-                args.profile,
-                size,
-            )
+        row = measure_decoding(
+            at,
+            decoder,
+            test,
+            refs,
+            tokenizer,
+            beam,
+            sizes,
+            peaks[precision],
+            args.profile,
+            size,
+        )
         rows.append(
             {
                 "attention": attention,

@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 
 from scripts.speed.choices import (
     PEER_TOKENS,
-    PRODUCTS,
     Sizes,
     benchmarked_models,
     model_config,
@@ -162,11 +161,8 @@ def training_rows(
         name += f" {products}" if len(args.products) > 1 else ""
         name += " graphed" if graphs == "true" else ""
         progress(f"{name} ...")
-        at = Engine(engine.device, Precision(precision), engine.topology)
-        with PRODUCTS[products]():
-            row = measure_training(
-                at, model, tcfg, train, vocab, sizes, peaks[precision], args.profile
-            )
+        at = Engine(engine.device, Precision(precision), engine.topology, products=products)
+        row = measure_training(at, model, tcfg, train, vocab, sizes, peaks[precision], args.profile)
         rows.append(
             {
                 "attention": attention,

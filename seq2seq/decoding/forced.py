@@ -38,7 +38,7 @@ def segment(tok: Tokenizer, words: Sequence[str]) -> Segmented:
 class ForcedAligner:
     """A model with its tokenizers, reading given pairs: attention per subword and per word.
 
-    Runs under the engine's autocast; pairs are read in batches of ``batch_size``, longest first.
+    Runs in the engine's compute scope; pairs are read in batches of ``batch_size``, longest first.
     Multi-head attention is averaged over its heads.
     """
 
@@ -61,8 +61,8 @@ class ForcedAligner:
         t, the last one EOS)."""
         order = sorted(range(len(sources)), key=lambda k: -len(sources[k].ids))
         out: list[np.ndarray] = [np.zeros((0, 0))] * len(sources)
-        autocast = self.engine.autocast() if self.engine else contextlib.nullcontext()
-        with autocast:
+        scope = self.engine.compute() if self.engine else contextlib.nullcontext()
+        with scope:
             for start in range(0, len(order), self.batch_size):
                 ids = order[start : start + self.batch_size]
                 batch = collate_sequences(

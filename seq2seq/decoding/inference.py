@@ -254,7 +254,7 @@ class Translator:
         for i in todo:
             results[i] = Translation([*encoded[i], EOS], [])
         sources = [results[i].source_ids for i in todo]
-        with self.engine.autocast() if self.engine else contextlib.nullcontext():
+        with self.engine.compute() if self.engine else contextlib.nullcontext():
             nbest = decode_sources(self.model, sources, self.search, seed)
         for i, hypotheses in zip(todo, nbest, strict=True):
             results[i].hypotheses = hypotheses

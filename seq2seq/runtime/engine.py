@@ -20,21 +20,15 @@ from seq2seq.config import Precision, Products
 from seq2seq.config_choices import Int8Engine
 from seq2seq.data.batching import Batch
 from seq2seq.errors import Seq2SeqError
-from seq2seq.model.linear import (
-    choose_products,
-    current_products,
-    limit_kernel_cache,
-    use_products,
-)
-from seq2seq.model.quantize import (
-    choose_int8_engine,
-    int8_available,
-    int8_engines,
-    quantize_int8,
-    use_int8_engine,
-)
+from seq2seq.model.quantize import quantize_int8
 from seq2seq.runtime.distributed import ProcessGroup, Topology, join
 from seq2seq.runtime.heap import allocator_setting, keep_freed_memory
+from seq2seq.runtime.kernels import (
+    Kernels,
+    fastest_products,
+    int8_available,
+    limit_kernel_cache,
+)
 from seq2seq.runtime.precision import choose_precision, native_bf16
 
 log = logging.getLogger(__name__)
@@ -127,9 +121,7 @@ class Engine(ProcessGroup):
     ) -> None:
         super().__init__(topology, host_group)
         self.device, self.precision = device, Precision(precision)
-        self.products = Products(products)
-        self.int8_engine = Int8Engine(int8_engine)
-        self._int8_name: str | None = None  # the engine in use, once chosen
+        self.kernels = Kernels(Products(products), Int8Engine(int8_engine))
 
     @classmethod
     def create(
@@ -191,7 +183,7 @@ class Engine(ProcessGroup):
         elif self.device.type != "cpu":
             name, why = "fp32", f"on {self.device.type}, auto trains in fp32"
         else:
-            chosen, seconds = self.from_main(lambda: choose_precision(model, vocab, tokens))
+            chosen, seconds = self.from_main(lambda: self._time_precision(model, vocab, tokens))
             name = chosen.value
             timed = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in seconds.items())
             why = f"a training step timed: {timed}" if timed else "this CPU has no native bf16"
@@ -199,55 +191,52 @@ class Engine(ProcessGroup):
         log.info("precision=auto: %s (%s)", name, why)
         return self.precision
 
+    def _time_precision(
+        self, model: nn.Module, vocab: tuple[int, int], tokens: int
+    ) -> tuple[Precision, dict[str, float]]:
+        with self.kernels.scope():  # fp32 timed on the products the model will run
+            return choose_precision(model, vocab, tokens)
+
     def choose_products(self, model: nn.Module, kept: str | None = None) -> str:
         """The fp32 CPU products for ``model``: the setting's, a resumed run's (``kept``), or the
         faster of the two timed on its shapes by rank 0 (every rank follows); logged with why."""
+        kernels = self.kernels
         if self.device.type != "cpu" or self.precision not in (Precision.fp32, Precision.auto):
             return self.products_in_use()
-        if self.products != Products.auto:
-            name, why = self.products.value, f"products={self.products.value}"
+        if kernels.setting != Products.auto:
+            name, why = kernels.setting.value, f"products={kernels.setting.value}"
         elif kept is not None:
             name, why = kept, "the run's choice before it was resumed"
         else:
-            name, seconds = self.from_main(lambda: choose_products(model))
+            name, seconds = self.from_main(lambda: fastest_products(model))
             timed = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in seconds.items())
             why = f"timed on the model's shapes: {timed}" if timed else "no oneDNN in this torch"
-        use_products(name)
+        kernels.fp32 = name
         log.info("fp32 products on the CPU: %s (%s)", name, why)
-        return current_products()
+        return self.products_in_use()
 
     def products_in_use(self) -> str:
         """The path of this engine's matrix products: the fp32 CPU choice, else PyTorch's own
         (other devices and precisions multiply in PyTorch)."""
         if self.device.type != "cpu" or self.precision != Precision.fp32:
             return "pytorch"
-        return current_products()
+        return self.kernels.fp32
 
     def choose_int8_engine(self, model: nn.Module) -> str:
         """The quantized engine for ``model``: the setting's, or the fastest on a decoding probe
         of it; chosen and logged once (an ensemble's members share it)."""
-        if self._int8_name is None:
-            if self.int8_engine != Int8Engine.auto:
-                name, why = self.int8_engine.value, f"int8_engine={self.int8_engine.value}"
-                if name not in int8_engines():
-                    have = ", ".join(int8_engines())
-                    raise Seq2SeqError(f"int8_engine={name}: this torch has {have} (or auto)")
-            else:
-                name, seconds = choose_int8_engine(model)
-                timed = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in seconds.items())
-                why = f"timed on a decoding probe: {timed}" if timed else "the only one here"
-            log.info("int8 engine: %s (%s)", name, why)
-            self._int8_name = name
-        use_int8_engine(self._int8_name)
-        return self._int8_name
+        return self.kernels.choose_int8(model)
 
-    def autocast(self, cache: bool = True) -> contextlib.AbstractContextManager:
-        """bf16/fp16 autocast on this device (fp32 master weights), or nothing for fp32;
-        ``cache=False`` inside a CUDA graph's capture, where cached casts would go stale."""
+    def compute(self, cache: bool = True) -> contextlib.AbstractContextManager:
+        """Where the model's work runs: this engine's CPU kernels and, under bf16/fp16, autocast
+        on its device (fp32 master weights); ``cache=False`` inside a CUDA graph's capture,
+        where cached casts would go stale."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.kernels.scope())
         dtype = _DTYPES.get(self.precision)
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=dtype, cache_enabled=cache)
+        if dtype is not None:
+            stack.enter_context(torch.autocast(self.device.type, dtype=dtype, cache_enabled=cache))
+        return stack
 
     def for_inference(self, model: nn.Module) -> nn.Module:
         """``model`` on this device; under bf16/fp16 its weights in that precision too, since
@@ -256,7 +245,8 @@ class Engine(ProcessGroup):
         model.to(self.device)
         if self.precision == Precision.int8:
             self.choose_int8_engine(model)
-            return quantize_int8(model)
+            with self.kernels.scope():  # weights packed for the chosen engine
+                return quantize_int8(model)
         dtype = _DTYPES.get(self.precision)
         return model.to(dtype) if dtype is not None else model
 
@@ -323,5 +313,5 @@ def engine_choices(engine: Engine) -> dict[str, Any]:
         "precision": engine.precision.value,
         "threads": torch.get_num_threads(),
         "products": engine.products_in_use(),
-        "int8_engine": engine._int8_name,
+        "int8_engine": engine.kernels.int8,
     }

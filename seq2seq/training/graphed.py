@@ -181,7 +181,7 @@ class StaticUpdater:
         """Forward, backward, clipping and the optimizer step of one static batch, from
         gradients that are None: (the loss sum, the gradient norm), on the device."""
         tcfg = self.tcfg
-        with self.engine.autocast(cache=not self.capture):  # no cast cache inside a graph
+        with self.engine.compute(cache=not self.capture):  # no cast cache inside a graph
             loss, _ = self.module(
                 x.src,
                 x.src_lengths,

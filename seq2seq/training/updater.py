@@ -90,7 +90,7 @@ class Updater:
             # DDP averages gradients in the backward of an update's last micro-batch only
             accumulating = self.engine.distributed and i < len(batches) - 1
             with self.model.no_sync() if accumulating else contextlib.nullcontext():
-                with self.engine.autocast():
+                with self.engine.compute():
                     loss, _ = self.model(
                         batch.src,
                         batch.src_lengths,

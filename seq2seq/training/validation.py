@@ -72,7 +72,7 @@ def validate(
     )
     for ids in order.batches(0):
         batch = engine.to_device(collate(data.valid, ids))
-        with engine.autocast():
+        with engine.compute():
             loss, nll = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
         loss_sum, nll_sum = loss_sum + float(loss), nll_sum + float(nll)
         ntokens += batch.ntokens
