@@ -103,11 +103,12 @@ def int8_available() -> bool:
 def int8_engine(name: str | None) -> Iterator[None]:
     """Quantize and multiply int8 through engine ``name`` inside the block (weights are packed
     for the engine in force when they are quantized); None leaves PyTorch's as it is."""
-    if name is not None and name not in int8_engines():
+    if name is None:
+        yield
+        return
+    if name not in int8_engines():
         raise ValueError(f"int8 engine {name!r} is not in this torch: {', '.join(int8_engines())}")
-    saved = torch.backends.quantized.engine
-    if name is not None:
-        torch.backends.quantized.engine = name
+    saved, torch.backends.quantized.engine = torch.backends.quantized.engine, name
     try:
         yield
     finally:
