@@ -162,7 +162,6 @@ class TrainConfig:
     init_checkpoint: str = "best"  # with init_from: "best", "last", "averaged" or a file's path
     init_optimizer: bool = False  # with init_from: its last.pt's optimizer and learning rate
     precision: Optional[Precision] = None  # deprecated: the top-level precision=
-    compile: bool = False  # torch.compile the decoder's per-step work (time-step loops)
     # fixed-shape updates replayed from CUDA graphs (docs/gpu.md): auto (where CUDA is and the
     # update allows), true or false; config.yaml records what ran
     cuda_graphs: str = "auto"

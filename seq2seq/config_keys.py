@@ -27,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 from omegaconf.nodes import BooleanNode, EnumNode, FloatNode, IntegerNode, StringNode
 
 from seq2seq.config import CustomDataConfig, HfDataConfig, Multi30kConfig, TsvDataConfig
+from seq2seq.config_rules import REMOVED
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ATTENTION_CONFIGS
 
@@ -173,6 +174,8 @@ def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
 def _unknown(cfg: DictConfig, key: str) -> str:
     """``train.max_step: no such key; did you mean train.max_steps?``; a key of another
     attention than the chosen one says which attentions have it."""
+    if key in REMOVED:
+        return f"{key} was removed: {REMOVED[key]}"
     paths = [p for p in _paths(cfg) if not key.startswith(f"{p}.")]  # not its own sections
     message = f"{key}: no such key{_did_you_mean(key, paths)}"
     for section, options, chosen in _GROUP_SCHEMAS:

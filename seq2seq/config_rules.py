@@ -82,6 +82,14 @@ RENAMED = {
 }
 
 
+# keys taken out, and what to use instead: refused in one line where given, dropped from a saved
+# run's config (a resumed run has nothing to change)
+REMOVED = {
+    "train.compile": "it trained slower than without on a GPU and no faster on the CPU "
+    "(docs/gpu.md); delete it: on a GPU, train.cuda_graphs=auto (the default) is the fast path",
+}
+
+
 def rename_keys(cfg: Any, command: str) -> None:
     """Take ``command``'s old key names (RENAMED) as today's, with one warning line each; an
     old and a new name given with different values are refused."""
@@ -131,7 +139,7 @@ def upgrade_saved_config(cfg: Any) -> Any:
     ``data.kind`` (``data.name`` said it), before ``precision`` (``train.precision``), or before
     ``input_feed`` moved from the model to the attentions whose data flow has it, or before
     Luong's dot and general scores were scaled by default (such a run keeps its unscaled score),
-    or before ``log.alignment_gold`` was ``log.alignment_pairs``."""
+    or before ``log.alignment_gold`` was ``log.alignment_pairs``, or with ``train.compile``."""
     with open_dict(cfg):
         attention = cfg.model.attention
         if attention.name == "luong" and "scale" not in attention:
@@ -142,6 +150,8 @@ def upgrade_saved_config(cfg: Any) -> Any:
             cfg.precision = OmegaConf.select(cfg, "train.precision", default=None) or "fp32"
         if OmegaConf.select(cfg, "log.alignment_gold", default=None) is not None:
             cfg.log.alignment_pairs = cfg.log.pop("alignment_gold")
+        if "train" in cfg and cfg.train.pop("compile", False):
+            log.warning("train.compile was removed; this run goes on without it")
         if "input_feed" in cfg.model:
             feed = cfg.model.pop("input_feed")
             schema = ATTENTION_CONFIGS.get(cfg.model.attention.name)

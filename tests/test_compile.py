@@ -1,7 +1,9 @@
-"""The compiled path (torch.compile of the decoder's per-step work) computes what eager does.
+"""The compiled search step (decoding's compile=true) finds what eager does; train.compile, which
+trained slower on a GPU and no faster on the CPU, is refused where given and dropped from a saved
+run's config.
 
-Tolerance: 1e-5 absolute and 1e-4 relative on the loss, every gradient and the search scores
-(compiled kernels fuse and reorder float operations); the same tokens.
+Tolerance: 1e-4 on the search scores (compiled kernels fuse and reorder float operations); the
+same tokens.
 """
 
 from __future__ import annotations
@@ -9,22 +11,17 @@ from __future__ import annotations
 import copy
 
 import pytest
-import torch
-from model_helpers import SETUPS, HandBatch, assert_same, loss_of, tiny_model
+from model_helpers import SETUPS, HandBatch, assert_same, tiny_model
+from omegaconf import OmegaConf
 from torch._dynamo.utils import counters
 
 from seq2seq.config import DecodeConfig
+from seq2seq.config_keys import check_command_line
+from seq2seq.config_rules import upgrade_saved_config
 from seq2seq.decoding.search import beam_search, greedy_search
+from seq2seq.errors import Seq2SeqError
 from seq2seq.model import Seq2Seq
 from seq2seq.runtime.engine import Engine
-
-
-def trained_once(model: Seq2Seq) -> tuple[tuple[torch.Tensor, torch.Tensor], list[torch.Tensor]]:
-    """(loss, NLL) of a batch and every parameter's gradient (dropout is 0)."""
-    model.train()
-    loss, nll = loss_of(model, HandBatch(), 0.1)
-    loss.backward()
-    return (loss.detach(), nll), [p.grad for p in model.parameters()]
 
 
 def searched(model: Seq2Seq) -> list[list]:
@@ -42,11 +39,23 @@ def test_compiled_steps_equal_eager(name: str) -> None:
     compiled = copy.deepcopy(eager)
     Engine.create("cpu").compile(compiled)
     counters.clear()
-    (loss, grads), (want_loss, want_grads) = trained_once(compiled), trained_once(eager)
+    got_all, want_all = searched(compiled), searched(eager)
     assert counters["stats"]["unique_graphs"] > 0  # the compiled path ran
-    torch.testing.assert_close(loss, want_loss, atol=1e-5, rtol=1e-4)
-    for got, want in zip(grads, want_grads, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
-    for got, want in zip(searched(compiled), searched(eager), strict=True):
+    for got, want in zip(got_all, want_all, strict=True):
         for a, b in zip(got, want, strict=True):
             assert_same(a, b)
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_train_compile_is_refused_with_what_to_use(value: str) -> None:
+    with pytest.raises(Seq2SeqError, match=r"train.compile was removed: .*train.cuda_graphs"):
+        check_command_line("config", [f"train.compile={value}"])
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_saved_config_with_train_compile_loads_without_it(value: bool) -> None:
+    saved = OmegaConf.create(
+        {"model": {"attention": {"name": "bahdanau"}}, "data": {}, "train": {}}
+    )
+    saved.train.compile = value
+    assert "compile" not in upgrade_saved_config(saved).train

@@ -105,9 +105,8 @@ class DecoderStep(nn.Module):
         raise NotImplementedError
 
     def compile_steps(self, compiler: Callable[[Callable], Callable]) -> None:
-        """Run the per-step work (a teacher-forcing step, a search step) through ``compiler``,
-        e.g. ``torch.compile``: the time-step loops stay in Python, each step one compiled unit."""
-        self._advance = compiler(self._advance)
+        """Run the search step through ``compiler``, e.g. ``torch.compile`` (decoding's
+        ``compile=true``): the time-step loop stays in Python, each step one compiled unit."""
         self.step = compiler(self.step)
 
     def cell(self, gi: Tensor, hidden: Tensor) -> Tensor:

@@ -83,7 +83,7 @@ class Seq2Seq(nn.Module):
         self.decoder = decoder
 
     def compile_steps(self, compiler: Callable[[Callable], Callable]) -> None:
-        """Compile the decoder's per-step work (see ``DecoderStep.compile_steps``)."""
+        """Compile the decoder's search step (see ``DecoderStep.compile_steps``)."""
         self.decoder.flow.compile_steps(compiler)
 
     def encode(self, src: Tensor, lengths: Tensor, packed: bool = True) -> EncoderOutput:

@@ -300,8 +300,9 @@ class Engine(ProcessGroup):
             torch.cuda.set_rng_state(state["cuda"], self.device)
 
     def compile(self, model: nn.Module) -> None:
-        """torch.compile the model's per-step work, shapes dynamic (every batch size and
-        source length share one compiled unit); the first batches pay for compiling."""
+        """torch.compile the model's search step (decoding's ``compile=true``), shapes dynamic
+        (every batch size and source length share one compiled unit); the first batches pay for
+        compiling."""
         model.compile_steps(lambda fn: torch.compile(fn, dynamic=True))
 
 

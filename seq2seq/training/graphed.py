@@ -120,7 +120,6 @@ def use_graphs(
         (engine.distributed, "one process (not torchrun)"),
         (tcfg.accumulate != 1, "train.accumulate=1"),
         (engine.precision == Precision.fp16, "precision fp32 or bf16 (not fp16)"),
-        (tcfg.compile, "train.compile=false"),
     ]
     if setting == "false":
         return False

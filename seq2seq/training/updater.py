@@ -66,8 +66,6 @@ class Updater:
         """The model on the engine's device (wrapped for DDP under torchrun), its optimizer."""
         self.engine, self.tcfg = engine, tcfg
         self.module = model.to(engine.device)
-        if tcfg.compile:
-            engine.compile(self.module)
         if engine.distributed:  # broadcasts rank 0's parameters to every rank
             ids = [engine.device.index] if engine.device.type == "cuda" else None
             self.model: nn.Module = nn.parallel.DistributedDataParallel(
