@@ -18,15 +18,17 @@ from pathlib import Path
 from typing import BinaryIO
 
 from seq2seq.config_commands import TranslateConfig, hydra_command
+from seq2seq.data.stream import decode_text
 from seq2seq.decoding.alignment import best_alignment_view
 from seq2seq.decoding.inference import InputTooLong, Translator, open_model
 from seq2seq.decoding.nbest import NBEST_SEPARATOR, scored_lines
-from seq2seq.errors import Seq2SeqError
+from seq2seq.errors import DataError, Seq2SeqError
 
 log = logging.getLogger("seq2seq.translate")
 
 HISTORY_FILE = Path("~/.seq2seq_history")
 QUIT_COMMANDS = (":q", ":quit")
+STDIN = "standard input"  # where piped lines come from, in messages
 
 
 def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, str]) -> None:
@@ -94,13 +96,15 @@ def line_batches(stream: BinaryIO, max_lines: int) -> Iterator[list[str]]:
     """Lines of `stream` in batches of what has arrived, at most `max_lines` each.
 
     A batch never waits for more input while complete lines are at hand, so a line typed into a
-    pipe is answered at once, and a file is read in full batches. Split on "\\n" only; invalid
-    UTF-8 becomes U+FFFD; a last line without "\\n" still counts.
+    pipe is answered at once, and a file is read in full batches. Split on "\\n" only; a last
+    line without "\\n" still counts. A line of invalid UTF-8 is DataError naming it, as every
+    command answers (the lines before it are yielded first).
     """
     fd = stream.fileno()
     pending: list[bytes] = []
     partial = b""
     eof = False
+    number = 0  # lines yielded
     while not eof or pending:
         while not eof and (not pending or (len(pending) < max_lines and _ready(fd))):
             chunk = os.read(fd, 1 << 16)
@@ -112,8 +116,23 @@ def line_batches(stream: BinaryIO, max_lines: int) -> Iterator[list[str]]:
             *complete, partial = (partial + chunk).split(b"\n")
             pending.extend(complete)
         batch, pending = pending[:max_lines], pending[max_lines:]
-        if batch:
-            yield [line.decode("utf-8", "replace").removesuffix("\r") for line in batch]
+        lines, error = _decoded(batch, number)
+        if lines:
+            yield lines
+            number += len(lines)
+        if error is not None:
+            raise error
+
+
+def _decoded(batch: list[bytes], before: int) -> tuple[list[str], DataError | None]:
+    """The lines of ``batch`` up to the first of invalid UTF-8, and its error, if any."""
+    lines = []
+    for line in batch:
+        try:
+            lines.append(decode_text(line, STDIN, before + len(lines)).removesuffix("\r"))
+        except DataError as e:
+            return lines, e
+    return lines, None
 
 
 def piped(translator: Translator, cfg: TranslateConfig) -> None:

@@ -120,6 +120,19 @@ def test_installing_lite_never_installs_torch() -> None:
     assert "torch" not in closure and "numpy" in closure
 
 
+def test_lite_refuses_invalid_utf8_as_seq2seq_translate_does(onnx_release: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH, str(onnx_release)],
+        input="Ein Hund.\nZwei Männer.\n".encode() + b"\xff kaputt\n",
+        capture_output=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(LITE)},
+    )
+    assert proc.returncode == 1 and proc.stdout == b""
+    expected = "seq2seq-lite: standard input, line 3: invalid UTF-8 (invalid start byte)"
+    assert proc.stderr.decode().splitlines() == [expected]
+
+
 def test_lite_help_is_plain_text_with_an_example() -> None:
     proc = lite("--help", text="")
     assert proc.returncode == 0, proc.stderr

@@ -15,6 +15,7 @@ import pytest
 
 from seq2seq.decoding.alignment import alignment_view
 from seq2seq.decoding.nbest import NBEST_SEPARATOR
+from seq2seq.errors import DataError
 from seq2seq.translate import line_batches
 
 
@@ -35,7 +36,7 @@ def test_piped_lines_keep_count_order_and_blank_lines(smoke_run: Path, tmp_path:
         b"",
         b"   ",
         "Zwei Männer stehen vor einem Gebäude.".encode(),
-        b"\xff\xfe broken bytes, \xe6\x97\xa5\xe6\x9c\xac \xe2\x98\x83 \x07 unknown",
+        b"odd bytes, \xe6\x97\xa5\xe6\x9c\xac \xe2\x98\x83 \x07 unknown",
         ("Hund " * 150).encode(),  # more subwords than the model's data.max_len (100): read whole
         b"",
         b"Die letzte Zeile hat kein Zeilenende.",
@@ -169,9 +170,21 @@ def test_line_batches_take_what_has_arrived(tmp_path: Path) -> None:
         batches = line_batches(stream, max_lines=2)
         assert next(batches) == ["one", ""]
         assert next(batches) == ["two", "three"]
-        writer.write(b"ial \xff\n")
+        writer.write(b"ial\n")
         writer.flush()
-        assert next(batches) == ["partial \ufffd"]
+        assert next(batches) == ["partial"]
         writer.write(b"no newline at the end")
         writer.close()
         assert list(batches) == [["no newline at the end"]]
+
+
+def test_line_batches_stop_at_invalid_utf8_after_the_lines_before_it(tmp_path: Path) -> None:
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as stream, os.fdopen(write, "wb") as writer:
+        writer.write(b"one\ntwo\nthree\nf\xfcnf\nsix\n")
+        writer.close()
+        batches = line_batches(stream, max_lines=2)
+        assert next(batches) == ["one", "two"]
+        assert next(batches) == ["three"]
+        with pytest.raises(DataError, match=r"^standard input, line 4: invalid UTF-8 \(invalid"):
+            next(batches)

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from seq2seq_lite import ReleaseError, Translator
+from seq2seq_lite.text import InputError, decode_lines
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
             max_source_len=args.max_source_len,
             batch_size=args.batch_size,
         )
-        lines = sys.stdin.read().splitlines()
+        lines = decode_lines(sys.stdin.buffer.read(), "standard input")
         out = []
         for translation in translator.translate(lines):
             scored = zip(translation.hypotheses, translation.texts, strict=True)
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
                 out.append(translation.texts[0] if translation.texts else "")
             else:
                 out.append(" ||| ".join(f"{h.score:.4f}\t{text}" for h, text in scored))
-    except ReleaseError as e:
+    except (ReleaseError, InputError) as e:
         print(f"seq2seq-lite: {e}", file=sys.stderr)
         sys.exit(1)
     sys.stdout.write("".join(line + "\n" for line in out))

@@ -139,17 +139,20 @@ def line_blocks(raw: IO[bytes], where: str, strip: bool = True) -> Iterator[list
             cut = block.rfind(b"\n") + 1
             block, rest = block[:cut], block[cut:]
             if block:
-                lines = _decode(block, where, number).split("\n")
+                lines = decode_text(block, where, number).split("\n")
                 lines.pop()  # after the last newline
                 yield _tidy(lines, number == 0, strip)
                 number += len(lines)
         if rest:  # a last line without a newline
-            yield _tidy([_decode(rest, where, number)], number == 0, strip)
+            yield _tidy([decode_text(rest, where, number)], number == 0, strip)
     except (OSError, EOFError) as e:  # EOFError: a truncated .gz
         raise DataError(f"cannot read {where} after line {number}: {e}") from None
 
 
-def _decode(block: bytes, where: str, before: int) -> str:
+def decode_text(block: bytes, where: str, before: int = 0) -> str:
+    """``block`` (whole lines of ``where``, after ``before`` lines) as text; invalid UTF-8 is
+    DataError naming ``where`` and the line, the one answer of every command that reads text
+    (files, standard input, a request body; lite/ words it the same)."""
     try:
         return block.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from seq2seq.data.stream import iter_lines
 from seq2seq.decoding.wordalign import Links, WordPair
 from seq2seq.errors import DataError
 
@@ -51,7 +52,7 @@ def read_gold(
     path: str | Path, pairs: Sequence[WordPair] | None = None, one_based: bool = True
 ) -> list[Gold]:
     """The gold links of a file, one line per pair; with ``pairs``, checked against their words."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = list(iter_lines(Path(path)))
     gold = [parse_gold(line, one_based, f"{path}:{n}") for n, line in enumerate(lines, 1)]
     if pairs is None:
         return gold

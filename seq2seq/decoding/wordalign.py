@@ -14,6 +14,7 @@ import numpy as np
 
 from seq2seq.config_choices import AlignMethod, Symmetrize
 from seq2seq.data.corpus import read_parallel
+from seq2seq.data.stream import iter_lines
 from seq2seq.errors import DataError
 
 WordPair = tuple[list[str], list[str]]  # (source words, target words)
@@ -23,12 +24,11 @@ Links = set[tuple[int, int]]  # {(source word, target word)}
 def read_pairs(path: str | Path) -> list[WordPair]:
     """``source ||| target`` lines -> (source words, target words) per line."""
     pairs = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if line.count("|||") != 1:
-                raise DataError(f"{path}:{number}: expected one 'source ||| target' per line")
-            source, target = line.split("|||")
-            pairs.append((source.split(), target.split()))
+    for number, line in enumerate(iter_lines(Path(path)), 1):
+        if line.count("|||") != 1:
+            raise DataError(f"{path}:{number}: expected one 'source ||| target' per line")
+        source, target = line.split("|||")
+        pairs.append((source.split(), target.split()))
     return pairs
 
 
@@ -130,7 +130,7 @@ def flipped(links: Links) -> Links:
 
 def read_pharaoh(path: str | Path) -> list[Links]:
     """A file of ``i-j`` links (0-based), one line per pair."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = list(iter_lines(Path(path)))
     try:
         return [{tuple(map(int, x.split("-"))) for x in line.split()} for line in lines]
     except ValueError:

@@ -12,9 +12,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from seq2seq.config_commands import ServeConfig
+from seq2seq.data.stream import decode_text
 from seq2seq.decoding.alignment import alignment_record
 from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.decoding.nbest import json_candidates
+from seq2seq.errors import DataError
 
 
 class BadRequest(Exception):
@@ -42,8 +44,12 @@ def parse(body: bytes, cfg: ServeConfig, models: Sequence[str]) -> Query:
     """The query of a request body, or BadRequest; ``models`` are the names served, the first
     the default."""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
+        text = decode_text(body, "the request body")  # the message every command gives
+    except DataError as e:
+        raise BadRequest(400, str(e)) from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
         raise BadRequest(400, f"the body is not JSON: {e}") from None
     options: dict[str, Any] = {}
     if isinstance(data, dict):

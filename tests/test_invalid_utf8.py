@@ -1,0 +1,77 @@
+"""Invalid UTF-8 answered one way by every command that reads text: exit 1 and one line,
+``<file or standard input>, line N: invalid UTF-8 (<reason>)``, from one function (lite/, which
+cannot import it, words it the same)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from seq2seq_lite.text import InputError, decode_lines
+
+from seq2seq.data.stream import decode_text
+from seq2seq.errors import DataError
+
+GOOD = ["Ein Hund läuft.", "Zwei Männer spielen Fußball."]
+BAD = b"\xff\xfe kaputt"  # line 3 of every input below
+MESSAGE = "line 3: invalid UTF-8 (invalid start byte)"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"a\nb\n\xff\n",
+        b"a\r\nb\r\n\xe2\x98\n",
+        b"\n\n\xc3\x28",
+        "é\nü\n".encode() + b"\xed\xa0\x80",  # a surrogate
+    ],
+)
+def test_lite_words_invalid_utf8_as_the_library_does(data: bytes) -> None:
+    with pytest.raises(DataError) as ours:
+        decode_text(data, "x.de")
+    with pytest.raises(InputError) as lite:
+        decode_lines(data, "x.de")
+    assert str(lite.value) == str(ours.value) and str(ours.value).startswith("x.de, line 3: ")
+    assert decode_lines(b"a\r\n\nb", "-") == ["a", "", "b"]  # as seq2seq-translate splits
+
+
+def lines_file(path: Path, bad: bytes = BAD) -> Path:
+    path.write_bytes("".join(f"{line}\n" for line in GOOD).encode() + bad + b"\n")
+    return path
+
+
+def refusal(module: str, *args: str, stdin: bytes = b"") -> tuple[str, str]:
+    """(stdout, the one error line) of a command that must stop on its input."""
+    proc = subprocess.run(
+        [sys.executable, "-m", f"seq2seq.{module}", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=300,
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if "ERROR" in line]
+    assert len(errors) == 1, err
+    return proc.stdout.decode(), errors[0]
+
+
+@pytest.mark.slow
+def test_every_command_names_the_file_and_line(smoke_run: Path, tmp_path: Path) -> None:
+    src, ref = lines_file(tmp_path / "in.de"), tmp_path / "ref.en"
+    ref.write_text("A dog.\nTwo men.\nBroken.\n", encoding="utf-8")
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_bytes(b"ein Hund ||| a dog\nzwei ||| two\n" + BAD + b" ||| x\n")
+    run = f"run_dir={smoke_run}"
+    out, error = refusal("evaluate", run, f"input={src}", f"reference={ref}")
+    assert error.endswith(f"{src}, {MESSAGE}")
+    out, error = refusal("align", run, f"input={pairs}")
+    assert error.endswith(f"{pairs}, {MESSAGE}")
+    mono = f"mono={src}"
+    out, error = refusal("backtranslate", run, mono, f"out={tmp_path / 'bt'}")
+    assert error.endswith(f"{src}, {MESSAGE}")
+    # a filter: the lines before the bad one are translated and written, then it stops
+    out, error = refusal("translate", run, "beam_size=1", stdin=src.read_bytes())
+    assert error.endswith(f"standard input, {MESSAGE}")
+    assert len(out.splitlines()) == 2 and all(out.splitlines())
