@@ -4,6 +4,7 @@ the lite search (numpy) gives the torch search's hypotheses, scores and attentio
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import numpy as np
@@ -104,3 +105,12 @@ def test_a_missing_exporter_is_named_in_one_line(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # import onnxscript fails
     with pytest.raises(Seq2SeqError, match=r"pip install 'seq2seq\[onnx\]'"):
         require_exporter()
+
+
+def test_writing_the_graphs_says_one_line(tmp_path, caplog) -> None:
+    """The exporter's and the quantizer's chatter (an INFO line per optimisation pass, advice
+    on pre-processing images) stays out of the command's output: one line says what was done."""
+    with caplog.at_level(logging.DEBUG):
+        export_graphs(_model("bahdanau"), tmp_path / "onnx", DecodeConfig(), {"attention": "x"})
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert said == [f"wrote the ONNX graphs (fp32, int8) of x into {tmp_path / 'onnx'}"]

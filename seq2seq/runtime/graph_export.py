@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD, UNK
 
 log = logging.getLogger(__name__)
+CHATTY_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx")  # quiet while graphs are written
 
 GRAPHS_FACTS = "graphs.json"
 FILES = {
@@ -76,7 +78,7 @@ def _export(graph: torch.nn.Module, args: tuple, names: tuple, outputs: tuple, p
     head, *rest = (_axes(n, x, batch, source) for n, x in zip(names, args, strict=True))
     shapes = (head,) if not rest else (head, tuple(rest))
     quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
-    with quiet[0], quiet[1], warnings.catch_warnings():
+    with quiet[0], quiet[1], _quiet_loggers(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's deprecation and axis-naming notes
         torch.onnx.export(
             graph,
@@ -89,6 +91,22 @@ def _export(graph: torch.nn.Module, args: tuple, names: tuple, outputs: tuple, p
             external_data=False,
             dynamo=True,
         )
+
+
+@contextlib.contextmanager
+def _quiet_loggers() -> Iterator[None]:
+    """The exporter's libraries log through Python's logging, past the redirected streams:
+    onnxscript and onnx_ir an INFO line per optimisation pass, torch a warning per torchvision
+    operator it skips. Only their errors get through while a graph is written."""
+    loggers = [logging.getLogger(name) for name in CHATTY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _name_axes(path: Path) -> None:
@@ -115,7 +133,9 @@ def _quantize(source: Path, target: Path) -> None:
     quantization); activations stay fp32 between the quantized products."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    logging.disable(logging.INFO)  # its INFO lines name every tensor it leaves in fp32
+    # its INFO lines name every tensor it leaves in fp32, and a warning (on the root logger)
+    # advises pre-processing meant for image models
+    logging.disable(logging.WARNING)
     try:
         quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
     finally:
