@@ -4,6 +4,7 @@ writes, bad input and bad settings each answered with one clear line, logs that 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -308,6 +309,9 @@ def test_logs_in_a_file_have_no_progress_bar(tmp_path: Path, data_dirs) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "\r" not in proc.stdout + proc.stderr and "\x1b[" not in proc.stdout + proc.stderr
     assert "epoch 1, update 50/56 (step 50): loss" in proc.stdout + proc.stderr
+    # the whole run's ETA beside the epoch's, and the limit that ends the run
+    eta = r", epoch ETA 0:00:\d\d, run ETA 0:00:\d\d \(train.max_epochs\)\n"
+    assert re.search(eta, proc.stdout + proc.stderr), proc.stderr
 
 
 # -- any text in, one line out -------------------------------------------------------------------

@@ -49,6 +49,26 @@ class Window:
         return list(zip(steps, results, strict=True))
 
 
+def run_eta(tcfg: DictConfig, p: Progress, updates: int, per_update: float) -> tuple[float, str]:
+    """Seconds until the run ends at the latest, and the limit that ends it first:
+    ``train.max_steps``, ``train.max_minutes`` or ``train.max_epochs`` (early stopping may end
+    it sooner); ``updates`` per epoch, ``per_update`` seconds each."""
+    ends = {"train.max_epochs": ((tcfg.max_epochs - p.epoch) * updates - p.batch_in_epoch)}
+    if tcfg.max_steps is not None:
+        ends["train.max_steps"] = tcfg.max_steps - p.step
+    left = {limit: max(steps, 0) * per_update for limit, steps in ends.items()}
+    if tcfg.max_minutes is not None:
+        left["train.max_minutes"] = max(60 * tcfg.max_minutes - p.seconds, 0.0)
+    limit = min(left, key=left.get)
+    return left[limit], limit
+
+
+def clock(seconds: float) -> str:
+    """``H:MM:SS``, hours past 24 included."""
+    whole = round(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
 class Report:
     """The log lines and TensorBoard records of one run."""
 
@@ -98,12 +118,15 @@ class Report:
             "grad_norm": window.last.grad_norm,
         }
         self.monitor.scalars(p.step, {f"train/{name}": v for name, v in scalars.items()})
+        per_update = elapsed / self.cfg.train.log_every
+        run_left, limit = run_eta(self.cfg.train, p, updates, per_update)
+        run = f"{clock(run_left)} ({limit})"
         if not bar.disable:
-            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}")
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}", run_ETA=run)
             return
-        left = (updates - p.batch_in_epoch) * elapsed / self.cfg.train.log_every
         log.info(
-            "epoch %d, update %d/%d (step %d): loss %.3f, %s tok/s, lr %.2g, epoch ETA %s",
+            "epoch %d, update %d/%d (step %d): loss %.3f, %s tok/s, lr %.2g, epoch ETA %s, "
+            "run ETA %s",
             p.epoch + 1,
             p.batch_in_epoch,
             updates,
@@ -111,7 +134,8 @@ class Report:
             loss,
             f"{tok_s:,.0f}",
             lr,
-            time.strftime("%H:%M:%S", time.gmtime(left)),
+            clock((updates - p.batch_in_epoch) * per_update),
+            run,
         )
 
     def validation(self, p: Progress, result: Validation, improved: bool, start: float) -> None:
