@@ -58,3 +58,25 @@ def test_train_help_is_its_own() -> None:
     assert "experiment=multi30k_de_en_cpu" in proc.stdout and "data.source=" in proc.stdout
     assert "model/attention: bahdanau, local_m, local_p, luong, multihead" in proc.stdout
     assert "Powered by Hydra" not in proc.stdout  # Hydra's generic text
+
+
+@pytest.mark.slow
+def test_process_settings_are_debug_lines(smoke_run: Path) -> None:
+    """The allocator and oneDNN's kernel cache are the process's settings, not choices a user
+    makes: shown with hydra.verbose, not on every command's first lines."""
+
+    def said(*overrides: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "seq2seq.translate", f"run_dir={smoke_run}", *overrides],
+            input="Ein Hund.\n",
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr
+
+    quiet = said()
+    assert "loaded " in quiet and "memory:" not in quiet and "oneDNN:" not in quiet
+    verbose = said("hydra.verbose=seq2seq.runtime")
+    assert "[DEBUG] memory: " in verbose and "[DEBUG] oneDNN: " in verbose

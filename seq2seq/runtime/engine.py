@@ -142,8 +142,8 @@ class Engine(ProcessGroup):
         dev = resolve_device(device, topology)
         check_precision(Precision(precision), dev)
         if dev.type == "cpu":  # the host's allocator serves the tensors
-            log.info("memory: %s", allocator_setting())
-            log.info("oneDNN: %s", limit_kernel_cache())
+            log.debug("memory: %s", allocator_setting())  # hydra.verbose=seq2seq shows them
+            log.debug("oneDNN: %s", limit_kernel_cache())
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         host_group = join(topology, dev)
@@ -155,7 +155,7 @@ class Engine(ProcessGroup):
         """From now on keep freed memory for reuse (the CPU's training steps; data preparation
         before it keeps the allocator's smaller footprint); logged."""
         if self.device.type == "cpu":
-            log.info("memory: %s", keep_freed_memory())
+            log.debug("memory: %s", keep_freed_memory())
 
     def describe(self) -> str:
         """One line for the log: device, precision, processes and threads."""
