@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from seq2seq.data import dataset
 from seq2seq.data.batching import TokenBatchSampler, collate
 from seq2seq.data.dataset import encode_corpus
 from seq2seq.data.stream import from_lists
@@ -82,6 +83,37 @@ def test_collate_pads_and_shifts(toks, tmp_path: Path) -> None:
     assert batch.ids.tolist() == [4, 0] and batch.ntokens == 9
     for tensor in (batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, batch.ids):
         assert tensor.dtype == torch.int64
+
+
+def _mapped_kib(name: str) -> int:
+    """Resident KiB of this process's mappings of files called ``name`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if "-" in line.split(" ", 1)[0]:  # a mapping's first line: its range, ..., its path
+            inside = line.endswith("/" + name)
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads Linux's /proc")
+def test_corpus_lengths_and_batches_leave_the_offsets_unmapped(toks, tmp_path, monkeypatch):
+    """The lengths (read in chunks) and the batches are read from the files: a touched page
+    of a memory map stays resident, 16 bytes a pair for the offsets alone."""
+    monkeypatch.setattr(dataset, "READ", 1000)  # several chunks
+    rng = np.random.default_rng(0)
+    src = [" ".join(["5"] * n) for n in rng.integers(1, 30, 20_000)]
+    tgt = [" ".join(["6"] * n) for n in rng.integers(1, 30, 20_000)]
+    corpus = encode_corpus(from_lists(src, tgt), *toks, tmp_path, None, drop_invalid=True)
+    assert corpus.src_lengths.tolist() == [len(s.split()) + 1 for s in src]  # EOS included
+    assert corpus.tgt_lengths.tolist() == [len(t.split()) + 1 for t in tgt]
+    assert corpus.src_lengths.dtype == corpus.tgt_lengths.dtype == np.int32
+    ids = rng.permutation(len(corpus))
+    for batch in np.array_split(ids, 100):
+        rows = collate(corpus, batch)
+        assert rows.src_lengths.tolist() == corpus.src_lengths[batch].tolist()
+        assert (rows.src == 5).sum(1).tolist() == (corpus.src_lengths[batch] - 1).tolist()
+    assert _mapped_kib("src_offsets.npy") + _mapped_kib("tgt_offsets.npy") == 0
 
 
 @pytest.fixture(scope="module")

@@ -44,15 +44,16 @@ _ARRAYS = {
 }
 MANIFEST = "manifest.json"  # sizes and SHA-256 of the arrays and counts, checked on reuse
 _HEADER = 128  # bytes of a .npy header of a one-dimensional array (numpy pads to this)
+READ = 1 << 20  # offsets read at a time when the lengths are computed (8 MB)
 
 
 class TokenizedCorpus:
     """Pairs stored in a folder of .npy files: flat int32 ids, every sentence ending with EOS.
 
     ``src(i)``/``tgt(i)`` slice ``*_ids`` between ``*_offsets[i]`` and ``*_offsets[i + 1]``.
-    ``rows`` reads a batch's sentences from the files (pread) instead of through the memory
-    map: a mapped page stays in the process's resident memory once touched, so over an epoch a
-    mapped corpus would grow the process by the whole file.
+    The lengths and ``rows`` read the files (read, pread) instead of the memory maps: a mapped
+    page stays in the process's resident memory once touched, so the offsets alone would add 16
+    bytes a pair, and over an epoch a mapped corpus would grow the process by the whole file.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -61,8 +62,8 @@ class TokenizedCorpus:
         self.src_ids, self.src_offsets = arrays["src_ids"], arrays["src_offsets"]
         self.tgt_ids, self.tgt_offsets = arrays["tgt_ids"], arrays["tgt_offsets"]
         self.line_numbers = arrays["line_numbers"]  # 0-based position of each pair in the input
-        self.src_lengths = np.diff(self.src_offsets).astype(np.int32)  # EOS included
-        self.tgt_lengths = np.diff(self.tgt_offsets).astype(np.int32)  # BOS or EOS included
+        self.src_lengths = _lengths(self.src_offsets)  # EOS included
+        self.tgt_lengths = _lengths(self.tgt_offsets)  # BOS or EOS included
 
     def __len__(self) -> int:
         return len(self.line_numbers)
@@ -80,19 +81,41 @@ class TokenizedCorpus:
         lengths [B]), read from the file."""
         ids_array = self.src_ids if side == "src" else self.tgt_ids
         offsets = self.src_offsets if side == "src" else self.tgt_offsets
-        starts = np.asarray(offsets[ids], dtype=np.int64)
-        lengths = np.asarray(offsets[ids + 1], dtype=np.int64) - starts
+        lengths = (self.src_lengths if side == "src" else self.tgt_lengths)[ids].astype(np.int64)
         out = np.zeros((len(ids), int(lengths.max(initial=0))), dtype=np.int64)
-        if not hasattr(os, "pread"):  # Windows: through the map
+        if not hasattr(os, "pread"):  # Windows: through the maps
+            starts = np.asarray(offsets[ids], dtype=np.int64)
             for row, (start, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
                 out[row, :n] = ids_array[start : start + n]
             return out, lengths
+        starts = _read_at(offsets, ids)
         size = ids_array.dtype.itemsize
         with open(ids_array.filename, "rb", buffering=0) as f:
             for row, (start, n) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
                 data = os.pread(f.fileno(), n * size, ids_array.offset + start * size)
                 out[row, :n] = np.frombuffer(data, dtype=ids_array.dtype)
         return out, lengths
+
+
+def _lengths(offsets: np.memmap) -> np.ndarray:
+    """``np.diff(offsets)`` as int32, read from the file READ offsets at a time (not mapped)."""
+    lengths = np.empty(max(len(offsets) - 1, 0), dtype=np.int32)
+    size = offsets.dtype.itemsize
+    with open(offsets.filename, "rb") as f:
+        for start in range(0, len(lengths), READ):
+            count = min(READ, len(lengths) - start) + 1  # the next chunk's first offset too
+            f.seek(offsets.offset + start * size)
+            chunk = np.frombuffer(f.read(count * size), dtype=offsets.dtype)
+            lengths[start : start + count - 1] = np.diff(chunk)
+    return lengths
+
+
+def _read_at(array: np.memmap, positions: np.ndarray) -> np.ndarray:
+    """``array[positions]`` as int64, each element read from the file (pread), not mapped."""
+    size, base = array.dtype.itemsize, array.offset
+    with open(array.filename, "rb", buffering=0) as f:
+        raw = b"".join(os.pread(f.fileno(), size, base + i * size) for i in positions.tolist())
+    return np.frombuffer(raw, dtype=array.dtype).astype(np.int64)
 
 
 def encode_corpus(
