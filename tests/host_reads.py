@@ -1,6 +1,8 @@
 """A region of code that must not read a tensor back to the host (a CUDA synchronisation), made
 to fail on the CPU too: the operators that copy a value out or whose output shape depends on the
-data raise, and so do ``tolist``, ``cpu`` and ``numpy``."""
+data raise, and so do ``tolist``, ``cpu`` and ``numpy``; so does a tensor made from host data
+(``torch.tensor(...)``, indexing by a Python list), which on a GPU is a copy from pageable memory
+that waits, and that a CUDA graph cannot hold."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ READS = {
     aten.unique_consecutive.default,
     aten._unique2.default,
     aten.repeat_interleave.Tensor,
+    aten.lift_fresh.default,
+    aten.lift_fresh_copy.default,
 }
 
 

@@ -46,13 +46,12 @@ def restrict(log_probs: Tensor, at_limit: Tensor, look: bool, first: bool) -> Te
     With ``look`` (free on the host) only rows at their limit are touched; without, a masked
     fill over all rows avoids asking the device whether there are any.
     """
-    log_probs[:, PAD] = float("-inf")
-    log_probs[:, BOS] = float("-inf")
+    log_probs[:, PAD].fill_(float("-inf"))  # fill_, not item assignment: no host tensor made
+    log_probs[:, BOS].fill_(float("-inf"))
     if first:
-        log_probs[:, EOS] = torch.where(at_limit, log_probs[:, EOS], float("-inf"))
+        log_probs[:, EOS].masked_fill_(~at_limit, float("-inf"))
     if not look:
-        not_eos = torch.ones(log_probs.size(1), dtype=torch.bool, device=log_probs.device)
-        not_eos[EOS] = False
+        not_eos = torch.arange(log_probs.size(1), device=log_probs.device) != EOS
         return log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
     if at_limit.any():
         log_probs[at_limit, :EOS] = float("-inf")

@@ -18,6 +18,12 @@ from seq2seq.vocab import BOS, PAD
 NEVER_TARGETS = (PAD, BOS)
 
 
+def _never_targets(log_probs: Tensor) -> Tensor:
+    """Each row's log-probs of NEVER_TARGETS, summed: [N, V] -> [N] (by column, not by a list
+    index, which would make a tensor from host data: a waiting copy on a GPU)."""
+    return sum(log_probs[:, i] for i in NEVER_TARGETS)
+
+
 class SmoothedCrossEntropy(torch.autograd.Function):
     """Summed label-smoothed cross-entropy and plain NLL from one log-softmax, fused backward.
 
@@ -38,10 +44,10 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         picked = log_probs.gather(1, target.unsqueeze(1)).squeeze(1)  # [N]
         if real is None:
             nll = -picked.sum()
-            smoothed = log_probs.sum() - log_probs[:, list(NEVER_TARGETS)].sum()
+            smoothed = log_probs.sum() - _never_targets(log_probs).sum()
         else:
             nll = -(picked * real).sum()
-            rows = log_probs.sum(1) - log_probs[:, list(NEVER_TARGETS)].sum(1)  # [N]
+            rows = log_probs.sum(1) - _never_targets(log_probs)  # [N]
             smoothed = (rows * real).sum()
         loss = (1.0 - eps) * nll - share * smoothed
         ctx.save_for_backward(log_probs, target, real)
@@ -53,7 +59,8 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None, None]:
         log_probs, target, real = ctx.saved_tensors
         grad = torch.exp(log_probs).sub_(ctx.share)  # [N, V]
-        grad[:, list(NEVER_TARGETS)] += ctx.share
+        for i in NEVER_TARGETS:
+            grad[:, i] += ctx.share
         rows = torch.arange(target.size(0), device=target.device)
         grad[rows, target] -= 1.0 - ctx.eps
         if real is not None:

@@ -70,7 +70,7 @@ class StaticBatch:
         for mine, theirs in ((self.src, batch.src), (self.tgt_in, batch.tgt_in)):
             mine.zero_()[:rows, : theirs.size(1)].copy_(theirs, non_blocking=True)
         self.tgt_out.zero_()[:rows, :t].copy_(batch.tgt_out, non_blocking=True)
-        self.src[rows:, 0] = EOS
+        self.src[rows:, 0].fill_(EOS)
         lengths = batch.src_lengths
         if self.src.device.type == "cuda":  # from pinned memory: no wait for the copy
             lengths = lengths.pin_memory()
