@@ -32,6 +32,7 @@ from seq2seq.decoding.inference import (
     score,
 )
 from seq2seq.decoding.nbest import moses_lines
+from seq2seq.decoding.progress import translate_told
 from seq2seq.decoding.splits import run_split
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine, engine_choices
@@ -118,7 +119,7 @@ def _translate(
     )
     start = time.perf_counter()
     try:
-        translations = translator.translate(sources)
+        translations = translate_told(translator, sources, src_path.name)
     except InputTooLong as e:
         raise Seq2SeqError(e.describe(f"{src_path}, line {e.index + 1},")) from None
     seconds = time.perf_counter() - start

@@ -13,6 +13,7 @@ import os
 import select
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -22,6 +23,7 @@ from seq2seq.data.stream import decode_text
 from seq2seq.decoding.alignment import best_alignment_view
 from seq2seq.decoding.inference import InputTooLong, Translator, open_model
 from seq2seq.decoding.nbest import NBEST_SEPARATOR, scored_lines
+from seq2seq.decoding.progress import LOG_EVERY_S
 from seq2seq.errors import DataError, Seq2SeqError
 
 log = logging.getLogger("seq2seq.translate")
@@ -142,6 +144,7 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
     ``score<TAB>translation``. Alignment views, when asked for, go to stderr.
     """
     number = 0
+    start = told = time.perf_counter()
     for lines in line_batches(sys.stdin.buffer, cfg.batch_size):
         out = []
         try:
@@ -162,6 +165,9 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
                 print(f"line {number}:\n{view}", file=sys.stderr, flush=True)
         sys.stdout.write("".join(line + "\n" for line in out))
         sys.stdout.flush()
+        if time.perf_counter() - told >= LOG_EVERY_S:  # a long file: how far, how fast
+            told = time.perf_counter()
+            log.info("%s: %d lines translated, %.1f/s", STDIN, number, number / (told - start))
 
 
 def run_app(cfg: TranslateConfig) -> None:

@@ -7,7 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from seq2seq.config import TrainConfig
-from seq2seq.training.progress import clock, run_eta
+from seq2seq.decoding.progress import clock
+from seq2seq.training.progress import run_eta
 from seq2seq.training.state import Progress
 
 

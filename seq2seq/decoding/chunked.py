@@ -18,6 +18,7 @@ from typing import Any
 from sacrebleu.metrics import BLEU
 
 from seq2seq.decoding.inference import Translation, Translator
+from seq2seq.decoding.progress import translate_told
 from seq2seq.errors import Seq2SeqError
 
 log = logging.getLogger("seq2seq.chunked")
@@ -96,7 +97,8 @@ def translate_in_chunks(
                 found += lines
                 continue
         # sampling: the chunk's batches draw with seeds of their own, not the first chunk's again
-        translated = translator.translate(part, seed=translator.search.seed + start)
+        what = f"chunk {index + 1}/{total}"
+        translated = translate_told(translator, part, what, seed=translator.search.seed + start)
         lines = chosen(translator, translated, start, nearest)
         temporary = path.with_suffix(".tmp")
         temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")

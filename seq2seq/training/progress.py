@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from torch.optim import Optimizer
 from tqdm import tqdm
 
+from seq2seq.decoding.progress import clock
 from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.engine import Engine
 from seq2seq.training.graphed import PendingStep, resolve
@@ -61,12 +62,6 @@ def run_eta(tcfg: DictConfig, p: Progress, updates: int, per_update: float) -> t
         left["train.max_minutes"] = max(60 * tcfg.max_minutes - p.seconds, 0.0)
     limit = min(left, key=left.get)
     return left[limit], limit
-
-
-def clock(seconds: float) -> str:
-    """``H:MM:SS``, hours past 24 included."""
-    whole = round(seconds)
-    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
 
 
 class Report:
