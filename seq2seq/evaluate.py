@@ -121,7 +121,7 @@ def _translate(
     try:
         translations = translate_told(translator, sources, src_path.name)
     except InputTooLong as e:
-        raise Seq2SeqError(e.describe(f"{src_path}, line {e.index + 1},")) from None
+        raise Seq2SeqError(e.describe(f"{src_path}, line {e.index + 1}")) from None
     seconds = time.perf_counter() - start
     return translations, seconds
 

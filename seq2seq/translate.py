@@ -150,7 +150,7 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
         try:
             translations = translator.translate(lines)
         except InputTooLong as e:
-            raise Seq2SeqError(e.describe(f"line {number + e.index + 1}")) from None
+            raise Seq2SeqError(e.describe(f"{STDIN}, line {number + e.index + 1}")) from None
         for translation in translations:
             number += 1
             if not translation.hypotheses:

@@ -53,7 +53,7 @@ def test_evaluate_and_translate_read_a_long_line_whole(smoke_run: Path, tmp_path
         cwd=tmp_path,
     )
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert f"long.de, line 2, has {length:,} subwords; at most 50" in refused.stderr
+    assert f"long.de, line 2 has {length:,} subwords; at most 50" in refused.stderr
 
     lines = f"Ein Hund .\n{LONG_DE}\n"
     proc = command("translate", f"run_dir={smoke_run}", cwd=tmp_path, data=lines)
@@ -63,7 +63,7 @@ def test_evaluate_and_translate_read_a_long_line_whole(smoke_run: Path, tmp_path
         "translate", f"run_dir={smoke_run}", "max_source_len=50", cwd=tmp_path, data=lines
     )
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert f"line 2 has {length:,} subwords; at most 50" in refused.stderr
+    assert f"standard input, line 2 has {length:,} subwords; at most 50" in refused.stderr
 
 
 @pytest.mark.slow

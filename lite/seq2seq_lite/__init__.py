@@ -29,6 +29,21 @@ class Translation:
     texts: list[str]
 
 
+class InputTooLong(ReleaseError):
+    """A line over max_source_len subwords: refused, never cut (``index``: 0-based)."""
+
+    def __init__(self, index: int, length: int, limit: int) -> None:
+        self.index, self.length, self.limit = index, length, limit
+        super().__init__(self.describe(f"input line {index + 1}"))
+
+    def describe(self, where: str) -> str:
+        """The refusal, naming the line as the caller knows it (as seq2seq's commands do)."""
+        return (
+            f"{where} has {self.length:,} subwords; at most {self.limit:,} are translated "
+            "(--max-source-len)"
+        )
+
+
 class Translator:
     """A release's graphs and tokenizers, with the search settings of ``search``."""
 
@@ -65,10 +80,7 @@ class Translator:
         limit = self.search["max_source_len"]
         for index, ids in enumerate(encoded):
             if len(ids) > limit:
-                raise ReleaseError(
-                    f"input line {index + 1} has {len(ids):,} subwords; at most {limit:,} are "
-                    "translated (--max-source-len)"
-                )
+                raise InputTooLong(index, len(ids), limit)
         return [ids if line else [] for ids, line in zip(encoded, text, strict=True)]
 
     def translate(self, lines: Sequence[str]) -> list[Translation]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from seq2seq_lite import ReleaseError, Translator
+from seq2seq_lite import InputTooLong, ReleaseError, Translator
 from seq2seq_lite.text import InputError, decode_lines
 
 
@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
                 out.append(translation.texts[0] if translation.texts else "")
             else:
                 out.append(" ||| ".join(f"{h.score:.4f}\t{text}" for h, text in scored))
+    except InputTooLong as e:  # named as seq2seq-translate names a line on a pipe
+        print(f"seq2seq-lite: {e.describe(f'standard input, line {e.index + 1}')}", file=sys.stderr)
+        sys.exit(1)
     except (ReleaseError, InputError) as e:
         print(f"seq2seq-lite: {e}", file=sys.stderr)
         sys.exit(1)
