@@ -200,7 +200,8 @@ def register_schemas() -> None:
 def hydra_command(config_name: str) -> Callable[[Callable[[Any], None]], Callable[[], None]]:
     """``hydra.main`` of a command that reads ``configs/<config_name>.yaml`` (shipped inside the
     package), with the schemas registered when the command starts and its overrides checked
-    against them first: an unknown key or a wrong type is one line, exit 1, before any work."""
+    against them first: an unknown key or a wrong type is one line, exit 1, before any work.
+    ``-v`` (``--verbose``) is ``hydra.verbose=seq2seq``: the debug lines too."""
 
     def decorate(task: Callable[[Any], None]) -> Callable[[], None]:
         run = hydra.main(version_base=None, config_path=CONFIGS, config_name=config_name)(task)
@@ -209,6 +210,8 @@ def hydra_command(config_name: str) -> Callable[[Callable[[Any], None]], Callabl
         @functools.wraps(task)
         def command() -> None:
             register_schemas()
+            verbose = "hydra.verbose=seq2seq"
+            sys.argv[1:] = [verbose if a in ("-v", "--verbose") else a for a in sys.argv[1:]]
             try:
                 check_command_line(config_name, sys.argv[1:])
             except Seq2SeqError as e:

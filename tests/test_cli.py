@@ -78,5 +78,6 @@ def test_process_settings_are_debug_lines(smoke_run: Path) -> None:
 
     quiet = said()
     assert "loaded " in quiet and "memory:" not in quiet and "oneDNN:" not in quiet
-    verbose = said("hydra.verbose=seq2seq.runtime")
-    assert "[DEBUG] memory: " in verbose and "[DEBUG] oneDNN: " in verbose
+    for flag in ("hydra.verbose=seq2seq.runtime", "-v"):
+        verbose = said(flag)
+        assert "[DEBUG] memory: " in verbose and "[DEBUG] oneDNN: " in verbose, flag
