@@ -46,6 +46,19 @@ def test_the_quick_start_shortened_runs_to_a_clean_end(tmp_path: Path, data_dirs
     assert (tmp_path / "run" / "best.pt").is_file() and (tmp_path / "run" / "last.pt").is_file()
 
 
+def test_ci_installs_and_tests_as_the_readme_says() -> None:
+    """.ci/run proves the README's test command in a new venv: the same pip install (./lite
+    included, which the onnx server's tests start) and pytest."""
+    readme = (REPO / "README.md").read_text()
+    [line] = [x for x in readme.splitlines() if x.startswith("pip install") and "[dev]" in x]
+    install, test = line.split(" && ")
+    assert install.endswith(" -e ./lite") and test == "pytest"
+    ci = (REPO / ".ci/run").read_text()
+    assert "python3 -m venv" in ci
+    assert f"pip install --quiet {install.removeprefix('pip install ')}\n" in ci
+    assert "python -m pytest -q\n" in ci
+
+
 def test_train_help_is_its_own() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "seq2seq.train", "--help"],
