@@ -148,6 +148,9 @@ def export_graphs(model: Seq2Seq, folder: Path, search: DecodeConfig, facts: dic
     require_exporter()
     import onnx
 
+    log.info(
+        "writing the ONNX graphs of %s (encoder, decoder step; fp32, int8)", facts.get("attention")
+    )
     folder.mkdir(parents=True, exist_ok=True)
     longest = max(map(len, SAMPLE))
     src = torch.tensor([list(s) + [PAD] * (longest - len(s)) for s in SAMPLE])
