@@ -124,3 +124,24 @@ def test_a_typo_stops_a_command_before_any_work(tmp_path: Path) -> None:
             f"did you mean {meant}?"
         ]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", COMMANDS)
+def test_every_command_checks_before_it_starts(config: str, tmp_path: Path) -> None:
+    """Each of the nine commands, started as a user starts it, with a + typo: one line naming
+    the key meant, exit 1, and the run folder it names never read."""
+    key, typo, value = COMMANDS[config]
+    module = "train" if config == "config" else config
+    folder = f"hydra.run.dir={tmp_path / 'run'}" if config == "config" else "run_dir=nowhere"
+    proc = subprocess.run(
+        [sys.executable, "-m", f"seq2seq.{module}", folder, f"+{typo}={value}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    expected = f"seq2seq-{module}: {typo}: no such key; did you mean {key}?"
+    assert proc.stderr.splitlines() == [expected]
+    assert not any(tmp_path.iterdir())  # nothing written, not even Hydra's folders
