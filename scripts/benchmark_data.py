@@ -136,16 +136,19 @@ def watch(cmd: list[str], memory: bool) -> dict[str, Any]:
     """Run ``cmd``: seconds to its first update, or (``memory``) its peak memory: of the process
     itself (its VmHWM), of its largest process (the kernel's, over it and its children), and the
     largest sampled sum over the process tree (PSS: pages forked children share count once); the
-    process's and the tree's also as they stood at the first update (before the steps, whose
-    kept memory grows with the shapes they meet: ``train.keep_freed_memory``)."""
+    three also as they stood at the first update (data preparation and the start of training,
+    before the steps, whose kept memory grows with the shapes they meet)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peaks, done = {"main": 0, "tree": 0}, threading.Event()
+    peaks, done = {"main": 0, "largest": 0, "tree": 0}, threading.Event()
 
     def sample() -> None:
         while not done.is_set():
             peaks["main"] = max(peaks["main"], _kib(f"/proc/{proc.pid}/status", "VmHWM:"))
-            tree = sum(_kib(f"/proc/{pid}/smaps_rollup", "Pss:") for pid in _tree(proc.pid))
+            pids = _tree(proc.pid)
+            largest = max(_kib(f"/proc/{pid}/status", "VmHWM:") for pid in pids)
+            peaks["largest"] = max(peaks["largest"], largest)
+            tree = sum(_kib(f"/proc/{pid}/smaps_rollup", "Pss:") for pid in pids)
             peaks["tree"] = max(peaks["tree"], tree)
             time.sleep(0.05)
 
@@ -171,6 +174,7 @@ def watch(cmd: list[str], memory: bool) -> dict[str, Any]:
         "peak_rss_mb": round(usage.ru_maxrss / 1024),
         "tree_peak_pss_mb": round(peaks["tree"] / 1024),
         "first_update_main_peak_rss_mb": round(before_steps["main"] / 1024),
+        "first_update_largest_peak_rss_mb": round(before_steps["largest"] / 1024),
         "first_update_tree_peak_pss_mb": round(before_steps["tree"] / 1024),
     }
 
@@ -249,7 +253,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| pairs | text MB | read pairs/s | tokenizers s | encode pairs/s | spm limit pairs/s "
         "| cold: first update s | cold: peak MB, main / largest / tree (at the first update: "
-        "main / tree) | cached: first update s | cached: peak MB, the same |"
+        "main / largest / tree) | cached: first update s | cached: peak MB, the same |"
     )
     lines = [head, "|" + "---|" * 10]
     for r in rows:
@@ -264,6 +268,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r[f'{c}_to_first_update_s'] or '-'} | {r[f'{c}_main_peak_rss_mb']:,} / "
             f"{r[f'{c}_peak_rss_mb']:,} / {r[f'{c}_tree_peak_pss_mb']:,} "
             f"({r[f'{c}_first_update_main_peak_rss_mb']:,} / "
+            f"{r[f'{c}_first_update_largest_peak_rss_mb']:,} / "
             f"{r[f'{c}_first_update_tree_peak_pss_mb']:,})"
             for c in ("cold", "cached")
         )
