@@ -94,6 +94,9 @@ def test_gold_files_are_checked_against_the_pairs(tmp_path) -> None:
     pairs_file.write_text("no separator\n", encoding="utf-8")
     with pytest.raises(DataError, match="pairs.txt:1"):
         read_pairs(pairs_file)
+    pairs_file.write_text("", encoding="utf-8")  # refused as evaluate refuses an empty file
+    with pytest.raises(DataError, match=r"pairs.txt is empty$"):
+        read_pairs(pairs_file)
 
 
 def test_parallel_files_need_as_many_lines(tmp_path) -> None:

@@ -29,6 +29,8 @@ def read_pairs(path: str | Path) -> list[WordPair]:
             raise DataError(f"{path}:{number}: expected one 'source ||| target' per line")
         source, target = line.split("|||")
         pairs.append((source.split(), target.split()))
+    if not pairs:  # as evaluate and the parallel files answer an empty input
+        raise DataError(f"{path} is empty")
     return pairs
 
 
