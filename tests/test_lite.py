@@ -134,6 +134,22 @@ def test_lite_refuses_invalid_utf8_as_seq2seq_translate_does(onnx_release: Path)
     assert proc.stderr.decode().splitlines() == [expected]
 
 
+@pytest.mark.slow
+def test_an_onnx_export_says_a_few_lines(smoke_run: Path, tmp_path: Path) -> None:
+    """What it writes and where, not its libraries' chatter (it printed 98 lines)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "seq2seq.export", f"run_dir={smoke_run}", f"out={tmp_path / 'r'}"]
+        + ["onnx=true"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = (proc.stdout + proc.stderr).splitlines()
+    assert len(said) <= 4, said
+    assert proc.stdout == f"{tmp_path / 'r'}\n"  # the release folder, for scripts
+
+
 def test_lite_help_is_plain_text_with_an_example() -> None:
     proc = lite("--help", text="")
     assert proc.returncode == 0, proc.stderr
