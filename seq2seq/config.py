@@ -2,7 +2,7 @@
 the other commands' configs are in config_commands.py.
 
 Each dataclass is registered in Hydra's ConfigStore when a command starts (register_configs), and
-every override is looked up in the composed config first (config_keys.py): a misspelled key or a
+every override is looked up in the composed config first (commands/keys.py): a misspelled key or a
 wrong type on the command line stops in one line before anything runs. YAML files under
 ``configs/`` only choose group options and override values (``experiment=smoke``).
 """

@@ -16,6 +16,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from seq2seq.commands.keys import check_command_line
 from seq2seq.config import DecodeConfig, register_configs
 from seq2seq.config_choices import (
     AlignMethod,
@@ -27,7 +28,6 @@ from seq2seq.config_choices import (
     Selection,
     Symmetrize,
 )
-from seq2seq.config_keys import check_command_line
 from seq2seq.errors import Seq2SeqError
 
 CONFIGS = "pkg://seq2seq.configs"  # the top-level configs/, installed inside the package

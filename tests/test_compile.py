@@ -15,8 +15,8 @@ from model_helpers import SETUPS, HandBatch, assert_same, tiny_model
 from omegaconf import OmegaConf
 from torch._dynamo.utils import counters
 
+from seq2seq.commands.keys import check_command_line
 from seq2seq.config import DecodeConfig
-from seq2seq.config_keys import check_command_line
 from seq2seq.config_rules import upgrade_saved_config
 from seq2seq.decoding.search import beam_search, greedy_search
 from seq2seq.errors import Seq2SeqError

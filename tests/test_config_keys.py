@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.config_keys import check_command_line
+from seq2seq.commands.keys import check_command_line
 from seq2seq.errors import Seq2SeqError
 
 # each command's config: a key of its schema, a typo of it, and a value the key takes
