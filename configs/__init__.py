@@ -2,4 +2,4 @@
 schemas in Hydra's ConfigStore, so the compose API finds every group without importing the app."""
 
 import seq2seq.config  # noqa: F401  (registers the training schema and the group options)
-import seq2seq.config_commands  # noqa: F401  (registers the other commands' schemas)
+import seq2seq.commands.configs  # noqa: F401  (registers the other commands' schemas)

@@ -25,7 +25,6 @@ import torch
 from seq2seq.config_choices import AlignMethod, Symmetrize
 from seq2seq.decoding.aer import Gold, alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner
-from seq2seq.decoding.inference import load_run
 from seq2seq.decoding.wordalign import (
     Links,
     WordPair,
@@ -37,6 +36,7 @@ from seq2seq.decoding.wordalign import (
 )
 from seq2seq.runtime.checkpoint import kept_steps
 from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.run_folder import load_run
 from seq2seq.storage.rundir import kept_checkpoint
 
 SHIFTS = (-1, 0, 1)

@@ -43,9 +43,9 @@ from attention_pictures import picture_curves, picture_heatmaps
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from seq2seq.config_rules import upgrade_saved_config
 from seq2seq.decoding.alignment import attention_statistics
 from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.runtime.migrate import upgrade_saved_config
 from seq2seq.storage.rundir import BEST, CONFIG_FILE, EVAL_DIR, TENSORBOARD_DIR
 
 WORD_START = "\u2581"  # sentencepiece's mark of a piece that begins a word

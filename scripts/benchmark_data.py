@@ -181,9 +181,9 @@ def watch(cmd: list[str], memory: bool) -> dict[str, Any]:
 
 # As the installed command starts (a light main module), where the checkout has one.
 TRAIN = (
-    [sys.executable, "-c", "from seq2seq.cli import train; train()"]
-    if importlib.util.find_spec("seq2seq.cli")
-    else [sys.executable, "-m", "seq2seq.train"]
+    [sys.executable, "-c", "from seq2seq.commands.cli import train; train()"]
+    if importlib.util.find_spec("seq2seq.commands.cli")
+    else [sys.executable, "-m", "seq2seq.commands.train"]
 )
 
 

@@ -25,8 +25,8 @@ import torch
 from omegaconf import OmegaConf
 from seq2seq_lite import Translator as LiteTranslator
 
+from seq2seq.commands.configs import InferenceConfig
 from seq2seq.config import DecodeConfig, Precision
-from seq2seq.config_commands import InferenceConfig
 from seq2seq.decoding.inference import Translator, open_model
 
 VARIANTS = ["torch fp32", "torch bf16", "torch int8", "onnxruntime fp32", "onnxruntime int8"]

@@ -31,7 +31,7 @@ step() { # name seconds command...: one step, its output in $out/name.log
 
 site=/tmp/seq2seq-site
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" \
-  . "$bundle"/whl/*.whl || { echo "install failed"; exit 2; }
+  . ./lite "$bundle"/whl/*.whl || { echo "install failed"; exit 2; }
 export PYTHONPATH=$site PATH=$site/bin:$PATH
 # the installed package, not the checkout's seq2seq/ (which lacks seq2seq.configs): no cwd on sys.path
 export PYTHONSAFEPATH=1
@@ -85,8 +85,8 @@ step ours "${OURS_S:-300}" "
   peer='model.emb_size=256 model.encoder_size=256 model/attention=luong model.attention.score=concat
     train.max_steps=300 train.batch_tokens=1100 train.label_smoothing=0 device=cuda precision=fp32
     log.progress=false data.source=$bundle/multi30k'
-  python3 -m seq2seq.train \$peer hydra.run.dir=/tmp/peer300 | grep -E 'tok/s|finished' | tail -4
-  python3 -m seq2seq.train \$peer train.cuda_graphs=false hydra.run.dir=/tmp/peer300_eager \
+  python3 -m seq2seq.commands.train \$peer hydra.run.dir=/tmp/peer300 | grep -E 'tok/s|finished' | tail -4
+  python3 -m seq2seq.commands.train \$peer train.cuda_graphs=false hydra.run.dir=/tmp/peer300_eager \
     | grep -E 'tok/s|finished' | tail -2
   b='python3 scripts/benchmark.py --data-source $bundle/multi30k --device cuda --repeats 3'
   \$b --measure training --model peer --batch peer,8192 --precision fp32 --cuda-graphs false,true
@@ -102,11 +102,11 @@ step ours "${OURS_S:-300}" "
 step recipe "${RECIPE_S:-330}" "
   set -e
   for seed in ${RECIPE_SEEDS:-1 2}; do
-    python3 -m seq2seq.train experiment=multi30k_de_en device=cuda log.progress=false \
+    python3 -m seq2seq.commands.train experiment=multi30k_de_en device=cuda log.progress=false \
       data.source=$bundle/multi30k hydra.run.dir=/tmp/recipe\$seed train.seed=\$seed \
       train.max_minutes=${RECIPE_MINUTES:-1.5} ${RECIPE_OVERRIDES:-} | grep -E 'finished|BLEU' | tail -2
     cp /tmp/recipe\$seed/train.log $out/recipe\${seed}_train.log
-    python3 -m seq2seq.evaluate run_dir=/tmp/recipe\$seed device=cuda | tail -1
+    python3 -m seq2seq.commands.evaluate run_dir=/tmp/recipe\$seed device=cuda | tail -1
   done"
 
 # the attention comparison's English->French rows side by side on the one GPU, to a longer budget
@@ -116,7 +116,7 @@ step compare "${COMPARE_S:-300}" "
   python3 scripts/alignment_data.py --multi30k $bundle/multi30k \
     --pairs $bundle/alignment/en-fr.hansards.txt --out \$d >/dev/null
   for row in ${ROWS:-local_m luong bahdanau bahdanau_conditional multihead local_p}; do
-    python3 -m seq2seq.train experiment=attention_comparison_en_fr +compare=\$row train.seed=1 \
+    python3 -m seq2seq.commands.train experiment=attention_comparison_en_fr +compare=\$row train.seed=1 \
       train.max_steps=${COMPARE_STEPS:-3200} train.validate_every=400 device=cuda \
       train.threads=2 log.progress=false data.train=\$d/train data.valid=\$d/val \
       data.test=\$d/test_2016_flickr log.alignment_pairs=$bundle/alignment/en-fr.hansards.txt \

@@ -23,7 +23,8 @@ import torch
 from seq2seq_lite import Translator as LiteTranslator
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.inference import Translator, load_run
+from seq2seq.decoding.inference import Translator
+from seq2seq.runtime.run_folder import load_run
 
 
 def compare(release: str, lines: list[str], refs: list[str], args) -> dict:

@@ -1,5 +1,6 @@
-"""Typed configuration of training (the data, model and train groups): where their defaults live;
-the other commands' configs are in config_commands.py.
+"""Typed configuration of training (the data, model and train groups) and of decoding a trained
+run (InferenceConfig): where their defaults live; each command's own keys are in
+commands/configs.py.
 
 Each dataclass is registered in Hydra's ConfigStore when a command starts (register_configs), and
 every override is looked up in the composed config first (commands/keys.py): a misspelled key or a
@@ -16,6 +17,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from seq2seq.config_choices import (
+    Int8Engine,
     Precision,
     Products,
     ScheduleName,
@@ -202,6 +204,24 @@ class DecodeConfig:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+
+
+@dataclass
+class InferenceConfig(DecodeConfig):
+    """What every command that loads a trained run shares: which run, which checkpoint, where.
+
+    The search keys (``beam_size``, ``alpha``, ``nbest``, ...) are inherited from DecodeConfig, so
+    they are typed at the top level: ``seq2seq-evaluate run_dir=runs/x beam_size=1``.
+    """
+
+    run_dir: str = MISSING  # a training run folder
+    ensemble: list[str] = field(default_factory=list)  # more run folders, decoding with run_dir
+    checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
+    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
+    precision: Precision = Precision.fp32  # autocast while decoding, as in training
+    products: Products = Products.auto  # fp32 products on the CPU
+    int8_engine: Int8Engine = Int8Engine.auto  # quantized engine under precision=int8
+    compile: bool = False  # torch.compile the decoder's search step
 
 
 @dataclass

@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True, scope="session")
 def hydra_schemas() -> None:
     """The schemas the commands register when they start, for tests that compose configs."""
-    from seq2seq.config_commands import register_schemas
+    from seq2seq.commands.configs import register_schemas
 
     register_schemas()
 
@@ -102,7 +102,7 @@ def smoke_run(tmp_path_factory, multi30k_url: str) -> Path:
     cmd = [
         sys.executable,
         "-m",
-        "seq2seq.train",
+        "seq2seq.commands.train",
         "experiment=smoke",
         "train.max_epochs=1",
         "log.progress=false",

@@ -1,10 +1,12 @@
 """The search as it was before it became sync-free (commit fa9b8d8, host only): the oracle that
-tests/test_search.py holds today's search against, with today's rule that EOS cannot end a
-translation at the first step. Not used by the package."""
+tests/test_search.py holds today's search against. The rules every search shares (the length
+limit and penalty, no EOS at the first step) it takes from seq2seq_lite.rules. Not used by the
+package."""
 
 from __future__ import annotations
 
 import torch
+from seq2seq_lite.rules import eos_banned
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
@@ -17,8 +19,8 @@ def _restrict(log_probs: Tensor, at_limit: Tensor, first: bool) -> Tensor:
     """Forbid PAD and BOS everywhere, EOS at the first step unless at the limit, and anything
     but EOS in rows that reached their limit."""
     log_probs[:, [PAD, BOS]] = float("-inf")
-    if first:
-        log_probs[~at_limit, EOS] = float("-inf")
+    if (banned := eos_banned(first, at_limit)) is not None:
+        log_probs[banned, EOS] = float("-inf")
     if at_limit.any():
         log_probs[at_limit, :EOS] = float("-inf")
         log_probs[at_limit, EOS + 1 :] = float("-inf")

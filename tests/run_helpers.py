@@ -67,7 +67,7 @@ REPO = Path(__file__).resolve().parents[1]
 def run(module: str, *args: str) -> str:
     """The output of `python -m seq2seq.<module> args` from the repository root; it must succeed."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", f"seq2seq.{module}", *args],
+        [sys.executable, "-m", f"seq2seq.commands.{module}", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -81,7 +81,7 @@ def run(module: str, *args: str) -> str:
 def command(module: str, *args: str) -> subprocess.CompletedProcess:
     """`python -m seq2seq.<module> args`, its output captured, whether it succeeds or not."""
     return subprocess.run(
-        [sys.executable, "-m", f"seq2seq.{module}", *args],
+        [sys.executable, "-m", f"seq2seq.commands.{module}", *args],
         capture_output=True,
         text=True,
         timeout=TRAIN_TIMEOUT,

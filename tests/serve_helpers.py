@@ -57,7 +57,14 @@ def server(run_dir: Path, *overrides: str) -> Iterator[tuple[str, subprocess.Pop
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "seq2seq.serve", f"run_dir={run_dir}", f"port={port}", *overrides],
+        [
+            sys.executable,
+            "-m",
+            "seq2seq.commands.serve",
+            f"run_dir={run_dir}",
+            f"port={port}",
+            *overrides,
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
@@ -88,7 +95,7 @@ def server(run_dir: Path, *overrides: str) -> Iterator[tuple[str, subprocess.Pop
 def cli_translations(run_dir: Path, lines: list[str], *overrides: str) -> list[str]:
     """What ``seq2seq-translate`` prints for ``lines``."""
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.translate", f"run_dir={run_dir}", *overrides],
+        [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={run_dir}", *overrides],
         input="".join(line + "\n" for line in lines),
         capture_output=True,
         text=True,
@@ -101,7 +108,14 @@ def cli_translations(run_dir: Path, lines: list[str], *overrides: str) -> list[s
 def export(run_dir: Path, out: Path, *overrides: str) -> Path:
     """``seq2seq-export`` of ``run_dir`` into ``out``: a release folder."""
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.export", f"run_dir={run_dir}", f"out={out}", *overrides],
+        [
+            sys.executable,
+            "-m",
+            "seq2seq.commands.export",
+            f"run_dir={run_dir}",
+            f"out={out}",
+            *overrides,
+        ],
         capture_output=True,
         text=True,
         timeout=300,

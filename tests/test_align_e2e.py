@@ -16,15 +16,16 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.forced import ForcedAligner, segment
-from seq2seq.decoding.inference import Translator, load_run
+from seq2seq.decoding.inference import Translator
+from seq2seq.runtime.run_folder import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_align(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`python -m seq2seq.align ARGS`; products pinned: runs compared link by link must not
+    """`python -m seq2seq.commands.align ARGS`; products pinned: runs compared link by link must not
     differ by which fp32 products a start-up timing chose (near ties of the argmax)."""
-    cmd = [sys.executable, "-m", "seq2seq.align", "products=pytorch", *args]
+    cmd = [sys.executable, "-m", "seq2seq.commands.align", "products=pytorch", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
@@ -174,7 +175,7 @@ def test_training_logs_aer_at_every_validation(multi30k_dir, data_dirs, tmp_path
     cmd = [
         sys.executable,
         "-m",
-        "seq2seq.train",
+        "seq2seq.commands.train",
         "experiment=smoke",
         "data.train_limit=500",
         "train.max_steps=6",
@@ -202,7 +203,7 @@ def test_training_refuses_half_a_gold_pair(data_dirs, tmp_path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "seq2seq.train",
+        "seq2seq.commands.train",
         "experiment=smoke",
         "log.alignment_pairs=x",
         f"hydra.run.dir={tmp_path / 'run'}",

@@ -34,7 +34,9 @@ def test_the_model_imports_neither_the_app_config_nor_hydra() -> None:
 def test_the_commands_load_drawing_and_tensorboard_only_when_they_write() -> None:
     """matplotlib and TensorBoard take about a second to import: a command that stops on a wrong
     setting or bad input answers without them."""
-    commands = ", ".join(f"seq2seq.{c}" for c in ("train", "evaluate", "translate", "serve"))
+    commands = ", ".join(
+        f"seq2seq.commands.{c}" for c in ("train", "evaluate", "translate", "serve")
+    )
     code = f"import sys, {commands}; print(sorted(m for m in sys.modules if m in {HEAVY}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -42,10 +44,10 @@ def test_the_commands_load_drawing_and_tensorboard_only_when_they_write() -> Non
 
 def test_importing_the_library_registers_nothing_with_hydra() -> None:
     """The schemas and the resolver are registered by a command when it starts."""
-    commands = ", ".join(f"seq2seq.{c}" for c in ("train", "evaluate", "serve", "export"))
+    commands = ", ".join(f"seq2seq.commands.{c}" for c in ("train", "evaluate", "serve", "export"))
     code = (
         f"import {commands}; from hydra.core.config_store import ConfigStore;"
-        "from omegaconf import OmegaConf; from seq2seq.config_commands import register_schemas;"
+        "from omegaconf import OmegaConf; from seq2seq.commands.configs import register_schemas;"
         "ours = {'base_config.yaml', 'evaluate_config.yaml'};"
         "names = lambda: sorted(ours & set(ConfigStore.instance().list('')));"
         "print(names(), OmegaConf.has_resolver('path_safe')); register_schemas();"
@@ -57,16 +59,20 @@ def test_importing_the_library_registers_nothing_with_hydra() -> None:
 
 
 # The library's folders, lowest first: each imports only from its own folder, the folders before
-# it, and the shared modules; none imports a command (train, evaluate, translate, ...).
+# it, and the shared modules; none imports seq2seq.commands, the room of the nine commands, their
+# configs and their one wrapper, which sits on top.
 LAYERS = ["storage", "model", "data", "runtime", "decoding", "training", "serving"]
-SHARED = {
-    "config",
-    "config_choices",
-    "config_commands",
-    "config_rules",
-    "errors",
-    "languages",
-    "vocab",
+SHARED = {"config", "config_choices", "errors", "languages", "vocab"}
+COMMANDS = {
+    "align",
+    "average",
+    "backtranslate",
+    "distill",
+    "evaluate",
+    "export",
+    "serve",
+    "train",
+    "translate",
 }
 
 
@@ -91,6 +97,34 @@ def test_the_library_folders_import_downward_only_and_never_a_command() -> None:
                 if not allowed:
                     wrong.append(f"{path.relative_to(ROOT)} imports seq2seq.{name}")
     assert not wrong, wrong
+
+
+def test_the_package_top_holds_the_shared_modules_and_the_rooms_only() -> None:
+    loose = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    rooms = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert loose == SHARED
+    assert rooms == {*LAYERS, "commands"}
+
+
+def test_each_command_is_a_module_of_the_commands_room_run_by_the_one_wrapper() -> None:
+    """Every command's main is ``hydra_command(...)(task)``; only the wrapper ends a process."""
+    room = PACKAGE / "commands"
+    for name in COMMANDS:
+        tree = ast.parse((room / f"{name}.py").read_text(encoding="utf-8"))
+        mains = [
+            ast.unparse(n.value)
+            for n in tree.body
+            if isinstance(n, ast.Assign) and [ast.unparse(t) for t in n.targets] == ["main"]
+        ]
+        assert len(mains) == 1 and mains[0].startswith("hydra_command("), (name, mains)
+    exits = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "wrapper.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ("sys.exit", "exit")
+    ]
+    assert not exits, exits
 
 
 def _subclasses(cls: type) -> set[type]:

@@ -7,8 +7,8 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from seq2seq.commands.rules import check_config
 from seq2seq.config import DecodeConfig
-from seq2seq.config_rules import check_config, upgrade_saved_config
 from seq2seq.decoding.search import greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import build_model
@@ -22,6 +22,7 @@ from seq2seq.model.config import (
     MultiHeadConfig,
 )
 from seq2seq.model.registry import build_attention, describe_attention
+from seq2seq.runtime.migrate import upgrade_saved_config
 
 QUERY, MEMORY = 6, 10
 # the model part of a run folder's config.yaml written before Luong scores were scaled
@@ -303,7 +304,7 @@ def test_an_old_run_keeps_its_unscaled_luong_score() -> None:
 def test_scaled_dot_is_read_as_a_scaled_dot_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from seq2seq.config_rules import upgrade_config
+    from seq2seq.commands.rules import upgrade_config
 
     with initialize_config_module("seq2seq.configs", version_base=None):
         cfg = compose("config", ["model/attention=luong", "model.attention.score=scaled_dot"])

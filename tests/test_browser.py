@@ -114,7 +114,7 @@ def test_browser_without_onnx_or_npm_is_refused_in_one_line(smoke_run, tmp_path)
             [
                 sys.executable,
                 "-m",
-                "seq2seq.export",
+                "seq2seq.commands.export",
                 f"run_dir={smoke_run}",
                 f"out={tmp_path / 'r'}",
                 *overrides,

@@ -10,8 +10,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from seq2seq.average import average
-from seq2seq.config_commands import AverageConfig
+from seq2seq.commands.average import average
+from seq2seq.commands.configs import AverageConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import CheckpointWriter, keep, load_checkpoint, save_checkpoint
 

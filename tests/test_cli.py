@@ -46,6 +46,17 @@ def test_the_quick_start_shortened_runs_to_a_clean_end(tmp_path: Path, data_dirs
     assert (tmp_path / "run" / "best.pt").is_file() and (tmp_path / "run" / "last.pt").is_file()
 
 
+def test_the_quick_start_installs_the_lite_distribution_seq2seq_needs() -> None:
+    """seq2seq depends on seq2seq-lite (its search rules), which is on no index: the quick start
+    installs ./lite in the same pip call."""
+    readme = (REPO / "README.md").read_text()
+    block = re.search(r"## Quick start\n.*?```bash\n(.*?)```", readme, re.S)
+    assert block, "the README has no quick start"
+    [install] = [line for line in block.group(1).splitlines() if line.startswith("pip install")]
+    assert " -e . -e ./lite " in install
+    assert '"seq2seq-lite",' in (REPO / "pyproject.toml").read_text()
+
+
 def test_ci_installs_and_tests_as_the_readme_says() -> None:
     """.ci/run proves the README's test command in a new venv: the same pip install (./lite
     included, which the onnx server's tests start) and pytest."""
@@ -61,7 +72,7 @@ def test_ci_installs_and_tests_as_the_readme_says() -> None:
 
 def test_train_help_is_its_own() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.train", "--help"],
+        [sys.executable, "-m", "seq2seq.commands.train", "--help"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -80,7 +91,13 @@ def test_process_settings_are_debug_lines(smoke_run: Path) -> None:
 
     def said(*overrides: str) -> str:
         proc = subprocess.run(
-            [sys.executable, "-m", "seq2seq.translate", f"run_dir={smoke_run}", *overrides],
+            [
+                sys.executable,
+                "-m",
+                "seq2seq.commands.translate",
+                f"run_dir={smoke_run}",
+                *overrides,
+            ],
             input="Ein Hund.\n",
             capture_output=True,
             text=True,

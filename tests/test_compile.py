@@ -17,11 +17,11 @@ from torch._dynamo.utils import counters
 
 from seq2seq.commands.keys import check_command_line
 from seq2seq.config import DecodeConfig
-from seq2seq.config_rules import upgrade_saved_config
 from seq2seq.decoding.search import beam_search, greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import Seq2Seq
 from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.migrate import upgrade_saved_config
 
 
 def searched(model: Seq2Seq) -> list[list]:

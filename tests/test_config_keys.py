@@ -113,7 +113,7 @@ def test_a_typo_stops_a_command_before_any_work(tmp_path: Path) -> None:
     ]
     for module, overrides, meant in commands:
         proc = subprocess.run(
-            [sys.executable, "-m", f"seq2seq.{module}", *overrides],
+            [sys.executable, "-m", f"seq2seq.commands.{module}", *overrides],
             capture_output=True,
             text=True,
             timeout=300,
@@ -135,7 +135,7 @@ def test_every_command_checks_before_it_starts(config: str, tmp_path: Path) -> N
     module = "train" if config == "config" else config
     folder = f"hydra.run.dir={tmp_path / 'run'}" if config == "config" else "run_dir=nowhere"
     proc = subprocess.run(
-        [sys.executable, "-m", f"seq2seq.{module}", folder, f"+{typo}={value}"],
+        [sys.executable, "-m", f"seq2seq.commands.{module}", folder, f"+{typo}={value}"],
         capture_output=True,
         text=True,
         timeout=300,

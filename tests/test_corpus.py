@@ -82,7 +82,7 @@ def test_workers_of_a_python_m_command_start_without_warnings(tmp_path: Path) ->
     import subprocess
     import sys
 
-    (tmp_path / "probe").mkdir()  # a module in a package, as seq2seq.train is
+    (tmp_path / "probe").mkdir()  # a module in a package, as seq2seq.commands.train is
     (tmp_path / "probe" / "__init__.py").write_text("")
     (tmp_path / "probe" / "command.py").write_text(
         "from seq2seq.data.stream import worker_context\n"

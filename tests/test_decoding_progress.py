@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from seq2seq import translate
+from seq2seq.commands import translate
+from seq2seq.commands.configs import TranslateConfig
 from seq2seq.config import DecodeConfig
-from seq2seq.config_commands import TranslateConfig
 from seq2seq.decoding import progress
-from seq2seq.decoding.inference import Translator, load_run
+from seq2seq.decoding.inference import Translator
 from seq2seq.decoding.progress import translate_told
+from seq2seq.runtime.run_folder import load_run
 
 
 @pytest.fixture(scope="module")

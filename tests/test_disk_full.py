@@ -60,7 +60,7 @@ def train_with_a_full_disk(tmp_path: Path, data_dirs: list[str], target: str, af
     cmd = [
         sys.executable,
         "-m",
-        "seq2seq.train",
+        "seq2seq.commands.train",
         "experiment=smoke",
         "log.progress=false",
         f"hydra.run.dir={run_dir}",

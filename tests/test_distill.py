@@ -31,7 +31,7 @@ def test_the_distilled_corpus_is_the_teachers_beam_output(smoke_run: Path, tmp_p
     sources, targets = gz_lines(out / "valid.de.gz"), gz_lines(out / "valid.en.gz")
     assert len(sources) == len(targets) == result["sentences"] > 400  # several chunks
     evaluated = subprocess.run(
-        [sys.executable, "-m", "seq2seq.evaluate", f"run_dir={smoke_run}", "split=valid"]
+        [sys.executable, "-m", "seq2seq.commands.evaluate", f"run_dir={smoke_run}", "split=valid"]
         + ["beam_size=2", f"out={tmp_path / 'eval'}"],
         capture_output=True,
         text=True,
@@ -93,7 +93,7 @@ def test_distill_needs_an_out_folder_and_a_search(tmp_path: Path) -> None:
         ([f"out={tmp_path / 'x'}", "pick=closest"], "pick=closest chooses among"),
     ):
         proc = subprocess.run(
-            [sys.executable, "-m", "seq2seq.distill", f"run_dir={tmp_path}", *overrides],
+            [sys.executable, "-m", "seq2seq.commands.distill", f"run_dir={tmp_path}", *overrides],
             capture_output=True,
             text=True,
             timeout=120,

@@ -45,7 +45,7 @@ def torchrun(*args: str, wait: bool = True) -> subprocess.Popen | str:
 def train_args(run_dir: Path, data_dirs: list[str], *overrides: str) -> list[str]:
     return [
         "-m",
-        "seq2seq.train",
+        "seq2seq.commands.train",
         "experiment=smoke",
         f"hydra.run.dir={run_dir}",
         "log.progress=false",
@@ -171,7 +171,7 @@ def test_torchrun_checkpoint_evaluates_to_its_validation_bleu(
     sources, references = read_parallel(multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz", 100)
     (tmp_path / "val.de").write_text("".join(line + "\n" for line in sources))
     (tmp_path / "val.en").write_text("".join(line + "\n" for line in references))
-    cmd = [sys.executable, "-m", "seq2seq.evaluate", f"run_dir={run}", "beam_size=1"]
+    cmd = [sys.executable, "-m", "seq2seq.commands.evaluate", f"run_dir={run}", "beam_size=1"]
     cmd += [f"input={tmp_path / 'val.de'}", f"reference={tmp_path / 'val.en'}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

@@ -210,7 +210,7 @@ def test_a_slow_warm_up_pass_ends_the_timing(monkeypatch) -> None:
 def test_precision_auto_is_for_training_only() -> None:
     from hydra import compose, initialize_config_module
 
-    from seq2seq.config_rules import check_config
+    from seq2seq.commands.rules import check_config
 
     with initialize_config_module("seq2seq.configs", version_base=None):
         check_config(compose("config", ["experiment=smoke", "precision=auto"]))  # training: fine

@@ -14,15 +14,15 @@ import pytest
 from omegaconf import OmegaConf
 from run_helpers import events, sacrebleu_cli
 
-from seq2seq.config_commands import EvaluateConfig
+from seq2seq.commands.configs import EvaluateConfig
+from seq2seq.commands.evaluate import evaluate
 from seq2seq.decoding.alignment import pharaoh
 from seq2seq.errors import Seq2SeqError
-from seq2seq.evaluate import evaluate
 
 
 def run_evaluate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`python -m seq2seq.evaluate ARGS` in its own process, from `cwd`, as a user would."""
-    cmd = [sys.executable, "-m", "seq2seq.evaluate", *args]
+    """`seq2seq-evaluate ARGS` in its own process, from `cwd`, as a user would."""
+    cmd = [sys.executable, "-m", "seq2seq.commands.evaluate", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 

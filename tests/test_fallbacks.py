@@ -10,14 +10,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from seq2seq.decoding import monitor
+from seq2seq.decoding.monitor import Monitor
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import check_bleu_tokenizer
 from seq2seq.model import build_model, linear
 from seq2seq.model.config import BahdanauConfig, ModelConfig
 from seq2seq.runtime import precision
 from seq2seq.runtime.kernels import fastest_products
-from seq2seq.training import monitor
-from seq2seq.training.monitor import Monitor
 
 
 def test_native_bf16_is_read_from_the_cpu_flags_without_torchs_probes(

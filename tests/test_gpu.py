@@ -20,9 +20,10 @@ from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding import beam as beam_module
 from seq2seq.decoding import search as search_module
-from seq2seq.decoding.inference import Translator, load_run
+from seq2seq.decoding.inference import Translator
 from seq2seq.decoding.search import beam_search, greedy_search
 from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.run_folder import load_run
 from seq2seq.training.graphed import StaticUpdater, resolve
 from seq2seq.training.updater import Updater
 
@@ -34,7 +35,7 @@ SENTENCES = 200  # test_2016_flickr lines decoded on both devices
 
 
 def train_on_gpu(run: Path, data_dirs: list[str], precision: str) -> None:
-    cmd = [sys.executable, "-m", "seq2seq.train", "experiment=smoke", "device=cuda"]
+    cmd = [sys.executable, "-m", "seq2seq.commands.train", "experiment=smoke", "device=cuda"]
     cmd += [f"precision={precision}", f"hydra.run.dir={run}", "log.progress=false"]
     proc = subprocess.run([*cmd, *data_dirs], capture_output=True, text=True, timeout=TRAIN_TIMEOUT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -89,7 +90,7 @@ def test_gpu_translations_equal_the_cpus(smoke_run: Path, multi30k_dir: Path, be
 
 
 def evaluate(run: Path, device: str) -> dict:
-    cmd = [sys.executable, "-m", "seq2seq.evaluate", f"run_dir={run}", f"device={device}"]
+    cmd = [sys.executable, "-m", "seq2seq.commands.evaluate", f"run_dir={run}", f"device={device}"]
     cmd += ["beam_size=1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

@@ -10,8 +10,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from seq2seq.commands.rules import check_config
 from seq2seq.config import Multi30kConfig, TokenizerConfig
-from seq2seq.config_rules import check_config
 from seq2seq.data.batching import collate
 from seq2seq.data.dataset import encode_corpus
 from seq2seq.data.guidance import AlignmentTargets, word_starts, words_of

@@ -25,7 +25,7 @@ def train(run_dir: Path, data: list[str], *overrides: str) -> subprocess.Complet
         [
             sys.executable,
             "-m",
-            "seq2seq.train",
+            "seq2seq.commands.train",
             "log.progress=false",
             f"hydra.run.dir={run_dir}",
             *data,

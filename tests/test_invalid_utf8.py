@@ -1,6 +1,6 @@
 """Invalid UTF-8 answered one way by every command that reads text: exit 1 and one line,
-``<file or standard input>, line N: invalid UTF-8 (<reason>)``, from one function (lite/, which
-cannot import it, words it the same)."""
+``<file or standard input>, line N: invalid UTF-8 (<reason>)``, from one function
+(seq2seq_lite.rules.decode_text, which lite/ reads too)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from seq2seq_lite.text import InputError, decode_lines
+from seq2seq_lite.rules import InputError
+from seq2seq_lite.text import decode_lines
 
 from seq2seq.data.stream import decode_text
 from seq2seq.errors import DataError
@@ -45,7 +46,7 @@ def lines_file(path: Path, bad: bytes = BAD) -> Path:
 def refusal(module: str, *args: str, stdin: bytes = b"") -> tuple[str, str]:
     """(stdout, the one error line) of a command that must stop on its input."""
     proc = subprocess.run(
-        [sys.executable, "-m", f"seq2seq.{module}", *args],
+        [sys.executable, "-m", f"seq2seq.commands.{module}", *args],
         input=stdin,
         capture_output=True,
         timeout=300,

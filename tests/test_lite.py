@@ -138,7 +138,13 @@ def test_lite_refuses_invalid_utf8_as_seq2seq_translate_does(onnx_release: Path)
 def test_an_onnx_export_says_a_few_lines(smoke_run: Path, tmp_path: Path) -> None:
     """What it writes and where, not its libraries' chatter (it printed 98 lines)."""
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.export", f"run_dir={smoke_run}", f"out={tmp_path / 'r'}"]
+        [
+            sys.executable,
+            "-m",
+            "seq2seq.commands.export",
+            f"run_dir={smoke_run}",
+            f"out={tmp_path / 'r'}",
+        ]
         + ["onnx=true"],
         capture_output=True,
         text=True,

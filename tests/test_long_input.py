@@ -26,7 +26,7 @@ def pieces(run: Path, text: str) -> int:
 
 
 def command(module: str, *args: str, cwd: Path, data: str | None = None):
-    cmd = [sys.executable, "-m", f"seq2seq.{module}", *args]
+    cmd = [sys.executable, "-m", f"seq2seq.commands.{module}", *args]
     return subprocess.run(cmd, cwd=cwd, input=data, capture_output=True, text=True, timeout=600)
 
 

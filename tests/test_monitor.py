@@ -22,10 +22,10 @@ from seq2seq.data.tokenizer import train_tokenizers
 from seq2seq.decoding.alignment import AttentionSample, attention_sample, attention_statistics
 from seq2seq.decoding.heatmap import Heatmap as _Heatmap
 from seq2seq.decoding.heatmap import attention_figure
+from seq2seq.decoding.monitor import Monitor, run_hparams
 from seq2seq.decoding.search import Hypothesis
 from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig, MultiHeadConfig
 from seq2seq.storage.rundir import TENSORBOARD_DIR
-from seq2seq.training.monitor import Monitor, run_hparams
 from seq2seq.vocab import EOS
 
 STEPS = (100, 200)

@@ -11,8 +11,8 @@ from model_helpers import ATTENTIONS, peaky_model, settings, sources
 from omegaconf import OmegaConf
 from torch.ao.nn.quantized import dynamic as nnqd
 
+from seq2seq.commands.rules import check_config
 from seq2seq.config import Precision
-from seq2seq.config_rules import check_config
 from seq2seq.decoding.search import beam_search, greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model import build_model

@@ -17,10 +17,11 @@ from omegaconf import OmegaConf
 from run_helpers import REPO, composed, run, scalars
 from torch.utils.tensorboard import SummaryWriter
 
-from seq2seq.config_commands import AlignConfig, EvaluateConfig
-from seq2seq.config_rules import rename_keys, upgrade_config, upgrade_saved_config
+from seq2seq.commands.configs import AlignConfig, EvaluateConfig
+from seq2seq.commands.rules import rename_keys, upgrade_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint
+from seq2seq.runtime.migrate import upgrade_saved_config
 from seq2seq.storage.rundir import KEPT_DIR, kept_checkpoint
 
 
@@ -129,7 +130,13 @@ def test_an_ensemble_needs_the_same_tokenizers(smoke_run: Path, tmp_path, data_d
         *data_dirs,
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.translate", f"run_dir={smoke_run}", f"ensemble=[{other}]"],
+        [
+            sys.executable,
+            "-m",
+            "seq2seq.commands.translate",
+            f"run_dir={smoke_run}",
+            f"ensemble=[{other}]",
+        ],
         input="Ein Hund.\n",
         capture_output=True,
         text=True,
@@ -227,7 +234,7 @@ def test_a_model_card_leaves_out_ensemble_and_int8_scores(smoke_run: Path, tmp_p
     model's own score."""
     from types import SimpleNamespace
 
-    from seq2seq.export import facts
+    from seq2seq.commands.export import facts
 
     folder = tmp_path / "run"
     shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("eval"))

@@ -20,9 +20,10 @@ from run_helpers import TRAIN_TIMEOUT, finish
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
-from seq2seq.decoding.inference import Translator, load_run
+from seq2seq.decoding.inference import Translator
 from seq2seq.errors import DataError, Seq2SeqError
 from seq2seq.runtime.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq.runtime.run_folder import load_run
 from seq2seq.storage.rundir import LOCK
 from seq2seq.vocab import EOS
 
@@ -31,7 +32,7 @@ SMOKE = ["experiment=smoke", "log.progress=false"]
 
 def start(command: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", f"seq2seq.{command}", *args],
+        [sys.executable, "-m", f"seq2seq.commands.{command}", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -129,7 +130,7 @@ def test_a_damaged_run_file_stops_translate_with_one_line(
     path = folder / name
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 3] + b"\xff junk")
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.translate", f"run_dir={folder}"],
+        [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={folder}"],
         input="Ein Hund.\n",
         capture_output=True,
         text=True,
@@ -296,7 +297,7 @@ def test_logs_in_a_file_have_no_progress_bar(tmp_path: Path, data_dirs) -> None:
         [
             sys.executable,
             "-m",
-            "seq2seq.train",
+            "seq2seq.commands.train",
             "experiment=smoke",
             "train.max_epochs=1",
             f"hydra.run.dir={tmp_path}",

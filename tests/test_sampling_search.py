@@ -15,8 +15,7 @@ import pytest
 from model_helpers import forced_log_prob, peaky_model, settings, sources
 from serve_helpers import SENTENCES, cli_translations
 
-from seq2seq.decoding.hypothesis import length_penalty
-from seq2seq.decoding.search import greedy_search, sample
+from seq2seq.decoding.search import greedy_search, length_penalty, sample
 
 
 def sampling(**keys) -> object:
@@ -66,7 +65,7 @@ def test_translate_and_evaluate_sample(smoke_run: Path, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "seq2seq.evaluate",
+            "seq2seq.commands.evaluate",
             f"run_dir={smoke_run}",
             "sampling=true",
             "top_k=10",
@@ -94,7 +93,7 @@ def test_translate_and_evaluate_sample(smoke_run: Path, tmp_path: Path) -> None:
 )
 def test_sampling_limits_are_refused_in_one_line(command, overrides, says, tmp_path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", f"seq2seq.{command}", f"run_dir={tmp_path}", *overrides],
+        [sys.executable, "-m", f"seq2seq.commands.{command}", f"run_dir={tmp_path}", *overrides],
         capture_output=True,
         text=True,
         timeout=120,

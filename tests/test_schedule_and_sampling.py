@@ -11,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 from run_helpers import composed, run, scalars
 
+from seq2seq.commands.rules import check_config
 from seq2seq.config import ScheduleName, SchedulerConfig
-from seq2seq.config_rules import check_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.training.schedule import LearningRate
 

@@ -20,7 +20,6 @@ from model_helpers import (
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
-from seq2seq.decoding.inference import load_run
 from seq2seq.decoding.search import (
     beam_search,
     decode,
@@ -29,6 +28,7 @@ from seq2seq.decoding.search import (
     length_penalty,
     max_lengths,
 )
+from seq2seq.runtime.run_folder import load_run
 from seq2seq.vocab import EOS
 
 

@@ -157,7 +157,7 @@ def release(smoke_run: Path, tmp_path_factory) -> Path:
 
 def evaluate(run_dir: Path, *overrides: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.evaluate", f"run_dir={run_dir}", *overrides],
+        [sys.executable, "-m", "seq2seq.commands.evaluate", f"run_dir={run_dir}", *overrides],
         capture_output=True,
         text=True,
         timeout=600,
@@ -202,7 +202,7 @@ def test_a_tampered_release_is_refused(release: Path, tmp_path: Path) -> None:
     weights[-7] ^= 0x01  # one bit of one weight
     (copy / "model.safetensors").write_bytes(bytes(weights))
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.translate", f"run_dir={copy}"],
+        [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={copy}"],
         input="Ein Hund.\n",
         capture_output=True,
         text=True,
@@ -229,7 +229,13 @@ def test_a_taken_port_is_refused_before_serving_on_is_said(smoke_run: Path) -> N
         taken.listen()
         port = taken.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "seq2seq.serve", f"run_dir={smoke_run}", f"port={port}"],
+            [
+                sys.executable,
+                "-m",
+                "seq2seq.commands.serve",
+                f"run_dir={smoke_run}",
+                f"port={port}",
+            ],
             capture_output=True,
             text=True,
             timeout=300,

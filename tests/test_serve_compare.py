@@ -126,7 +126,14 @@ def serve_refused(run_dir: Path, *overrides: str) -> str:
         taken.listen()
         port = f"port={taken.getsockname()[1]}"
         proc = subprocess.run(
-            [sys.executable, "-m", "seq2seq.serve", f"run_dir={run_dir}", port, *overrides],
+            [
+                sys.executable,
+                "-m",
+                "seq2seq.commands.serve",
+                f"run_dir={run_dir}",
+                port,
+                *overrides,
+            ],
             capture_output=True,
             text=True,
             timeout=300,

@@ -134,7 +134,7 @@ def test_limits_that_cannot_work_are_refused_at_start(smoke_run: Path) -> None:
         [
             sys.executable,
             "-m",
-            "seq2seq.serve",
+            "seq2seq.commands.serve",
             f"run_dir={smoke_run}",
             "max_queue_sentences=8",
             "max_sentences=64",

@@ -74,7 +74,7 @@ def test_onnx_probes_metrics_page_and_int8_graphs(onnx_release: Path) -> None:
 def refusal(*overrides: str) -> str:
     """The one line a server that cannot start says, after checking it exits 1 and says one."""
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.serve", *overrides],
+        [sys.executable, "-m", "seq2seq.commands.serve", *overrides],
         capture_output=True,
         text=True,
         timeout=300,

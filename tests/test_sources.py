@@ -282,7 +282,7 @@ def test_cache_folders_are_as_readable_as_the_umask_allows(tokenizers, tmp_path:
 
 def test_run_configs_of_older_versions_name_their_reader(tmp_path: Path) -> None:
     """Run folders written before data.kind said data.name: multi30k or custom."""
-    from seq2seq.decoding.inference import read_config
+    from seq2seq.runtime.run_folder import read_config
 
     old = tmp_path / "config.yaml"
     old.write_text(

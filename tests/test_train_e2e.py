@@ -24,9 +24,9 @@ from PIL import Image
 from run_helpers import TRAIN_TIMEOUT, events, finish, poll, request, scalars, tensorboard_server
 
 from seq2seq.data.corpus import read_parallel
+from seq2seq.decoding.monitor import Monitor, _markdown_cell
 from seq2seq.storage.manifest import damage
 from seq2seq.storage.rundir import TENSORBOARD_DIR
-from seq2seq.training.monitor import Monitor, _markdown_cell
 
 HEADS = 4
 ATTENTIONS = [
@@ -48,11 +48,11 @@ VALID_SCALARS = {
 
 
 def train(run_dir: Path, *overrides: str, wait: bool = True) -> subprocess.Popen | str:
-    """Run `python -m seq2seq.train` in its own process, as a user would."""
+    """Run `python -m seq2seq.commands.train` in its own process, as a user would."""
     cmd = [
         sys.executable,
         "-m",
-        "seq2seq.train",
+        "seq2seq.commands.train",
         "experiment=smoke",
         f"hydra.run.dir={run_dir}",
         "log.progress=false",
@@ -183,7 +183,14 @@ def test_multirun_folders_are_flat_and_tensorboard_compares_them(
     "/" of a group or a path nesting them, no "=" or "," that run_dir= would misread), and the
     HParams tab lists both with their BLEU."""
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "seq2seq.train", "-m", "experiment=smoke", "train.max_epochs=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "seq2seq.commands.train",
+        "-m",
+        "experiment=smoke",
+        "train.max_epochs=1",
+    ]
     cmd += ["log.progress=false", f"hydra.sweep.dir={sweep}", *data_dirs]
     proc = subprocess.Popen(
         [*cmd, "model/attention=bahdanau,luong"],
@@ -299,7 +306,7 @@ def test_precision_auto_is_chosen_logged_and_kept_on_resume(
     assert torch.load(run / "last.pt", weights_only=True)["precision"] == chosen["precision"]
     # training again from the run's own config.yaml takes the same paths without choosing
     again = tmp_path / "again"
-    rerun = [sys.executable, "-m", "seq2seq.train", "--config-path", str(run)]
+    rerun = [sys.executable, "-m", "seq2seq.commands.train", "--config-path", str(run)]
     rerun += ["--config-name", "config", f"hydra.run.dir={again}", "train.max_steps=2"]
     proc = subprocess.Popen(rerun, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = finish(proc, TRAIN_TIMEOUT)
@@ -322,7 +329,13 @@ def test_existing_run_is_not_overwritten(tmp_path: Path, data_dirs: list[str]) -
 
 def test_misspelled_override_fails_loudly(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.train", f"hydra.run.dir={tmp_path}", "train.lr_rate=1"],
+        [
+            sys.executable,
+            "-m",
+            "seq2seq.commands.train",
+            f"hydra.run.dir={tmp_path}",
+            "train.lr_rate=1",
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, "HYDRA_FULL_ERROR": "0"},

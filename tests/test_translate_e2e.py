@@ -13,14 +13,14 @@ import numpy as np
 import pexpect
 import pytest
 
+from seq2seq.commands.translate import line_batches
 from seq2seq.decoding.alignment import alignment_view
 from seq2seq.decoding.nbest import NBEST_SEPARATOR
 from seq2seq.errors import DataError
-from seq2seq.translate import line_batches
 
 
 def translate_cmd(run_dir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "seq2seq.translate", f"run_dir={run_dir}", *args]
+    return [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={run_dir}", *args]
 
 
 def pipe(run_dir: Path, data: bytes, *args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from seq2seq_lite import rules
 from seq2seq_lite.release import Graphs, ReleaseError, check_manifest, read_spec
 from seq2seq_lite.search import Hypothesis, beam, greedy
 
-__all__ = ["Hypothesis", "ReleaseError", "Translation", "Translator"]
+__all__ = ["Hypothesis", "InputTooLong", "ReleaseError", "Translation", "Translator"]
 
 # sentences decoded together unless asked: the beam's arrays of 64 (the export's default) take
 # about 120 MB more for about 6 % less time (docs/deploy.md, "Size and memory")
@@ -29,19 +30,10 @@ class Translation:
     texts: list[str]
 
 
-class InputTooLong(ReleaseError):
+class InputTooLong(rules.InputTooLong, ReleaseError):
     """A line over max_source_len subwords: refused, never cut (``index``: 0-based)."""
 
-    def __init__(self, index: int, length: int, limit: int) -> None:
-        self.index, self.length, self.limit = index, length, limit
-        super().__init__(self.describe(f"input line {index + 1}"))
-
-    def describe(self, where: str) -> str:
-        """The refusal, naming the line as the caller knows it (as seq2seq's commands do)."""
-        return (
-            f"{where} has {self.length:,} subwords; at most {self.limit:,} are translated "
-            "(--max-source-len)"
-        )
+    option = "--max-source-len"
 
 
 class Translator:
@@ -52,11 +44,9 @@ class Translator:
         self.graphs, self.search = graphs, search
         self.src_tok = spm.SentencePieceProcessor(model_file=str(folder / spec["src_tokenizer"]))
         self.tgt_tok = spm.SentencePieceProcessor(model_file=str(folder / spec["tgt_tokenizer"]))
-        for key in ("beam_size", "nbest", "batch_size", "max_source_len"):
-            if search[key] < 1:
-                raise ReleaseError(f"{key} must be at least 1, not {search[key]}")
-        if search["nbest"] > search["beam_size"]:
-            raise ReleaseError(f"nbest={search['nbest']} needs at least as many beams")
+        keys = ("beam_size", "nbest", "batch_size", "max_source_len")
+        if problem := rules.search_problem(**{k: search[k] for k in keys}):
+            raise ReleaseError(problem)
 
     @classmethod
     def load(
@@ -75,13 +65,9 @@ class Translator:
     def encode(self, lines: Sequence[str]) -> list[list[int]]:
         """Subword ids of each line ([] for a blank one); a line over max_source_len subwords
         is refused, never cut."""
-        text = [line.encode("utf-8", "replace").decode("utf-8").strip() for line in lines]
-        encoded = self.src_tok.encode(text)
-        limit = self.search["max_source_len"]
-        for index, ids in enumerate(encoded):
-            if len(ids) > limit:
-                raise InputTooLong(index, len(ids), limit)
-        return [ids if line else [] for ids, line in zip(encoded, text, strict=True)]
+        return rules.encode_lines(
+            self.src_tok.encode, lines, self.search["max_source_len"], InputTooLong
+        )
 
     def translate(self, lines: Sequence[str]) -> list[Translation]:
         """Translate the lines in length-sorted batches; the order of the input is kept."""

@@ -8,7 +8,8 @@ import argparse
 import sys
 
 from seq2seq_lite import InputTooLong, ReleaseError, Translator
-from seq2seq_lite.text import InputError, decode_lines
+from seq2seq_lite.rules import InputError
+from seq2seq_lite.text import decode_lines
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:

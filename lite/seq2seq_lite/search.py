@@ -1,10 +1,9 @@
 """Greedy and beam search over a `Graphs` pair, in numpy: the torch search of seq2seq
 (``seq2seq/decoding/search.py`` and ``beam.py``) step for step, on the host.
 
-Both stop a sentence at ``floor(a * src_len + b)`` target tokens (src_len counts the source EOS)
-by forcing EOS there, and never end one at the first step before it (no output is empty);
-scores are log-prob sums over the GNMT length penalty
-``((5 + length) / 6) ** alpha`` (length counts the EOS). Beam search keeps the k best unfinished
+Both stop a sentence at its length limit by forcing EOS there, and never end one at the first
+step before it (no output is empty); scores are log-prob sums over the GNMT length penalty
+(these rules: ``rules.py``, shared with seq2seq). Beam search keeps the k best unfinished
 continuations; EOS among the k best candidates finishes a hypothesis; a sentence is done with k
 of them, at its length limit, or when no live beam can end above its n-best-th finished score.
 """
@@ -15,6 +14,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from seq2seq_lite.rules import eos_banned, length_penalty, max_lengths
 
 NEG_INF = np.float32(-np.inf)
 
@@ -29,23 +30,13 @@ class Hypothesis:
     attention: np.ndarray
 
 
-def length_penalty(length, alpha: float):
-    """GNMT's ((5 + length) / 6) ** alpha; ``length`` counts the EOS."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def max_lengths(src_lengths: np.ndarray, a: float, b: int) -> np.ndarray:
-    """Target tokens before EOS is forced, per sentence [B]."""
-    return np.maximum(np.floor(src_lengths.astype(np.float64) * a + b), 0).astype(np.int64)
-
-
 def restrict(log_probs: np.ndarray, at_limit: np.ndarray, ids: dict, first: bool) -> np.ndarray:
     """Forbid PAD and BOS everywhere, EOS at the ``first`` step (no translation is empty)
     unless the limit comes first, and anything but EOS in rows at their limit."""
     log_probs[:, ids["pad"]] = NEG_INF
     log_probs[:, ids["bos"]] = NEG_INF
-    if first:
-        log_probs[~at_limit, ids["eos"]] = NEG_INF
+    if (banned := eos_banned(first, at_limit)) is not None:
+        log_probs[banned, ids["eos"]] = NEG_INF
     if at_limit.any():
         eos = log_probs[at_limit, ids["eos"]]
         log_probs[at_limit] = NEG_INF

@@ -37,10 +37,10 @@ from seq2seq.config import DecodeConfig, Multi30kConfig, Precision, TrainConfig
 from seq2seq.data.corpus import file_stream, split_files
 from seq2seq.data.dataset import encode_corpus
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
-from seq2seq.decoding.inference import load_run
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ModelConfig
 from seq2seq.runtime.engine import DEVICES, Engine, check_precision
+from seq2seq.runtime.run_folder import load_run
 
 
 def model_facts(

@@ -29,11 +29,12 @@ from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
 from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.inference import TrainedRun, score
+from seq2seq.decoding.inference import score
 from seq2seq.decoding.search import decode_corpus, max_lengths
 from seq2seq.model.seq2seq import Seq2Seq, build_model
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.profiling import profile_ops
+from seq2seq.runtime.run_folder import TrainedRun
 
 
 def measure_decoding(

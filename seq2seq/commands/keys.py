@@ -27,9 +27,9 @@ from omegaconf.errors import OmegaConfBaseException
 from omegaconf.nodes import BooleanNode, EnumNode, FloatNode, IntegerNode, StringNode
 
 from seq2seq.config import CustomDataConfig, HfDataConfig, Multi30kConfig, TsvDataConfig
-from seq2seq.config_rules import REMOVED
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ATTENTION_CONFIGS
+from seq2seq.runtime.migrate import REMOVED
 
 CONFIG_MODULE = "seq2seq.configs"
 # groups whose options have keys of their own: (section, {option: schema}, the key naming it)

@@ -20,6 +20,8 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import IO
 
+from seq2seq_lite import rules
+
 from seq2seq.errors import DataError
 
 TextPair = tuple[str, str]
@@ -68,7 +70,7 @@ def worker_context() -> BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")  # Windows
     # The server imports these once; each child forks from it. A child also imports the main
-    # module: the installed commands' scripts are light (seq2seq.cli); the module of
+    # module: the installed commands' scripts are light (seq2seq.commands.cli); the module of
     # ``python -m`` is preloaded, or every child would import it, torch included, again.
     preload = ["seq2seq.data.worker_start", "seq2seq.data.tokenizer", "seq2seq.data.dataset"]
     main = getattr(sys.modules["__main__"].__spec__, "name", None)
@@ -152,12 +154,11 @@ def line_blocks(raw: IO[bytes], where: str, strip: bool = True) -> Iterator[list
 def decode_text(block: bytes, where: str, before: int = 0) -> str:
     """``block`` (whole lines of ``where``, after ``before`` lines) as text; invalid UTF-8 is
     DataError naming ``where`` and the line, the one answer of every command that reads text
-    (files, standard input, a request body; lite/ words it the same)."""
+    (files, standard input, a request body, lite/: `rules.decode_text`)."""
     try:
-        return block.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = before + block.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{where}, line {line}: invalid UTF-8 ({e.reason})") from None
+        return rules.decode_text(block, where, before)
+    except rules.InputError as e:
+        raise DataError(str(e)) from None
 
 
 def _tidy(lines: list[str], first: bool, strip: bool) -> list[str]:

@@ -13,13 +13,13 @@ import math
 from dataclasses import dataclass
 
 import torch
+from seq2seq_lite.rules import length_penalty
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.hypothesis import (
     Hypothesis,
     check_interval,
-    length_penalty,
     looks_at,
     make_hypothesis,
     max_lengths,

@@ -1,6 +1,6 @@
 """Attention heatmaps drawn with matplotlib: one figure per sentence pair, as an RGB image.
 
-TensorBoard logging (`seq2seq.training.monitor`) and the results pictures
+TensorBoard logging (`seq2seq.decoding.monitor`) and the results pictures
 (`scripts/results.py`) draw with it; the figure is laid out by hand, so that repainting it for
 each head is cheap.
 """

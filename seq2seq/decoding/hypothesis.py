@@ -1,10 +1,10 @@
 """What greedy and beam search share: the result type, the length rule and penalty, the
 restrictions every step applies, and when the step loop looks at the device.
 
-Both searches stop a sentence at ``max_len = floor(a * src_len + b)`` target tokens (src_len
-counts the source EOS) by forcing EOS there, so every hypothesis ends with EOS and its attention
-has one row per output token plus the EOS row; before that limit, EOS cannot end a hypothesis at
-the first step, so no translation is empty.
+Both searches stop a sentence at its length limit by forcing EOS there, so every hypothesis ends
+with EOS and its attention has one row per output token plus the EOS row; before that limit, EOS
+cannot end a hypothesis at the first step, so no translation is empty. These rules, and the
+length penalty, are those of every search (seq2seq_lite.rules), applied here to tensors.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from seq2seq_lite import rules
 from torch import Tensor
 
 from seq2seq.vocab import BOS, EOS, PAD
@@ -27,29 +28,24 @@ class Hypothesis:
     head_attention: Tensor | None = None  # [heads, len(tokens) + 1, src_len] for multi-head
 
 
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
-    """GNMT length penalty ((5 + length) / 6) ** alpha; ``length`` counts the EOS. One length
-    gives a float, a (double) tensor of lengths a tensor of penalties."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
 def max_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
-    """Per-sentence limit on generated tokens before EOS is forced: [B] int64 (host lengths)."""
-    return (src_lengths.cpu().double() * a + b).floor().long().clamp(min=0)
+    """Per-sentence limit on generated tokens before EOS is forced (`rules.max_lengths`): [B]
+    int64 on the host."""
+    return torch.from_numpy(rules.max_lengths(src_lengths.cpu().numpy(), a, b))
 
 
 def restrict(log_probs: Tensor, at_limit: Tensor, look: bool, first: bool) -> Tensor:
     """Forbid PAD and BOS everywhere, EOS at the ``first`` step (no translation is empty, as
-    in fairseq and Joey NMT) unless the limit comes first, and anything but EOS in rows that
-    reached their limit.
+    in fairseq and Joey NMT) unless the limit comes first (`rules.eos_banned`), and anything
+    but EOS in rows that reached their limit.
 
     With ``look`` (free on the host) only rows at their limit are touched; without, a masked
     fill over all rows avoids asking the device whether there are any.
     """
     log_probs[:, PAD].fill_(float("-inf"))  # fill_, not item assignment: no host tensor made
     log_probs[:, BOS].fill_(float("-inf"))
-    if first:
-        log_probs[:, EOS].masked_fill_(~at_limit, float("-inf"))
+    if (banned := rules.eos_banned(first, at_limit)) is not None:
+        log_probs[:, EOS].masked_fill_(banned, float("-inf"))
     if not look:
         not_eos = torch.arange(log_probs.size(1), device=log_probs.device) != EOS
         return log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
+from seq2seq_lite.rules import length_penalty
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
@@ -19,7 +20,6 @@ from seq2seq.decoding.beam import beam_search
 from seq2seq.decoding.hypothesis import (
     Hypothesis,
     check_interval,
-    length_penalty,
     looks_at,
     make_hypothesis,
     max_lengths,

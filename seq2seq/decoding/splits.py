@@ -11,8 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.data.corpus import split_files, split_name
 from seq2seq.data.sources import FileSource, open_source
 from seq2seq.data.stream import PairStream
-from seq2seq.decoding.inference import TrainedRun
 from seq2seq.errors import DataError, Seq2SeqError
+from seq2seq.runtime.run_folder import TrainedRun
 from seq2seq.storage.rundir import split_file
 
 

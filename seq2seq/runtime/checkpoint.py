@@ -16,9 +16,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
-from seq2seq.config_rules import upgrade_saved_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import HOST
+from seq2seq.runtime.migrate import upgrade_saved_config
 from seq2seq.storage.rundir import CONFIG_FILE, KEPT_DIR, KEPT_INDEX, LAST, kept_checkpoint
 
 log = logging.getLogger(__name__)

@@ -11,12 +11,12 @@ from typing import Any, NamedTuple
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from seq2seq.config_commands import ServeConfig
 from seq2seq.data.stream import decode_text
 from seq2seq.decoding.alignment import alignment_record
 from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.decoding.nbest import json_candidates
 from seq2seq.errors import DataError
+from seq2seq.serving.settings import ServeConfig
 
 
 class BadRequest(Exception):

@@ -26,12 +26,12 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from seq2seq.config_commands import ServeConfig
 from seq2seq.decoding.inference import InputTooLong, encode_sources
 from seq2seq.serving.api import BadRequest, Query, answer, authorised, error, parse, read_body
 from seq2seq.serving.batcher import Batcher, Job, Overloaded
 from seq2seq.serving.metrics import MISSING, Metrics
 from seq2seq.serving.models import ServedModel
+from seq2seq.serving.settings import ServeConfig
 
 log = logging.getLogger("seq2seq.serve")
 access_log = logging.getLogger("seq2seq.serve.access")

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from omegaconf import OmegaConf
 
 from seq2seq.config_choices import Backend
-from seq2seq.config_commands import ServeConfig
-from seq2seq.decoding.inference import TrainedRun, Translator, load_run, open_model
+from seq2seq.decoding.inference import Translator, open_model
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.run_folder import TrainedRun, load_run
 from seq2seq.serving.models import ServedModel, model_card, refuse_duplicate_names, same_source
 from seq2seq.serving.onnx_models import open_onnx_models
+from seq2seq.serving.settings import ServeConfig
 
 
 def open_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:

@@ -19,10 +19,10 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from seq2seq.config import DecodeConfig
-from seq2seq.config_commands import ServeConfig
 from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.serving.metrics import Metrics
 from seq2seq.serving.models import ServedModel
+from seq2seq.serving.settings import ServeConfig
 
 log = logging.getLogger("seq2seq.serve")
 

@@ -14,9 +14,10 @@ from omegaconf import DictConfig
 from seq2seq.config import DecodeConfig
 from seq2seq.config_choices import Backend
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.inference import Translator, release_facts
+from seq2seq.decoding.inference import Translator
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
+from seq2seq.storage.rundir import release_facts
 
 
 @dataclass

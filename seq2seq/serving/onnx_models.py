@@ -14,13 +14,15 @@ from omegaconf import OmegaConf
 
 from seq2seq.config import DecodeConfig, Precision
 from seq2seq.config_choices import Backend
-from seq2seq.config_commands import ServeConfig
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.hypothesis import Hypothesis
-from seq2seq.decoding.inference import Translation, Translator, read_config, release_facts
+from seq2seq.decoding.inference import Translation, Translator
+from seq2seq.decoding.settings import SEARCH_KEYS
 from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.run_folder import read_config
 from seq2seq.serving.models import ServedModel, model_card, same_source
-from seq2seq.storage.rundir import CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER
+from seq2seq.serving.settings import ServeConfig
+from seq2seq.storage.rundir import CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER, release_facts
 
 GRAPHS_SPEC = Path("onnx") / "graphs.json"  # what seq2seq-export onnx=true writes
 VARIANTS = {Precision.fp32: "fp32", Precision.int8: "int8"}  # precision= -> the graphs served
@@ -92,6 +94,7 @@ def _refuse_torch_settings(cfg: ServeConfig) -> None:
 def _lite() -> ModuleType:
     """The torch-free translator's package, or one line saying how to install it."""
     try:
+        importlib.import_module("onnxruntime")  # lite's package imports it at a graph's load
         return importlib.import_module("seq2seq_lite")
     except ImportError as e:
         raise Seq2SeqError(
@@ -115,19 +118,9 @@ def _onnx_model(folder: Path, lite: ModuleType, variant: str, precision: Any) ->
     )
 
     def translator(search: DecodeConfig) -> Translator:
+        # every search setting: lite's search reads its own and leaves the rest
         settings = {**base.search, **{k: getattr(search, k) for k in SEARCH_KEYS}}
         lite_translator = lite.Translator(folder, base.graphs, settings)
         return OnnxTranslator(lite_translator, src_tok, tgt_tok, search)
 
     return ServedModel(card["name"], card, src_tok, "cpu", translator)
-
-
-SEARCH_KEYS = (
-    "beam_size",
-    "nbest",
-    "alpha",
-    "max_len_a",
-    "max_len_b",
-    "batch_size",
-    "max_source_len",
-)

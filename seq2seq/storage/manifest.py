@@ -1,23 +1,16 @@
-"""Sizes and SHA-256 of the files a command writes and later reads back, to catch damage."""
+"""Sizes and SHA-256 of the files a command writes and later reads back, to catch damage (the
+check itself, `damage`, is the rule lite's translator follows too: seq2seq_lite.rules)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
-_CHUNK = 1 << 20
+from seq2seq_lite.rules import damage, sha256_file
 
-
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+__all__ = ["damage", "describe", "sha256_file", "write_manifest"]
 
 
 def describe(paths: Iterable[Path], base: Path | None = None) -> dict[str, dict[str, int | str]]:
@@ -37,24 +30,3 @@ def write_manifest(path: Path, files: Iterable[Path]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(describe(files, path.parent), indent=1, sort_keys=True))
     os.replace(tmp, path)
-
-
-def damage(path: Path) -> list[str]:
-    """What is wrong with the files that the manifest ``path`` describes (empty: nothing).
-
-    A missing or unreadable manifest is itself reported.
-    """
-    try:
-        expected = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return [f"{path.name} cannot be read ({e})"]
-    problems = []
-    for name, facts in expected.items():
-        file = path.parent / name
-        if not file.is_file():
-            problems.append(f"{name} is missing")
-        elif file.stat().st_size != facts.get("size"):
-            problems.append(f"{name} has {file.stat().st_size} bytes, not {facts.get('size')}")
-        elif sha256_file(file) != facts.get("sha256"):
-            problems.append(f"{name} does not match its SHA-256")
-    return problems

@@ -8,6 +8,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from seq2seq.errors import Seq2SeqError
 
@@ -137,3 +138,9 @@ class RunLock:
             except BlockingIOError:
                 raise self._busy() from None
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def release_facts(folder: Path) -> dict[str, Any]:
+    """The facts a release folder states about its model (release.json); {} for a run folder."""
+    path = Path(folder) / RELEASE_FACTS
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

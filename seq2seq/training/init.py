@@ -12,10 +12,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from seq2seq.decoding.inference import load_run, read_config
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
 from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.runtime.run_folder import load_run, read_config
 from seq2seq.storage.rundir import (
     CHECKPOINTS,
     CONFIG_FILE,

@@ -11,11 +11,11 @@ from omegaconf import DictConfig
 from torch.optim import Optimizer
 from tqdm import tqdm
 
+from seq2seq.decoding.monitor import Monitor, run_hparams
 from seq2seq.decoding.progress import clock
 from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.engine import Engine
 from seq2seq.training.graphed import PendingStep, resolve
-from seq2seq.training.monitor import Monitor, run_hparams
 from seq2seq.training.state import Progress
 from seq2seq.training.updater import StepResult
 from seq2seq.training.validation import Validation

@@ -23,6 +23,7 @@ from seq2seq.data.guidance import AlignmentTargets
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, write_splits
 from seq2seq.data.sampling import SubwordSampler
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.monitor import Monitor
 from seq2seq.languages import bleu_tokenizer
 from seq2seq.model.seq2seq import build_model
 from seq2seq.runtime.checkpoint import CheckpointWriter, keep, start_or_resume
@@ -40,7 +41,6 @@ from seq2seq.storage.rundir import (
 from seq2seq.training.alignment import AlignmentProbe
 from seq2seq.training.graphed import make_updater
 from seq2seq.training.init import adopt_model, start_from
-from seq2seq.training.monitor import Monitor
 from seq2seq.training.progress import Report, Window
 from seq2seq.training.record import choose_and_record
 from seq2seq.training.schedule import LearningRate

@@ -2,26 +2,33 @@
 // translator's numpy search (lite/seq2seq_lite/search.py) step for step, with its float32
 // sums rounded as numpy rounds them (Math.fround), so that both choose the same words.
 //
-// A sentence stops at floor(a * src_len + b) target tokens (src_len counts the source EOS) by
-// forcing EOS there, and never ends it with EOS at the first step before that (no output is
-// empty); scores are log-prob sums over the GNMT length penalty ((5 + length) / 6) ** alpha
-// (length counts the EOS).
+// The host-side rules below (lengthPenalty, maxLength, eosBanned) are those of
+// lite/seq2seq_lite/rules.py, which every Python search follows; tests/test_rules.py holds these
+// to them.
 
 const f32 = Math.fround;
 
+// GNMT's ((5 + length) / 6) ** alpha, dividing a log-prob sum; length counts the EOS.
 export function lengthPenalty(length, alpha) {
   return Math.pow((5 + length) / 6, alpha);
 }
 
-function maxLength(srcLength, a, b) {
+// Target tokens before EOS is forced: floor(a * srcLength + b), at least 0 (srcLength counts
+// the source EOS).
+export function maxLength(srcLength, a, b) {
   return Math.max(Math.floor(srcLength * a + b), 0);
 }
 
-// Forbid PAD and BOS in every row of log-probs [rows * V], EOS at the first step (no
-// translation is empty) unless the limit comes first, and anything but EOS at the limit.
-function restrict(logProbs, vocab, atLimit, ids, first) {
+// Whether EOS is forbidden: at the first step unless at the length limit (no empty output).
+export function eosBanned(first, atLimit) {
+  return first && !atLimit;
+}
+
+// Forbid PAD and BOS in every row of log-probs [rows * V], EOS where eosBanned says, and
+// anything but EOS at the limit.
+export function restrict(logProbs, vocab, atLimit, ids, first) {
   for (let start = 0; start < logProbs.length; start += vocab) {
-    if (first && !atLimit) logProbs[start + ids.eos] = -Infinity;
+    if (eosBanned(first, atLimit)) logProbs[start + ids.eos] = -Infinity;
     if (atLimit) {
       const eos = logProbs[start + ids.eos];
       logProbs.fill(-Infinity, start, start + vocab);

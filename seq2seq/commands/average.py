@@ -8,14 +8,14 @@ average_checkpoints); the result is an ordinary checkpoint that evaluate and tra
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 import torch
 from omegaconf import OmegaConf
 
+from seq2seq.commands.configs import AverageConfig
+from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config_choices import Selection
-from seq2seq.config_commands import AverageConfig, hydra_command
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint, save_checkpoint
 from seq2seq.storage.rundir import AVERAGED, kept_checkpoint
@@ -73,15 +73,7 @@ def average(cfg: AverageConfig) -> Path:
     return out
 
 
-@hydra_command("average")
-def main(cfg: AverageConfig) -> None:
-    """Average; user errors exit 1 with one clear message."""
-    try:
-        print(average(cfg))
-    except Seq2SeqError as e:
-        log.error("%s", e)
-        sys.exit(1)
-
+main = hydra_command("average")(average)  # the command: errors and output in wrapper.py
 
 if __name__ == "__main__":
     main()

@@ -11,22 +11,22 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import safetensors.torch
 from omegaconf import OmegaConf
 
+from seq2seq.commands.configs import ExportConfig
+from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import DecodeConfig, Multi30kConfig
-from seq2seq.config_commands import ExportConfig, hydra_command
 from seq2seq.data.sources import open_source
-from seq2seq.decoding.inference import TrainedRun, load_run
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
+from seq2seq.runtime.browser import BROWSER_DIR, require_npm, write_browser
 from seq2seq.runtime.checkpoint import load_checkpoint
 from seq2seq.runtime.graph_export import export_graphs, require_exporter
-from seq2seq.serving.browser import BROWSER_DIR, require_npm, write_browser
+from seq2seq.runtime.run_folder import TrainedRun, load_run
 from seq2seq.storage.manifest import write_manifest
 from seq2seq.storage.permissions import as_umask_allows
 from seq2seq.storage.rundir import (
@@ -250,15 +250,7 @@ def export(cfg: ExportConfig) -> Path:
     return out
 
 
-@hydra_command("export")
-def main(cfg: ExportConfig) -> None:
-    """Export; user errors exit 1 with one clear message."""
-    try:
-        print(export(cfg))
-    except Seq2SeqError as e:
-        log.error("%s", e)
-        sys.exit(1)
-
+main = hydra_command("export")(export)  # the command: errors and output in wrapper.py
 
 if __name__ == "__main__":
     main()

@@ -1,54 +1,28 @@
-"""The typed configs of the commands that load a trained run (evaluate, translate, serve,
-align, average, distill, back-translate, export), and the Hydra entry every command starts by:
-it registers these and the training schema of seq2seq.config when the command runs, so that
-importing the library registers nothing.
+"""The typed configs of the commands after training (evaluate, translate, align, average,
+distill, back-translate, export; serve's is the server's own, serving/settings.py), registered
+with the training schema when a command starts, so that importing the library registers nothing.
 """
 
 from __future__ import annotations
 
-import functools
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
-import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from seq2seq.commands.keys import check_command_line
-from seq2seq.config import DecodeConfig, register_configs
+from seq2seq.config import InferenceConfig, register_configs
 from seq2seq.config_choices import (
     AlignMethod,
-    Backend,
-    Int8Engine,
     Pick,
     Precision,
     Products,
     Selection,
     Symmetrize,
 )
-from seq2seq.errors import Seq2SeqError
+from seq2seq.serving.settings import ServeConfig
 
 CONFIGS = "pkg://seq2seq.configs"  # the top-level configs/, installed inside the package
-
-
-@dataclass
-class InferenceConfig(DecodeConfig):
-    """What every command that loads a trained run shares: which run, which checkpoint, where.
-
-    The search keys (``beam_size``, ``alpha``, ``nbest``, ...) are inherited from DecodeConfig, so
-    they are typed at the top level: ``seq2seq-evaluate run_dir=runs/x beam_size=1``.
-    """
-
-    run_dir: str = MISSING  # a training run folder
-    ensemble: list[str] = field(default_factory=list)  # more run folders, decoding with run_dir
-    checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
-    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
-    precision: Precision = Precision.fp32  # autocast while decoding, as in training
-    products: Products = Products.auto  # fp32 products on the CPU
-    int8_engine: Int8Engine = Int8Engine.auto  # quantized engine under precision=int8
-    compile: bool = False  # torch.compile the decoder's search step
 
 
 @dataclass
@@ -80,31 +54,6 @@ class AverageConfig:
     n: int = 5  # how many kept checkpoints to average
     select: Selection = Selection.last  # the n latest validations, or the n best by BLEU
     out: Optional[str] = None  # default: <run_dir>/averaged.pt (evaluate with checkpoint=averaged)
-
-
-@dataclass
-class ServeConfig(InferenceConfig):
-    """`seq2seq-serve`: translations over HTTP (JSON API and a web page), batched across
-    requests. The search keys are each request's defaults; a request may change beam_size and
-    nbest within the limits below."""
-
-    host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
-    port: int = 8000
-    api_key: Optional[str] = None  # when set, /translate, /model(s) need header X-API-Key
-    max_body_bytes: int = 65536  # request body
-    max_sentences: int = 64  # per request
-    max_chars: int = 1000  # per sentence
-    max_beam: int = 10  # largest beam_size a request may ask for
-    batch_sentences: int = 64  # sentences of concurrent requests decoded together
-    batch_wait_ms: float = 5.0  # how long a request may wait for others to share its batch
-    max_queue_sentences: int = 256  # sentences waiting to be decoded; past it, 503 + Retry-After
-    request_timeout_s: float = 30.0  # a request not decoded by then is answered 503, undecoded
-    # more run or release folders served beside run_dir, each under its own name (its folder's
-    # name; requests pick one with "model"); the page shows every model's answer side by side.
-    # Not "compare": that name is the Hydra group of the attention comparison's rows
-    compare_with: list[str] = field(default_factory=list)
-    # onnx: release folders' graphs on onnxruntime (precision=fp32, or int8 for the int8 graphs)
-    backend: Backend = Backend.torch
 
 
 @dataclass
@@ -195,29 +144,3 @@ def register_schemas() -> None:
     """Every schema a command composes, registered with Hydra; calling it again is harmless."""
     register_configs()
     register_command_configs()
-
-
-def hydra_command(config_name: str) -> Callable[[Callable[[Any], None]], Callable[[], None]]:
-    """``hydra.main`` of a command that reads ``configs/<config_name>.yaml`` (shipped inside the
-    package), with the schemas registered when the command starts and its overrides checked
-    against them first: an unknown key or a wrong type is one line, exit 1, before any work.
-    ``-v`` (``--verbose``) is ``hydra.verbose=seq2seq``: the debug lines too."""
-
-    def decorate(task: Callable[[Any], None]) -> Callable[[], None]:
-        run = hydra.main(version_base=None, config_path=CONFIGS, config_name=config_name)(task)
-        name = "seq2seq-train" if config_name == "config" else f"seq2seq-{config_name}"
-
-        @functools.wraps(task)
-        def command() -> None:
-            register_schemas()
-            verbose = "hydra.verbose=seq2seq"
-            sys.argv[1:] = [verbose if a in ("-v", "--verbose") else a for a in sys.argv[1:]]
-            try:
-                check_command_line(config_name, sys.argv[1:])
-            except Seq2SeqError as e:
-                sys.exit(f"{name}: {e}")
-            run()
-
-        return command
-
-    return decorate

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from seq2seq.commands.configs import DistillConfig
+from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config_choices import Pick
-from seq2seq.config_commands import DistillConfig, hydra_command
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.chunked import PARTS, Nearest, translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model, run_bleu_tokenizer
@@ -81,15 +81,7 @@ def distill(cfg: DistillConfig) -> dict:
     return result
 
 
-@hydra_command("distill")
-def main(cfg: DistillConfig) -> None:
-    """Distil; user errors exit 1 with one clear message."""
-    try:
-        print(json.dumps(distill(cfg)))
-    except Seq2SeqError as e:
-        log.error("%s", e)
-        sys.exit(1)
-
+main = hydra_command("distill")(distill)  # the command: errors and output in wrapper.py
 
 if __name__ == "__main__":
     main()

@@ -17,21 +17,21 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from seq2seq.config_commands import BacktranslateConfig, hydra_command
+from seq2seq.commands.configs import BacktranslateConfig
+from seq2seq.commands.wrapper import hydra_command
 from seq2seq.data.corpus import prefix_file, read_parallel
 from seq2seq.data.stream import iter_lines
 from seq2seq.decoding.chunked import translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model
+from seq2seq.decoding.settings import RECORDED_KEYS, SAMPLING_KEYS
 from seq2seq.errors import DataError, Seq2SeqError
 
 log = logging.getLogger("seq2seq.backtranslate")
-SEARCH_KEYS = ("beam_size", "alpha", "max_len_a", "max_len_b", "sampling")
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "seed")
+SEARCH_KEYS = RECORDED_KEYS  # what backtranslate.json records of the search
 
 
 def _mixtures(cfg: BacktranslateConfig, real: tuple[list[str], list[str]], texts: int) -> dict:
@@ -92,15 +92,7 @@ def backtranslate(cfg: BacktranslateConfig) -> dict:
     return result
 
 
-@hydra_command("backtranslate")
-def main(cfg: BacktranslateConfig) -> None:
-    """Back-translate; user errors exit 1 with one clear message."""
-    try:
-        print(json.dumps(backtranslate(cfg)))
-    except Seq2SeqError as e:
-        log.error("%s", e)
-        sys.exit(1)
-
+main = hydra_command("backtranslate")(backtranslate)  # the command: errors and output in wrapper.py
 
 if __name__ == "__main__":
     main()

@@ -20,11 +20,10 @@ from typing import Any
 import numpy as np
 from omegaconf import OmegaConf
 
-from seq2seq.config_commands import AlignConfig, hydra_command
-from seq2seq.config_rules import check_config, rename_keys
+from seq2seq.commands.configs import AlignConfig
+from seq2seq.commands.wrapper import hydra_command
 from seq2seq.decoding.aer import alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner
-from seq2seq.decoding.inference import TrainedRun, load_run
 from seq2seq.decoding.wordalign import (
     Links,
     WordPair,
@@ -37,6 +36,7 @@ from seq2seq.decoding.wordalign import (
 )
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.run_folder import TrainedRun, load_run
 
 log = logging.getLogger("seq2seq.align")
 
@@ -99,12 +99,10 @@ def _weights_lines(
 
 
 def _check(cfg: AlignConfig) -> None:
-    rename_keys(cfg, "align")
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise Seq2SeqError("say which model aligns: run_dir=<a run or release folder>")
     if not 0.0 < cfg.threshold <= 1.0:
         raise Seq2SeqError(f"threshold must be in (0, 1], not {cfg.threshold}")
-    check_config(cfg)
 
 
 def align(cfg: AlignConfig) -> dict[str, Any]:
@@ -157,16 +155,7 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
     }
 
 
-@hydra_command("align")
-def main(cfg: AlignConfig) -> None:
-    """Align; the last stdout line is the result JSON, user errors exit 1 with one message."""
-    try:
-        result = align(cfg)
-    except Seq2SeqError as e:
-        log.error("%s", e)
-        sys.exit(1)
-    print(json.dumps(result, ensure_ascii=False), flush=True)
-
+main = hydra_command("align")(align)  # the command: errors and output in wrapper.py
 
 if __name__ == "__main__":
     main()

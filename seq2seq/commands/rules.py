@@ -1,10 +1,10 @@
 """What the config's types cannot say: ranges and cross-key rules, refused in one line before
-any work starts, and old spellings of keys read as today's (with one warning line)."""
+any work starts, and old spellings of a command line's keys read as today's (one warning line
+each). A saved run's old config is read by runtime/migrate.py."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import fields
 from typing import Any
 
 from omegaconf import OmegaConf, open_dict
@@ -13,7 +13,6 @@ from seq2seq.config import Precision, ScheduleName
 from seq2seq.config_choices import Pick
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
-from seq2seq.model.config import ATTENTION_CONFIGS
 
 log = logging.getLogger("seq2seq.config")
 
@@ -82,18 +81,10 @@ RENAMED = {
 }
 
 
-# keys taken out, and what to use instead: refused in one line where given, dropped from a saved
-# run's config (a resumed run has nothing to change)
-REMOVED = {
-    "train.compile": "it trained slower than without on a GPU and no faster on the CPU "
-    "(docs/gpu.md); delete it: on a GPU, train.cuda_graphs=auto (the default) is the fast path",
-}
-
-
 def rename_keys(cfg: Any, command: str) -> None:
     """Take ``command``'s old key names (RENAMED) as today's, with one warning line each; an
     old and a new name given with different values are refused."""
-    for old, new in RENAMED[command].items():
+    for old, new in RENAMED.get(command, {}).items():
         value = OmegaConf.select(cfg, old, default=None)
         if value is None:
             continue
@@ -106,11 +97,13 @@ def rename_keys(cfg: Any, command: str) -> None:
             OmegaConf.update(cfg, old, None)
 
 
-def upgrade_config(cfg: Any) -> None:
-    """Old spellings keep working, with one warning line: ``train.precision`` is ``precision``
-    (a run folder's config.yaml written before the change is read the same way), Luong's
-    ``score=scaled_dot`` is ``score=dot`` with ``scale=true``, and RENAMED's training keys."""
-    rename_keys(cfg, "train")
+def upgrade_config(cfg: Any, command: str = "train") -> None:
+    """A command's old spellings keep working, with one warning line: RENAMED's keys, and for
+    training ``train.precision`` as ``precision`` and Luong's ``score=scaled_dot`` as
+    ``score=dot`` with ``scale=true`` (a run's saved config: runtime/migrate.py)."""
+    rename_keys(cfg, command)
+    if command != "train":
+        return
     score = OmegaConf.select(cfg, "model.attention.score", default=None)
     if getattr(score, "value", score) == "scaled_dot":
         log.warning(
@@ -132,32 +125,6 @@ def upgrade_config(cfg: Any) -> None:
     with open_dict(cfg):
         cfg.precision = value
         cfg.train.precision = None
-
-
-def upgrade_saved_config(cfg: Any) -> Any:
-    """A run's saved config (config.yaml, a checkpoint's) in today's keys: written before
-    ``data.kind`` (``data.name`` said it), before ``precision`` (``train.precision``), or before
-    ``input_feed`` moved from the model to the attentions whose data flow has it, or before
-    Luong's dot and general scores were scaled by default (such a run keeps its unscaled score),
-    or before ``log.alignment_gold`` was ``log.alignment_pairs``, or with ``train.compile``."""
-    with open_dict(cfg):
-        attention = cfg.model.attention
-        if attention.name == "luong" and "scale" not in attention:
-            attention.scale = False
-        if OmegaConf.select(cfg, "data.kind") is None:
-            cfg.data.kind = OmegaConf.select(cfg, "data.name", default="custom")
-        if OmegaConf.select(cfg, "precision") is None:
-            cfg.precision = OmegaConf.select(cfg, "train.precision", default=None) or "fp32"
-        if OmegaConf.select(cfg, "log.alignment_gold", default=None) is not None:
-            cfg.log.alignment_pairs = cfg.log.pop("alignment_gold")
-        if "train" in cfg and cfg.train.pop("compile", False):
-            log.warning("train.compile was removed; this run goes on without it")
-        if "input_feed" in cfg.model:
-            feed = cfg.model.pop("input_feed")
-            schema = ATTENTION_CONFIGS.get(cfg.model.attention.name)
-            if schema is not None and "input_feed" in {f.name for f in fields(schema)}:
-                cfg.model.attention.input_feed = feed
-    return cfg
 
 
 def check_config(cfg: Any) -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 import signal
 import socket
-import sys
 import threading
 
 import uvicorn
 
-from seq2seq.config_commands import ServeConfig, hydra_command
+from seq2seq.commands.configs import ServeConfig
+from seq2seq.commands.wrapper import hydra_command
 from seq2seq.errors import Seq2SeqError
 from seq2seq.serving.app import create_app
 from seq2seq.serving.backends import open_models
@@ -89,15 +89,7 @@ def _stop_on_signals(server: uvicorn.Server) -> None:
         signal.signal(signum, stop)
 
 
-@hydra_command("serve")
-def main(cfg: ServeConfig) -> None:
-    """Serve; user errors exit 1 with one clear message."""
-    try:
-        serve(cfg)
-    except Seq2SeqError as e:
-        log.error("%s", e)
-        sys.exit(1)
-
+main = hydra_command("serve")(serve)  # the command: errors and output in wrapper.py
 
 if __name__ == "__main__":
     main()

@@ -11,48 +11,34 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from seq2seq.commands.configs import EvaluateConfig
+from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import DecodeConfig, Precision
-from seq2seq.config_commands import EvaluateConfig, hydra_command
-from seq2seq.config_rules import rename_keys
 from seq2seq.data.corpus import read_parallel
-from seq2seq.decoding.alignment import AttentionSample, alignment_record, attention_samples, pharaoh
+from seq2seq.decoding.alignment import alignment_record, attention_samples, pharaoh
 from seq2seq.decoding.inference import (
     InputTooLong,
-    TrainedRun,
     Translation,
     Translator,
     open_model,
     run_bleu_tokenizer,
     score,
 )
+from seq2seq.decoding.monitor import log_evaluation
 from seq2seq.decoding.nbest import moses_lines
 from seq2seq.decoding.progress import translate_told
 from seq2seq.decoding.splits import run_split
 from seq2seq.errors import Seq2SeqError
-from seq2seq.runtime.engine import Engine, engine_choices
+from seq2seq.runtime.engine import engine_choices
+from seq2seq.runtime.run_folder import TrainedRun
 from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR
-from seq2seq.training.monitor import Monitor, run_hparams
 
 log = logging.getLogger("seq2seq.evaluate")
-
-
-def _inputs(
-    cfg: EvaluateConfig, run: TrainedRun, out_dir: Path
-) -> tuple[str | None, str, Path, Path]:
-    """(split name or None, a short name for files and tags, source file, reference file)."""
-    if (cfg.input is None) != (cfg.reference is None):
-        raise Seq2SeqError("input=<source file> and reference=<reference file> go together")
-    if cfg.input is not None:
-        src, ref = Path(cfg.input), Path(cfg.reference)
-        return None, src.name, src, ref
-    split, src, ref = run_split(run, cfg.data_source, cfg.split, out_dir)
-    return split, Path(split).name, src, ref
 
 
 def _write(path: Path, lines: Sequence[str]) -> None:
@@ -62,32 +48,11 @@ def _write(path: Path, lines: Sequence[str]) -> None:
         raise Seq2SeqError(f"cannot write {path}: {e}") from e
 
 
-def _log_tensorboard(
-    folder: Path,
-    run: TrainedRun,
-    split: str | None,
-    name: str,
-    scores: dict[str, float],
-    samples: Sequence[AttentionSample],
-    ensemble: bool,
-) -> None:
-    """Scores as ``eval/<name>_bleu``/``_chrf`` and heatmaps as ``attention/<name>_<i>``.
-
-    Logged at the checkpoint's step; a single model's score on the run's own test split also as
-    ``hparams/test_bleu`` (an ensemble's is not the run's own).
-    """
-    with Monitor(folder) as monitor:
-        if split is not None and split in ("test", run.cfg.data.test) and not ensemble:
-            monitor.hparams(run.step, run_hparams(run.cfg), {"hparams/test_bleu": scores["bleu"]})
-        monitor.scalars(run.step, {f"eval/{name}_{key}": value for key, value in scores.items()})
-        if samples:
-            monitor.attention(run.step, samples, split=name)
-
-
 def _write_outputs(
     out_dir: Path, stem: str, translator: Translator, translations: Sequence[Translation]
 ) -> dict[str, Path]:
-    """Hypotheses, alignments, attention weights (and n-best lists) of each line; their paths."""
+    """Hypotheses, alignments, attention weights (and n-best lists) of each line; their paths
+    under the result's keys."""
     best = [t.hypotheses[0] if t.hypotheses else None for t in translations]
     paths = {ext: (out_dir / f"{stem}.{ext}").resolve() for ext in ("hyp", "align", "attn.jsonl")}
     _write(paths["hyp"], [translator.text(h) if h else "" for h in best])
@@ -100,11 +65,12 @@ def _write_outputs(
         paths["nbest"] = (out_dir / f"{stem}.nbest").resolve()
         nbest = [line for i, t in enumerate(translations) for line in moses_lines(i, translator, t)]
         _write(paths["nbest"], nbest)
-    return paths
+    keys = {"hyp": "hypotheses", "align": "alignments", "attn.jsonl": "attention"}
+    return {keys.get(ext, ext): path for ext, path in paths.items()}
 
 
 def _translate(
-    translator: Translator, run: TrainedRun, engine: Engine, sources: Sequence[str], src_path: Path
+    translator: Translator, run: TrainedRun, device: str, sources: Sequence[str], src_path: Path
 ) -> tuple[list[Translation], float]:
     """Translate ``sources`` (logging what, with what and where); the translations and the
     seconds decoding took."""
@@ -115,7 +81,7 @@ def _translate(
         run.checkpoint,
         run.step,
         translator.search.beam_size,
-        engine.describe(),
+        device,
     )
     start = time.perf_counter()
     try:
@@ -126,14 +92,11 @@ def _translate(
     return translations, seconds
 
 
-def _names(cfg: EvaluateConfig, run: TrainedRun, name: str, members: int) -> tuple[str, str]:
-    """(name of the TensorBoard tags, stem of the output files), e.g. test_2016_flickr and
-    test_2016_flickr.best.beam5: every decoding setting that differs from its default has its
-    own part, so no setting's files overwrite another's (``...beam5.int8``, ``.cp0.2``,
-    ``.alpha1``, ``.len2x+10``, ``.nbest3``); an ensemble of n runs is ``<name>.ensemble<n>``."""
-    checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else run.checkpoint.stem
-    if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
-        name = f"{name}.ensemble{members}"
+def _settings_part(cfg: EvaluateConfig) -> str:
+    """The checkpoint and decoding settings in the output files' names, e.g. ``best.beam5``:
+    every decoding setting that differs from its default has its own part, so no setting's files
+    overwrite another's (``...beam5.int8``, ``.cp0.2``, ``.alpha1``, ``.len2x+10``, ``.nbest3``)."""
+    checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else Path(cfg.checkpoint).stem
     default = DecodeConfig()
     precision = Precision(cfg.precision)
     suffix = "" if precision == Precision.fp32 else f".{precision.value}"
@@ -146,8 +109,8 @@ def _names(cfg: EvaluateConfig, run: TrainedRun, name: str, members: int) -> tup
     if cfg.nbest > 1:
         suffix += f".nbest{cfg.nbest}"
     if cfg.sampling:  # e.g. test_2016_flickr.best.sample.t0.7.k10.seed1
-        return name, f"{name}.{checkpoint}.{sampling_part(cfg)}{suffix}"
-    return name, f"{name}.{checkpoint}.beam{cfg.beam_size}{suffix}"
+        return f"{checkpoint}.{sampling_part(cfg)}{suffix}"
+    return f"{checkpoint}.beam{cfg.beam_size}{suffix}"
 
 
 def sampling_part(cfg: EvaluateConfig) -> str:
@@ -163,64 +126,68 @@ def sampling_part(cfg: EvaluateConfig) -> str:
     return f"{part}.seed{cfg.seed}"
 
 
-def sampling_facts(cfg: EvaluateConfig) -> dict[str, Any]:
-    """The sampling settings of a result, where it sampled (none for a search)."""
-    if not cfg.sampling:
-        return {}
-    keys = ("temperature", "top_k", "top_p", "seed")
-    return {"sampling": True, **{key: getattr(cfg, key) for key in keys}}
+def search_facts(cfg: EvaluateConfig) -> dict[str, Any]:
+    """The search settings of a result (and the sampling ones, where it sampled)."""
+    keys = ("beam_size", "alpha", "max_len_a", "max_len_b")
+    facts = {key: getattr(cfg, key) for key in keys}
+    facts["coverage_penalty"] = cfg.coverage_penalty if cfg.beam_size > 1 else 0.0
+    if cfg.sampling:
+        keys = ("temperature", "top_k", "top_p", "seed")
+        facts |= {"sampling": True, **{key: getattr(cfg, key) for key in keys}}
+    return facts
 
 
 def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     """Translate, score, write the files and TensorBoard events; return the result object."""
-    rename_keys(cfg, "evaluate")
     if cfg.log_attention < 0:
         raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
+    if (cfg.input is None) != (cfg.reference is None):
+        raise Seq2SeqError("input=<source file> and reference=<reference file> go together")
+    settings, facts = _settings_part(cfg), search_facts(cfg)
+    members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
+    out = Path(cfg.out) if cfg.out is not None else None
     engine, run = open_model(cfg, "evaluate")
+    device, engine_facts = engine.describe(), engine_choices(engine)
     translator = Translator.from_run(run, cfg, engine)
-    out_dir = Path(cfg.out) if cfg.out is not None else run.run_dir / EVAL_DIR
+    tokenize = run_bleu_tokenizer(run.cfg.data, cfg.bleu_tokenize)
+    out_dir = out or run.run_dir / EVAL_DIR
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         hint = "choose out=<a folder>"
         raise Seq2SeqError(f"cannot write into {out_dir}: {e.strerror or e}; {hint}") from None
-    split, name, src_path, ref_path = _inputs(cfg, run, out_dir)
+    split, src_path, ref_path = None, Path(cfg.input or "."), Path(cfg.reference or ".")
+    if cfg.input is None:  # a split of the run's corpus, else the two files given
+        split, src_path, ref_path = run_split(run, cfg.data_source, cfg.split, out_dir)
+    name = Path(split).name if split is not None else src_path.name
     sources, references = read_parallel(src_path, ref_path)
-    translations, seconds = _translate(translator, run, engine, sources, src_path)
-    tokenize = run_bleu_tokenizer(run.cfg.data, cfg.bleu_tokenize)
+    translations, seconds = _translate(translator, run, device, sources, src_path)
     result_scores = score([translator.best_text(t) for t in translations], references, tokenize)
     scores = {"bleu": result_scores.bleu, "chrf": result_scores.chrf}
 
-    members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
-    name, stem = _names(cfg, run, name, len(members))
+    if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
+        name = f"{name}.ensemble{len(members)}"
+    stem = f"{name}.{settings}"
     paths = _write_outputs(out_dir, stem, translator, translations)
     samples = attention_samples(
         sources, references, translations, run.src_tok, run.tgt_tok, cfg.log_attention
     )
-    folder = out_dir if cfg.out is not None else run.run_dir  # whose TensorBoard
-    _log_tensorboard(folder, run, split, name, scores, samples, ensemble=bool(cfg.ensemble))
+    own_test = split is not None and split in ("test", run.cfg.data.test) and not cfg.ensemble
+    log_evaluation(out or run.run_dir, run.step, run.cfg, name, scores, samples, own_test)
 
     result = {
         **scores,
         "signature": result_scores.bleu_signature,
         "chrf_signature": result_scores.chrf_signature,
-        "hypotheses": str(paths["hyp"]),
-        "alignments": str(paths["align"]),
-        "attention": str(paths["attn.jsonl"]),
-        **({"nbest": str(paths["nbest"])} if "nbest" in paths else {}),
+        **{key: str(path) for key, path in paths.items()},  # hypotheses, alignments, ...
         "split": split,
         "source": str(src_path.resolve()),
         "reference": str(ref_path.resolve()),
         "checkpoint": str(run.checkpoint.resolve()),
         "runs": members,  # more than one: an ensemble of these run folders
         "step": run.step,
-        "beam_size": cfg.beam_size,
-        "alpha": cfg.alpha,
-        "max_len_a": cfg.max_len_a,
-        "max_len_b": cfg.max_len_b,
-        "coverage_penalty": cfg.coverage_penalty if cfg.beam_size > 1 else 0.0,
-        **sampling_facts(cfg),
-        **engine_choices(engine),  # device, precision, threads, products, int8_engine
+        **facts,
+        **engine_facts,  # device, precision, threads, products, int8_engine
         "sentences": len(sources),
         "seconds": round(seconds, 3),  # decoding only
         "sentences_per_second": round(len(sources) / max(seconds, 1e-9), 2),
@@ -230,16 +197,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     return result
 
 
-@hydra_command("evaluate")
-def main(cfg: EvaluateConfig) -> None:
-    """Evaluate; the last stdout line is the result JSON, user errors exit 1 with one message."""
-    try:
-        result = evaluate(cfg)
-    except Seq2SeqError as e:
-        log.error("%s", e)
-        sys.exit(1)
-    print(json.dumps(result, ensure_ascii=False), flush=True)
-
+main = hydra_command("evaluate")(evaluate)  # the command: errors and output in wrapper.py
 
 if __name__ == "__main__":
     main()

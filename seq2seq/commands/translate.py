@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from seq2seq.config_commands import TranslateConfig, hydra_command
+from seq2seq.commands.configs import TranslateConfig
+from seq2seq.commands.wrapper import hydra_command
 from seq2seq.data.stream import decode_text
 from seq2seq.decoding.alignment import best_alignment_view
 from seq2seq.decoding.inference import InputTooLong, Translator, open_model
@@ -181,18 +182,7 @@ def run_app(cfg: TranslateConfig) -> None:
         piped(translator, cfg)
 
 
-@hydra_command("translate")
-def main(cfg: TranslateConfig) -> None:
-    """Translate; user errors exit 1 with one clear message, a closed pipe exits quietly."""
-    try:
-        run_app(cfg)
-    except Seq2SeqError as e:
-        log.error("%s", e)
-        sys.exit(1)
-    except BrokenPipeError:  # e.g. `... | head`: the reader left, nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
-
+main = hydra_command("translate")(run_app)  # the command: errors and output in wrapper.py
 
 if __name__ == "__main__":
     main()

@@ -197,3 +197,23 @@ class Monitor:
             with self._writing():
                 self.writer.close()
             self.writer = None
+
+
+def log_evaluation(
+    folder: Path,
+    step: int,
+    run_cfg: Any,
+    name: str,
+    scores: Mapping[str, float],
+    samples: Sequence[AttentionSample],
+    own_test: bool,
+) -> None:
+    """An evaluation's scores as ``eval/<name>_bleu``/``_chrf`` and heatmaps as
+    ``attention/<name>_<i>``, at the checkpoint's step; the score on the run's own test split (a
+    single model's, ``own_test``) also as ``hparams/test_bleu``."""
+    with Monitor(folder) as monitor:
+        if own_test:
+            monitor.hparams(step, run_hparams(run_cfg), {"hparams/test_bleu": scores["bleu"]})
+        monitor.scalars(step, {f"eval/{name}_{key}": value for key, value in scores.items()})
+        if samples:
+            monitor.attention(step, samples, split=name)

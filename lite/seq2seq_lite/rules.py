@@ -1,0 +1,137 @@
+"""The host-side rules of every seq2seq search, written once: seq2seq's torch search and
+commands, and this package's numpy search, read them here; the browser's search.js repeats the
+search rules in JavaScript, held to these by tests/test_rules.py. Pure Python and numpy: no
+torch, no onnxruntime (seq2seq imports this module on machines without onnxruntime)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# -- the search --------------------------------------------------------------------------------
+
+
+def length_penalty(length: Any, alpha: float) -> Any:
+    """GNMT's ((5 + length) / 6) ** alpha, which divides a hypothesis's log-prob sum so that
+    long ones can win; ``length`` counts the EOS: an int, a float, a numpy array or a tensor."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src_lengths: Sequence[int] | np.ndarray, a: float, b: int) -> np.ndarray:
+    """Target tokens before EOS is forced, floor(a * src_len + b) and at least 0 (src_len counts
+    the source EOS): an output as long as its input allows, and no search without an end."""
+    lengths = np.asarray(src_lengths, dtype=np.float64)
+    return np.maximum(np.floor(lengths * a + b), 0).astype(np.int64)
+
+
+def eos_banned(first: bool, at_limit: Any) -> Any | None:
+    """Rows whose EOS is forbidden (a numpy or torch bool mask like ``at_limit``; None: none):
+    at the ``first`` step every row not at its length limit, so no translation is empty."""
+    return ~at_limit if first else None
+
+
+def search_problem(
+    beam_size: int, nbest: int, batch_size: int, max_source_len: int, sampling: bool = False
+) -> str | None:
+    """What makes search settings unusable, in one line (None: nothing): a count below 1, or
+    more translations than beams (sampling draws its ``nbest``, beams or not)."""
+    counts = dict(
+        beam_size=beam_size, nbest=nbest, batch_size=batch_size, max_source_len=max_source_len
+    )
+    for key, value in counts.items():
+        if value < 1:
+            return f"{key} must be at least 1, not {value}"
+    if nbest > beam_size and not sampling:
+        return f"nbest={nbest} needs at least as many beams: add beam_size={nbest}"
+    return None
+
+
+# -- the input ---------------------------------------------------------------------------------
+
+
+class InputError(ValueError):
+    """Input that is not text: one line for the user."""
+
+
+def decode_text(block: bytes, where: str, before: int = 0) -> str:
+    """``block`` (whole lines of ``where``, after ``before`` lines) as text; invalid UTF-8 is
+    InputError naming ``where`` and the line, the one answer of every command that reads text."""
+    try:
+        return block.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = before + block.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{where}, line {line}: invalid UTF-8 ({e.reason})") from None
+
+
+class InputTooLong(Exception):
+    """A line over max_source_len subwords: refused, never cut (``index``: 0-based). A
+    subclass names the setting as its users give it (``option``) and adds its error base."""
+
+    option = "max_source_len=..."
+
+    def __init__(self, index: int, length: int, limit: int) -> None:
+        self.index, self.length, self.limit = index, length, limit
+        super().__init__(self.describe(f"input line {index + 1}"))
+
+    def describe(self, where: str) -> str:
+        """The one-line refusal, naming the line as the caller knows it."""
+        return (
+            f"{where} has {self.length:,} subwords; at most {self.limit:,} are translated "
+            f"({self.option})"
+        )
+
+
+def encode_lines(
+    encode: Callable[[list[str]], list[list[int]]],
+    lines: Sequence[str],
+    limit: int,
+    too_long: type[InputTooLong] = InputTooLong,
+) -> list[list[int]]:
+    """Subword ids of each line by ``encode`` ([] for a blank one), stripped, lone surrogates and
+    undecodable bytes as "?" (sentencepiece takes only UTF-8); ``too_long`` for the first line
+    over ``limit`` subwords: a line is refused, never cut."""
+    text = [line.encode("utf-8", "replace").decode("utf-8").strip() for line in lines]
+    encoded = encode(text)
+    for index, ids in enumerate(encoded):
+        if len(ids) > limit:
+            raise too_long(index, len(ids), limit)
+    return [ids if line else [] for ids, line in zip(encoded, text, strict=True)]
+
+
+# -- the folders -------------------------------------------------------------------------------
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def damage(path: Path) -> list[str]:
+    """What is wrong with the files that the manifest ``path`` lists ({name: {"size", "sha256"}},
+    names relative to its folder); empty: nothing. A missing or unreadable manifest is itself
+    reported: a damaged or tampered folder is refused, whoever reads it."""
+    try:
+        expected = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return [f"{path.name} cannot be read ({e})"]
+    problems = []
+    for name, facts in expected.items():
+        file = path.parent / name
+        if not file.is_file():
+            problems.append(f"{name} is missing")
+        elif file.stat().st_size != facts.get("size"):
+            problems.append(f"{name} has {file.stat().st_size} bytes, not {facts.get('size')}")
+        elif sha256_file(file) != facts.get("sha256"):
+            problems.append(f"{name} does not match its SHA-256")
+    return problems

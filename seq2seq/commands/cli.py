@@ -1,0 +1,27 @@
+"""The installed commands' entry points (pyproject's [project.scripts]). Each imports its command
+only when run, so that the worker processes a command starts (which import the main script
+again) stay light."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import import_module
+
+
+def _entry(command: str) -> Callable[[], None]:
+    def start() -> None:
+        import_module(f"seq2seq.commands.{command}").main()
+
+    start.__name__ = start.__qualname__ = command
+    return start
+
+
+train = _entry("train")
+evaluate = _entry("evaluate")
+translate = _entry("translate")
+average = _entry("average")
+export = _entry("export")
+serve = _entry("serve")
+align = _entry("align")
+distill = _entry("distill")
+backtranslate = _entry("backtranslate")

@@ -1,0 +1,84 @@
+"""The one wrapper all nine commands run in. Before Hydra starts: the schemas registered, ``-v``
+read, the overrides checked against the schema. Before any work: old key spellings read as
+today's and the values checked. After: the result printed (a JSON line or a path) or a user
+error said in one line with exit 1, never a traceback."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import hydra
+
+from seq2seq.commands.configs import CONFIGS, register_schemas
+from seq2seq.commands.keys import check_command_line
+from seq2seq.commands.rules import check_config, upgrade_config
+from seq2seq.errors import ReportedByRankZero, Seq2SeqError
+
+log = logging.getLogger("seq2seq")
+
+Task = Callable[[Any], Any]  # the command's work on its composed config; returns what to print
+
+
+def hydra_command(
+    config_name: str, before: Callable[[list[str]], list[str]] | None = None
+) -> Callable[[Task], Callable[[], None]]:
+    """``hydra.main`` of a command that reads ``configs/<config_name>.yaml`` (shipped inside the
+    package). ``-v`` (``--verbose``) is ``hydra.verbose=seq2seq``: the debug lines too.
+    ``before`` sees the arguments first and may change them or refuse (a Seq2SeqError)."""
+    command_name = "train" if config_name == "config" else config_name
+
+    def decorate(task: Task) -> Callable[[], None]:
+        @functools.wraps(task)
+        def body(cfg: Any) -> None:
+            _say(_run(task, cfg, command_name))
+
+        run = hydra.main(version_base=None, config_path=CONFIGS, config_name=config_name)(body)
+
+        @functools.wraps(task)
+        def command() -> None:
+            register_schemas()
+            verbose = "hydra.verbose=seq2seq"
+            sys.argv[1:] = [verbose if a in ("-v", "--verbose") else a for a in sys.argv[1:]]
+            try:
+                if before is not None:
+                    sys.argv[1:] = before(sys.argv[1:])
+                check_command_line(config_name, sys.argv[1:])
+            except Seq2SeqError as e:
+                sys.exit(f"seq2seq-{command_name}: {e}")
+            run()
+
+        return command
+
+    return decorate
+
+
+def _run(task: Task, cfg: Any, command_name: str) -> Any:
+    """The task on its upgraded and checked config; each way a user error ends, said once."""
+    try:
+        upgrade_config(cfg, command_name)
+        check_config(cfg)
+        return task(cfg)
+    except Seq2SeqError as e:
+        if not isinstance(e, ReportedByRankZero):  # rank 0 has said it for every rank
+            log.error("%s", e)
+    except BrokenPipeError:  # e.g. `... | head`: the reader left, nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError as e:  # a full disk, a folder that went away: which file, in one line
+        where = f"{e.filename}: " if e.filename else ""
+        log.error("stopped: %s%s; what was written before is intact", where, e.strerror or e)
+    sys.exit(1)
+
+
+def _say(result: Any) -> None:
+    """A command's answer on stdout, last: a JSON line (scores, counts) or a written path."""
+    if isinstance(result, dict):
+        print(json.dumps(result, ensure_ascii=False), flush=True)
+    elif isinstance(result, str | Path):
+        print(result, flush=True)

@@ -1,0 +1,136 @@
+"""A trained run folder, or a release folder (seq2seq-export), opened: its config in today's keys,
+its tokenizers and its model with the checkpoint's weights, after the manifest's check."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import safetensors.torch
+from omegaconf import DictConfig, OmegaConf
+
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.errors import Seq2SeqError
+from seq2seq.model.ensemble import Ensemble
+from seq2seq.model.seq2seq import Seq2Seq, build_model
+from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.migrate import upgrade_saved_config
+from seq2seq.storage.manifest import damage
+from seq2seq.storage.rundir import (
+    CONFIG_FILE,
+    MANIFEST,
+    RELEASE_WEIGHTS,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
+    checkpoint_path,
+    release_facts,
+)
+
+
+@dataclass
+class TrainedRun:
+    """Everything a finished run folder provides for evaluation and translation."""
+
+    run_dir: Path
+    cfg: DictConfig
+    model: Seq2Seq | Ensemble  # in eval mode, on the engine's device
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    checkpoint: Path
+    step: int  # training updates behind the checkpoint
+
+
+def load_run(
+    run_dir: str | Path, checkpoint: str = "best", engine: Engine | None = None
+) -> TrainedRun:
+    """Rebuild the model of a training run folder, or of a release folder (seq2seq-export:
+    weights in safetensors, read without torch.load), in eval mode, on the engine's device (the
+    host without one)."""
+    run_dir = Path(run_dir)
+    release = (run_dir / RELEASE_WEIGHTS).is_file()
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise Seq2SeqError(f"{run_dir} is not a training run or release folder (no {CONFIG_FILE})")
+    if release and not (run_dir / MANIFEST).is_file():
+        raise Seq2SeqError(f"{run_dir} is a release folder without its {MANIFEST}: refused")
+    if (run_dir / MANIFEST).is_file() and (problems := damage(run_dir / MANIFEST)):
+        raise Seq2SeqError(
+            f"{run_dir} is damaged: {'; '.join(problems)} (see {MANIFEST}); restore the files "
+            "from a copy of the folder"
+        )
+    cfg = read_config(run_dir / CONFIG_FILE)
+    for name in (SRC_TOKENIZER, TGT_TOKENIZER):
+        if not (run_dir / name).is_file():
+            raise Seq2SeqError(f"{run_dir} has no tokenizer model {name}")
+    src_tok = Tokenizer.load(run_dir / SRC_TOKENIZER)
+    tgt_tok = Tokenizer.load(run_dir / TGT_TOKENIZER)
+    vocab = (src_tok.vocab_size, tgt_tok.vocab_size)
+    model = build_model(cfg.model, *vocab)
+    if release:
+        if checkpoint != "best":
+            raise Seq2SeqError(
+                f"{run_dir} is a release: it holds one model (leave out checkpoint=)"
+            )
+        path, step = run_dir / RELEASE_WEIGHTS, release_facts(run_dir).get("step", 0)
+        try:
+            safetensors.torch.load_model(model, path)
+        except Exception as e:  # safetensors' header errors, missing or misshapen tensors
+            raise Seq2SeqError(f"{path} does not fit the model of {run_dir}: {e}") from None
+    else:
+        path = checkpoint_path(run_dir, checkpoint)
+        if not path.is_file():
+            raise Seq2SeqError(f"checkpoint not found: {path} (give best, last or a file's path)")
+        state = load_checkpoint(path)
+        step = state.get("step", 0)
+        if "vocab" in state and tuple(state["vocab"]) != vocab:
+            raise Seq2SeqError(
+                f"{path} was trained with vocabularies of {state['vocab'][0]}/"
+                f"{state['vocab'][1]} pieces, but the tokenizers in {run_dir} have {vocab[0]}/"
+                f"{vocab[1]}: it belongs to another run"
+            )
+        try:
+            model.load_state_dict(state["model"])
+        except (KeyError, RuntimeError, TypeError) as e:  # a checkpoint of another model or run
+            raise Seq2SeqError(f"{path} does not fit the model of {run_dir}: {e}") from e
+    if engine is not None:
+        engine.for_inference(model)
+    model.eval()
+    return TrainedRun(run_dir, cfg, model, src_tok, tgt_tok, path, int(step))
+
+
+def load_runs(
+    run_dir: str | Path, others: Sequence[str | Path], checkpoint: str, engine: Engine
+) -> TrainedRun:
+    """``run_dir`` alone, or with ``others`` as an ensemble (the mean of their log-probabilities),
+    which needs the same tokenizers in every folder."""
+    run = load_run(run_dir, checkpoint, engine)
+    if not others:
+        return run
+    members = [run, *(load_run(other, checkpoint, engine) for other in others)]
+    for member in members[1:]:
+        if (member.src_tok.proto, member.tgt_tok.proto) != (run.src_tok.proto, run.tgt_tok.proto):
+            raise Seq2SeqError(
+                f"{member.run_dir} has other tokenizers than {run.run_dir}: an ensemble needs "
+                "the same subword vocabularies (the same training data and tokenizer settings)"
+            )
+    return replace(run, model=Ensemble([m.model for m in members]))
+
+
+def read_config(path: Path) -> DictConfig:
+    """A run's config.yaml; unreadable YAML, or YAML that is not a run's config, is a
+    Seq2SeqError naming the file."""
+    what = "restore it from a copy of the run folder"
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception as e:  # yaml's and omegaconf's many errors
+        raise Seq2SeqError(f"{path} is damaged ({type(e).__name__}: {e}); {what}") from None
+    needed = ("model.attention.name", "model.hidden_size", "data.src_lang", "data.tgt_lang")
+    missing = [
+        key
+        for key in needed
+        if not isinstance(cfg, DictConfig) or OmegaConf.select(cfg, key) is None
+    ]
+    if missing:
+        raise Seq2SeqError(f"{path} is not a run's config (no {', '.join(missing)}); {what}")
+    return upgrade_saved_config(cfg)

@@ -1,0 +1,163 @@
+"""The host-side rules every search follows (the length penalty, the length limit, no EOS at the
+first step, the input and manifest checks, the search settings' names) exist once, in
+seq2seq_lite.rules and seq2seq.decoding.settings: the torch and numpy searches use them, and the
+browser's search.js, the one copy a browser needs, gives what they give."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import fields
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+import seq2seq_lite
+import torch
+from seq2seq_lite import rules
+from seq2seq_lite import search as lite_search
+
+from seq2seq.config import DecodeConfig
+from seq2seq.decoding import hypothesis, settings
+from seq2seq.decoding.inference import InputTooLong
+from seq2seq.errors import Seq2SeqError
+from seq2seq.storage import manifest
+from seq2seq.vocab import BOS, EOS, PAD
+
+ALPHAS = (0.0, 0.6, 1.0, 2.0, -0.5)
+LENGTH_RULES = ((1.5, 5), (0.0, 0), (1.2, 10), (0.5, -3), (2.0, 0), (1.1, 1))
+IDS = {"pad": PAD, "bos": BOS, "eos": EOS}
+VOCAB = 7
+
+# search.js's rules on the same grids, as JSON
+JS_RULES = """
+import { lengthPenalty, maxLength, restrict } from "%s";
+const [alphas, lengthRules, ids, vocab] = %s;
+const lengths = [...Array(80).keys()];
+const restricted = [];
+for (const first of [false, true]) for (const atLimit of [false, true]) {
+  const row = Float32Array.from({ length: vocab }, (_, i) => -1 - i / 10);
+  const out = restrict(row, vocab, atLimit, ids, first);
+  restricted.push(Array.from(out, (x) => (x === -Infinity ? null : x)));
+}
+console.log(JSON.stringify({
+  penalties: alphas.map((alpha) => lengths.map((n) => lengthPenalty(n, alpha))),
+  limits: lengthRules.map(([a, b]) => lengths.map((n) => maxLength(n, a, b))),
+  restricted,
+}));
+"""
+
+
+def _browser_rules() -> dict:
+    if shutil.which("node") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("node is needed for the browser's search")
+        pytest.skip("node is needed for the browser's search")
+    search = resources.files("seq2seq").joinpath("static", "browser", "search.js")  # as exported
+    grids = json.dumps([ALPHAS, LENGTH_RULES, IDS, VOCAB])
+    script = JS_RULES % (Path(str(search)).as_uri(), grids)
+    proc = subprocess.run(
+        ["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _row(first: bool, at_limit: bool) -> list[float | None]:
+    """lite's restriction of one row, as search.js's output spells it (-inf: None)."""
+    row = np.array([[-1 - i / 10 for i in range(VOCAB)]], dtype=np.float32)
+    out = lite_search.restrict(row, np.array([at_limit]), IDS, first)[0]
+    return [None if x == -np.inf else float(x) for x in out]
+
+
+def test_the_browser_search_follows_the_python_rules() -> None:
+    found, lengths = _browser_rules(), np.arange(80)
+    for alpha, penalties in zip(ALPHAS, found["penalties"], strict=True):
+        # Math.pow and C's pow may differ in the last bit of a double
+        assert penalties == pytest.approx(rules.length_penalty(lengths, alpha), rel=1e-14)
+    for (a, b), limits in zip(LENGTH_RULES, found["limits"], strict=True):
+        assert limits == rules.max_lengths(lengths, a, b).tolist()
+    cases = [(first, at_limit) for first in (False, True) for at_limit in (False, True)]
+    assert found["restricted"] == [_row(*case) for case in cases]
+
+
+@pytest.mark.parametrize("look", [True, False])
+def test_the_torch_and_numpy_searches_restrict_alike(look: bool) -> None:
+    gen = torch.Generator().manual_seed(0)
+    at_limit = torch.tensor([False, True, False, True])
+    for first in (True, False):
+        log_probs = torch.randn(4, VOCAB, generator=gen).log_softmax(-1)
+        want = lite_search.restrict(log_probs.numpy().copy(), at_limit.numpy(), IDS, first)
+        got = hypothesis.restrict(log_probs.clone(), at_limit, look, first)
+        assert np.array_equal(got.numpy(), want)
+        banned = rules.eos_banned(first, at_limit)
+        expected = [False] * 4 if banned is None else banned.tolist()
+        assert (got[:, EOS] == -np.inf).tolist() == expected
+
+
+def test_the_length_rules_take_numbers_arrays_and_tensors() -> None:
+    lengths = [1, 2, 7, 33]
+    for alpha in ALPHAS:
+        as_floats = [rules.length_penalty(n, alpha) for n in lengths]
+        assert rules.length_penalty(np.array(lengths), alpha).tolist() == as_floats
+        penalties = rules.length_penalty(torch.tensor(lengths).double(), alpha)
+        assert penalties.tolist() == pytest.approx(as_floats, rel=1e-14)
+    for a, b in LENGTH_RULES:
+        limits = hypothesis.max_lengths(torch.tensor(lengths), a, b)
+        assert limits.dtype == torch.long and limits.tolist() == [
+            max(int(np.floor(n * a + b)), 0) for n in lengths
+        ]
+
+
+def test_every_search_reads_the_one_copy() -> None:
+    from seq2seq.commands import backtranslate
+    from seq2seq.decoding import beam, search
+    from seq2seq.serving import onnx_models
+
+    assert search.length_penalty is beam.length_penalty is lite_search.length_penalty
+    assert search.length_penalty is rules.length_penalty
+    assert lite_search.max_lengths is rules.max_lengths
+    assert manifest.damage is rules.damage and manifest.sha256_file is rules.sha256_file
+    assert tuple(f.name for f in fields(DecodeConfig)) == settings.SEARCH_KEYS
+    assert onnx_models.SEARCH_KEYS is settings.SEARCH_KEYS
+    assert backtranslate.SEARCH_KEYS is settings.RECORDED_KEYS
+    # what backtranslate.json has always recorded: resuming compares it
+    assert settings.RECORDED_KEYS == ("beam_size", "alpha", "max_len_a", "max_len_b", "sampling")
+    assert settings.SAMPLING_KEYS == ("temperature", "top_k", "top_p", "seed")
+
+
+def test_a_line_too_long_is_refused_in_each_packages_words() -> None:
+    def encode(text: list[str]) -> list[list[int]]:
+        return [[5] * len(line.split()) for line in text]
+
+    assert rules.encode_lines(encode, ["a b", " ", "\udcff c"], 2) == [[5, 5], [], [5, 5]]
+    for error, option, base in (
+        (InputTooLong, "max_source_len=...", Seq2SeqError),
+        (seq2seq_lite.InputTooLong, "--max-source-len", seq2seq_lite.ReleaseError),
+    ):
+        with pytest.raises(error) as refused:
+            rules.encode_lines(encode, ["a", "a b c d"], 3, error)
+        assert isinstance(refused.value, base) and refused.value.index == 1
+        assert (
+            str(refused.value)
+            == f"input line 2 has 4 subwords; at most 3 are translated ({option})"
+        )
+    assert (
+        rules.search_problem(5, 6, 1, 1) == "nbest=6 needs at least as many beams: add beam_size=6"
+    )
+    assert rules.search_problem(5, 6, 1, 1, sampling=True) is None
+    assert rules.search_problem(5, 1, 0, 1) == "batch_size must be at least 1, not 0"
+
+
+def test_importing_lite_imports_neither_torch_seq2seq_nor_onnxruntime() -> None:
+    """seq2seq imports seq2seq_lite for its rules, also where onnxruntime is not installed."""
+    code = (
+        "import sys, seq2seq_lite; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'seq2seq', 'onnxruntime')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
