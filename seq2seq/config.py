@@ -163,7 +163,6 @@ class TrainConfig:
     init_from: Optional[str] = None
     init_checkpoint: str = "best"  # with init_from: "best", "last", "averaged" or a file's path
     init_optimizer: bool = False  # with init_from: its last.pt's optimizer and learning rate
-    precision: Optional[Precision] = None  # deprecated: the top-level precision=
     # fixed-shape updates replayed from CUDA graphs (docs/gpu.md): auto (where CUDA is and the
     # update allows), true or false; config.yaml records what ran
     cuda_graphs: str = "auto"
@@ -232,7 +231,6 @@ class LogConfig:
     # ("i-j" sure, "ipj" possible, 1-based) -> valid/aer, valid/alignment_precision and _recall
     alignment_pairs: Optional[str] = None
     alignment_links: Optional[str] = None
-    alignment_gold: Optional[str] = None  # deprecated spelling of alignment_pairs (one release)
 
 
 @dataclass

@@ -185,8 +185,6 @@ def test_no_test_module_imports_another() -> None:
     for path in sorted(tests.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            names += [alias.name for alias in getattr(node, "names", [])] * isinstance(
-                node, ast.Import
-            )
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
             wrong += [f"{path.name} imports {n}" for n in names if n.startswith("test_")]
     assert not wrong, wrong

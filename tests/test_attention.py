@@ -7,6 +7,7 @@ import torch
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from seq2seq.commands.keys import check_command_line
 from seq2seq.commands.rules import check_config
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.search import greedy_search
@@ -45,7 +46,6 @@ VARIANTS = {
     "luong-dot": LuongConfig(size=8, score="dot"),
     "luong-general": LuongConfig(size=8, score="general"),
     "luong-concat": LuongConfig(size=8, score="concat"),
-    "luong-scaled_dot": LuongConfig(size=8, score="scaled_dot"),
     "multihead": MultiHeadConfig(size=8, heads=2),
     "local_m": LocalMConfig(size=8, window=1),
     "local_p": LocalPConfig(size=8, window=1),
@@ -125,7 +125,7 @@ def test_luong_dot_without_projection_when_sizes_match(scale: bool, divisor: flo
 
 
 def test_config_reaches_constructor() -> None:
-    assert make(LuongConfig(score="scaled_dot")).scale == pytest.approx(QUERY**-0.5)
+    assert make(LuongConfig(score="dot")).scale == pytest.approx(QUERY**-0.5)
     assert isinstance(make(VARIANTS["multihead"]), MultiHeadAttention)
     assert make(VARIANTS["multihead"]).heads == 2
     with pytest.raises(Seq2SeqError, match="divisible"):
@@ -169,7 +169,6 @@ def test_keys_projected_once_per_batch(name: str) -> None:
     ("overrides", "warned"),
     [
         (["model.attention.score=dot"], True),
-        (["model.attention.score=scaled_dot"], True),
         (["model.attention.score=dot", "model.encoder_size=32"], False),
         (["model.attention.score=general"], False),
     ],
@@ -301,15 +300,11 @@ def test_an_old_run_keeps_its_unscaled_luong_score() -> None:
     assert today.decoder.attention.scale == pytest.approx(512**-0.5)
 
 
-def test_scaled_dot_is_read_as_a_scaled_dot_with_a_warning(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    from seq2seq.commands.rules import upgrade_config
-
-    with initialize_config_module("seq2seq.configs", version_base=None):
-        cfg = compose("config", ["model/attention=luong", "model.attention.score=scaled_dot"])
-    with caplog.at_level("WARNING", logger="seq2seq.config"):
-        upgrade_config(cfg)
-    attention = cfg.model.attention
-    assert (attention.score.value, attention.scale) == ("dot", True)
-    assert any("scaled_dot is deprecated" in r.getMessage() for r in caplog.records)
+def test_a_saved_scaled_dot_score_is_read_as_a_scaled_dot() -> None:
+    """``score=scaled_dot``, an old spelling: refused on a command line, read from a saved run."""
+    saved = {**OLD_LUONG, "model": {**OLD_LUONG["model"], "attention": {"name": "luong"}}}
+    saved["model"]["attention"]["score"] = "scaled_dot"
+    attention = upgrade_saved_config(OmegaConf.create(saved)).model.attention
+    assert (attention.score, attention.scale) == ("dot", True)
+    with pytest.raises(Seq2SeqError, match="scaled_dot"):
+        check_command_line("config", ["model/attention=luong", "model.attention.score=scaled_dot"])

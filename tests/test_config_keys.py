@@ -97,11 +97,10 @@ def test_what_is_left_to_hydra_passes() -> None:
         ["-m", "experiment=attention_comparison"],
         ["+compare=luong", "versions.torch=2.13", "~log.progress"],
         ["-m", "train.lr=1e-3,3e-4", "train.seed=range(1,3)"],
-        ["train.precision=fp16", "model/attention=luong", "model.attention.score=scaled_dot"],
+        ["precision=fp16", "model/attention=luong", "model.attention.score=dot"],
         ["experiment=multi30k_de_en_cpu", "data.source=/data/multi30k"],
     ):
         check_command_line("config", overrides)
-    check_command_line("evaluate", ["run_dir=x", "source=y"])  # an old spelling, still read
 
 
 def test_a_typo_stops_a_command_before_any_work(tmp_path: Path) -> None:

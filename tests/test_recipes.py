@@ -4,7 +4,6 @@ and the results table script."""
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import subprocess
 import sys
@@ -17,11 +16,14 @@ from omegaconf import OmegaConf
 from run_helpers import REPO, composed, run, scalars
 from torch.utils.tensorboard import SummaryWriter
 
-from seq2seq.commands.configs import AlignConfig, EvaluateConfig
-from seq2seq.commands.rules import rename_keys, upgrade_config
+from seq2seq.commands.keys import check_command_line
+from seq2seq.config import DecodeConfig
+from seq2seq.decoding.inference import Translator
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint
 from seq2seq.runtime.migrate import upgrade_saved_config
+from seq2seq.runtime.run_folder import load_run
+from seq2seq.storage.manifest import write_manifest
 from seq2seq.storage.rundir import KEPT_DIR, kept_checkpoint
 
 
@@ -252,15 +254,8 @@ def test_a_model_card_leaves_out_ensemble_and_int8_scores(smoke_run: Path, tmp_p
     assert facts(run, "best")["test"] == {"test_2016_flickr": {**base, "bleu": 10.0}}
 
 
-def test_one_precision_key_and_the_old_spelling_with_a_warning(caplog) -> None:
+def test_one_precision_key() -> None:
     assert composed("precision=bf16").precision.value == "bf16"
-    old = composed("train.precision=bf16")
-    with caplog.at_level(logging.WARNING):
-        upgrade_config(old)
-    assert old.precision == "bf16" and old.train.precision is None
-    assert "train.precision is deprecated: use precision=bf16" in caplog.text
-    with pytest.raises(Seq2SeqError, match="disagree"):
-        upgrade_config(composed("precision=bf16", "train.precision=fp16"))
 
 
 def test_a_run_config_written_before_the_renames_reads_in_todays_keys() -> None:
@@ -277,20 +272,23 @@ def test_a_run_config_written_before_the_renames_reads_in_todays_keys() -> None:
     assert "input_feed" not in cfg.model and "input_feed" not in cfg.model.attention
 
 
-def test_old_key_names_are_read_as_todays_with_one_warning(caplog) -> None:
-    """One name, one meaning: align's src_file/tgt_file, evaluate's data_source and training's
-    log.alignment_pairs; the old spellings work for a release, with a warning each."""
-    cfg = OmegaConf.structured(AlignConfig(run_dir="r", source="a.en", target="b.fr"))
-    with caplog.at_level(logging.WARNING, logger="seq2seq.config"):
-        rename_keys(cfg, "align")
-    assert (cfg.src_file, cfg.tgt_file, cfg.source, cfg.target) == ("a.en", "b.fr", None, None)
-    assert "source= is deprecated: it is src_file=a.en" in caplog.text
-    train = composed("experiment=smoke", "log.alignment_gold=pairs.txt")
-    upgrade_config(train)
-    assert train.log.alignment_pairs == "pairs.txt" and train.log.alignment_gold is None
-    both = OmegaConf.structured(EvaluateConfig(run_dir="r", source="x", data_source="y"))
-    with pytest.raises(Seq2SeqError, match="source=x and data_source=y disagree"):
-        rename_keys(both, "evaluate")
+@pytest.mark.parametrize(
+    ("command", "override", "today"),
+    [
+        ("config", "train.precision=bf16", "the top-level precision"),
+        ("config", "log.alignment_gold=pairs.txt", "log.alignment_pairs"),
+        ("evaluate", "source=x", "data_source"),
+        ("align", "source=a.en", "src_file"),
+        ("align", "target=b.fr", "tgt_file"),
+    ],
+)
+def test_an_old_key_name_is_refused_with_todays(command: str, override: str, today: str) -> None:
+    """One name, one meaning: an old spelling on a command line says which key took its place."""
+    with pytest.raises(Seq2SeqError, match=today):
+        check_command_line(command, ["run_dir=r", override] if command != "config" else [override])
+
+
+def test_a_saved_config_with_old_key_names_reads_in_todays() -> None:
     saved = upgrade_saved_config(
         OmegaConf.create(
             {
@@ -302,3 +300,26 @@ def test_old_key_names_are_read_as_todays_with_one_warning(caplog) -> None:
         )
     )
     assert saved.log.alignment_pairs == "p.txt" and "alignment_gold" not in saved.log
+
+
+def test_a_run_folder_written_before_the_old_spellings_went_loads_and_translates_the_same(
+    smoke_run: Path, tmp_path: Path
+) -> None:
+    """Main before this change saved ``train.precision: null`` and ``log.alignment_gold: null``
+    in every run's config.yaml and checkpoints: such a folder loads through the one migration."""
+    folder = tmp_path / "old"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("eval", "tensorboard"))
+    cfg = OmegaConf.load(folder / "config.yaml")
+    cfg.train.precision, cfg.log.alignment_gold = None, None
+    OmegaConf.save(cfg, folder / "config.yaml")
+    manifest = folder / "manifest.json"  # as that main wrote it, with those keys
+    write_manifest(manifest, [folder / name for name in json.loads(manifest.read_text())])
+    search = DecodeConfig(beam_size=2)
+    said = []
+    for trained in (load_run(smoke_run), load_run(folder)):
+        translator = Translator.from_run(trained, search)
+        said.append([translator.best_text(t) for t in translator.translate(["Ein Hund läuft."])])
+    assert said[0] == said[1] and said[0][0]
+    migrated = load_run(folder).cfg  # in today's keys only
+    assert "precision" not in migrated.train and "alignment_gold" not in migrated.log
+    assert migrated.precision == cfg.precision

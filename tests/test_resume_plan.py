@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from seq2seq.errors import Seq2SeqError
-from seq2seq.training.state import Progress, _saved_plan, check_plan
+from seq2seq.runtime.migrate import upgrade_saved_state
+from seq2seq.training.state import Progress, check_plan
 
 PLAN = {"train.seed": 1, "train.batch_tokens": 2000, "processes": 1, "training pairs": "29,000"}
 
@@ -36,7 +37,7 @@ def test_another_plan_at_an_epochs_end_starts_with_the_next_epoch(caplog) -> Non
 
 def test_a_checkpoint_without_a_plan_is_read_from_its_config() -> None:
     old = {"world_size": 2, "accumulate": 4, "config": {"train": {"seed": 3, "batch_tokens": 900}}}
-    saved = _saved_plan(old)
+    saved = upgrade_saved_state(old)["plan"]
     assert saved == {
         "train.seed": 3,
         "train.batch_tokens": 900,

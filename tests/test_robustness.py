@@ -253,7 +253,6 @@ def test_overlong_and_odd_training_lines_are_dropped_and_counted(
         (["data.tgt_lang=de"], "data.src_lang and data.tgt_lang are both 'de'"),
         (["data.src_lang=xx"], "has no language 'xx'"),
         (["precision=fp16", "device=cpu"], "fp16 needs CUDA"),
-        (["train.precision=fp16", "device=cpu"], "fp16 needs CUDA"),  # the old spelling
         (["device=tpu"], "unknown device 'tpu'"),
         (["train.batch_tokens=0"], "train.batch_tokens=0 must be positive"),
     ],

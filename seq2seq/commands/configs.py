@@ -31,7 +31,6 @@ class EvaluateConfig(InferenceConfig):
 
     split: str = "test"  # a split name of the run's corpus, or train/valid/test = the run's own
     data_source: Optional[str] = None  # where Multi30k is, for split= (default: data.source's)
-    source: Optional[str] = None  # deprecated spelling of data_source (one release)
     input: Optional[str] = None  # source file to translate instead of a split (needs reference)
     reference: Optional[str] = None  # its reference translations, one per line
     bleu_tokenize: Optional[str] = None  # sacreBLEU's tokenizer; None: the run's (by language)
@@ -66,8 +65,6 @@ class AlignConfig:
     input: Optional[str] = None  # "source ||| target" lines, words separated by spaces
     src_file: Optional[str] = None  # or two parallel files, one sentence per line
     tgt_file: Optional[str] = None
-    source: Optional[str] = None  # deprecated spellings of src_file and tgt_file (one release)
-    target: Optional[str] = None
     swap: bool = False  # the input's sides are the other way round: run_dir reads its target
     output: Optional[str] = None  # Pharaoh links "i-j" (0-based), a line per pair; None: stdout
     weights: Optional[str] = None  # the word attention of each pair as JSON lines

@@ -1,13 +1,13 @@
 """What the config's types cannot say: ranges and cross-key rules, refused in one line before
-any work starts, and old spellings of a command line's keys read as today's (one warning line
-each). A saved run's old config is read by runtime/migrate.py."""
+any work starts. Old spellings of keys are refused by commands/keys.py with today's name
+(runtime/migrate.py's REMOVED); a saved run's old config is read by runtime/migrate.py."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from seq2seq.config import Precision, ScheduleName
 from seq2seq.config_choices import Pick
@@ -73,60 +73,6 @@ _NOT_NEGATIVE = (
 )
 
 
-# keys renamed so that one name has one meaning: read under their old names for one release
-RENAMED = {
-    "train": {"log.alignment_gold": "log.alignment_pairs"},
-    "evaluate": {"source": "data_source"},
-    "align": {"source": "src_file", "target": "tgt_file"},
-}
-
-
-def rename_keys(cfg: Any, command: str) -> None:
-    """Take ``command``'s old key names (RENAMED) as today's, with one warning line each; an
-    old and a new name given with different values are refused."""
-    for old, new in RENAMED.get(command, {}).items():
-        value = OmegaConf.select(cfg, old, default=None)
-        if value is None:
-            continue
-        given = OmegaConf.select(cfg, new, default=None)
-        if given is not None and given != value:
-            raise Seq2SeqError(f"{old}={value} and {new}={given} disagree; give {new}= only")
-        log.warning("%s= is deprecated: it is %s=%s", old, new, value)
-        with open_dict(cfg):
-            OmegaConf.update(cfg, new, value)
-            OmegaConf.update(cfg, old, None)
-
-
-def upgrade_config(cfg: Any, command: str = "train") -> None:
-    """A command's old spellings keep working, with one warning line: RENAMED's keys, and for
-    training ``train.precision`` as ``precision`` and Luong's ``score=scaled_dot`` as
-    ``score=dot`` with ``scale=true`` (a run's saved config: runtime/migrate.py)."""
-    rename_keys(cfg, command)
-    if command != "train":
-        return
-    score = OmegaConf.select(cfg, "model.attention.score", default=None)
-    if getattr(score, "value", score) == "scaled_dot":
-        log.warning(
-            "model.attention.score=scaled_dot is deprecated: it is score=dot with "
-            "model.attention.scale=true (the default)"
-        )
-        with open_dict(cfg):
-            cfg.model.attention.score, cfg.model.attention.scale = "dot", True
-    old = OmegaConf.select(cfg, "train.precision", default=None)
-    if old is None:
-        return
-    value = Precision(old).value
-    new = Precision(OmegaConf.select(cfg, "precision", default=None) or Precision.fp32).value
-    if new not in ("fp32", "auto", value):  # both given (not a default), and they disagree
-        raise Seq2SeqError(
-            f"precision={new} and train.precision={value} disagree; give precision= only"
-        )
-    log.warning("train.precision is deprecated: use precision=%s", value)
-    with open_dict(cfg):
-        cfg.precision = value
-        cfg.train.precision = None
-
-
 def check_config(cfg: Any) -> None:
     """Refuse, in one line, values that their types allow but that cannot work (a negative size,
     a dropout of 1, the same source and target language), before any work starts."""
@@ -172,7 +118,7 @@ def _warn_dot_as_general(cfg: Any) -> None:
     model = OmegaConf.select(cfg, "model", default=None)
     score = OmegaConf.select(cfg, "model.attention.score", default=None)
     score = getattr(score, "value", score)  # an enum member in a typed config
-    if model is None or score not in ("dot", "scaled_dot"):
+    if model is None or score != "dot":
         return
     memory = 2 * (model.get("encoder_size") or model.hidden_size)
     if memory != model.hidden_size:

@@ -1,7 +1,7 @@
 """The one wrapper all nine commands run in. Before Hydra starts: the schemas registered, ``-v``
-read, the overrides checked against the schema. Before any work: old key spellings read as
-today's and the values checked. After: the result printed (a JSON line or a path) or a user
-error said in one line with exit 1, never a traceback."""
+read, the overrides checked against the schema (an old key's spelling refused with today's).
+Before any work: the values checked (commands/rules.py). After: the result printed (a JSON
+line or a path) or a user error said in one line with exit 1, never a traceback."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import hydra
 
 from seq2seq.commands.configs import CONFIGS, register_schemas
 from seq2seq.commands.keys import check_command_line
-from seq2seq.commands.rules import check_config, upgrade_config
+from seq2seq.commands.rules import check_config
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
 
 log = logging.getLogger("seq2seq")
@@ -37,7 +37,7 @@ def hydra_command(
     def decorate(task: Task) -> Callable[[], None]:
         @functools.wraps(task)
         def body(cfg: Any) -> None:
-            _say(_run(task, cfg, command_name))
+            _say(_run(task, cfg))
 
         run = hydra.main(version_base=None, config_path=CONFIGS, config_name=config_name)(body)
 
@@ -59,10 +59,9 @@ def hydra_command(
     return decorate
 
 
-def _run(task: Task, cfg: Any, command_name: str) -> Any:
-    """The task on its upgraded and checked config; each way a user error ends, said once."""
+def _run(task: Task, cfg: Any) -> Any:
+    """The task on its checked config; each way a user error ends, said once."""
     try:
-        upgrade_config(cfg, command_name)
         check_config(cfg)
         return task(cfg)
     except Seq2SeqError as e:

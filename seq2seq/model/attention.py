@@ -154,8 +154,8 @@ class LuongAttention(Attention):
 
     dot compares the query with the memory directly when both have the same size; otherwise the
     memory is projected to the query size once per batch (which makes dot equal to general).
-    With ``scale`` the dot and general scores are divided by sqrt(query size) (``scaled_dot`` is
-    the old name of dot with scale). ``size`` is the hidden size of the concat score only.
+    With ``scale`` the dot and general scores are divided by sqrt(query size). ``size`` is the
+    hidden size of the concat score only.
     """
 
     def __init__(
@@ -169,8 +169,6 @@ class LuongAttention(Attention):
     ) -> None:
         super().__init__(normalizer)
         self.score = LuongScore(score)
-        if self.score == LuongScore.scaled_dot:
-            self.score, scale = LuongScore.dot, True
         self.context_size = memory_size
         scaled = scale and self.score != LuongScore.concat
         self.scale = 1.0 / math.sqrt(query_size) if scaled else 1.0

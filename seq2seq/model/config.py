@@ -14,7 +14,6 @@ class LuongScore(str, Enum):
     dot = "dot"
     general = "general"
     concat = "concat"
-    scaled_dot = "scaled_dot"  # old spelling of dot with scale=true, read with a warning
 
 
 class Normalizer(str, Enum):

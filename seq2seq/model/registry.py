@@ -87,7 +87,7 @@ def describe_attention(cfg: Any) -> str:
     parts = []
     if (score := value("score")) is not None:
         scaled = value("scale", True) and score in ("dot", "general")
-        parts.append(f"{score}, scaled" if scaled or score == "scaled_dot" else score)
+        parts.append(f"{score}, scaled" if scaled else score)
     if (heads := value("heads")) is not None:
         parts.append(f"{heads} heads")
     if (window := value("window")) is not None:

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import HOST
-from seq2seq.runtime.migrate import upgrade_saved_config
+from seq2seq.runtime.migrate import upgrade_saved_config, upgrade_saved_state
 from seq2seq.storage.rundir import CONFIG_FILE, KEPT_DIR, KEPT_INDEX, LAST, kept_checkpoint
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
             != model
         ):
             raise Seq2SeqError(f"train.resume=true, but the model settings differ from {LAST}'s")
-        return state
+        return upgrade_saved_state(state)
     else:
         log.warning("train.resume=true but %s has no %s: starting afresh", run_dir, LAST)
     OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)

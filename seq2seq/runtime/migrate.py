@@ -13,9 +13,13 @@ from seq2seq.model.config import ATTENTION_CONFIGS
 
 log = logging.getLogger("seq2seq.config")
 
-# keys taken out, and what to use instead: refused in one line where given, dropped from a saved
-# run's config (a resumed run has nothing to change)
+# keys taken out or renamed, and what to use instead: refused in one line where given (a renamed
+# key is read under its new name from a saved run's config, a removed one dropped)
 REMOVED = {
+    "train.precision": "it is the top-level precision=..., one key for every command",
+    "log.alignment_gold": "it is log.alignment_pairs=...",
+    "source": "evaluate's is data_source=..., align's src_file=...",
+    "target": "align's is tgt_file=...",
     "train.compile": "it trained slower than without on a GPU and no faster on the CPU "
     "(docs/gpu.md); delete it: on a GPU, train.cuda_graphs=auto (the default) is the fast path",
 }
@@ -25,18 +29,22 @@ def upgrade_saved_config(cfg: Any) -> Any:
     """A run's saved config (config.yaml, a checkpoint's) in today's keys: written before
     ``data.kind`` (``data.name`` said it), before ``precision`` (``train.precision``), or before
     ``input_feed`` moved from the model to the attentions whose data flow has it, or before
-    Luong's dot and general scores were scaled by default (such a run keeps its unscaled score),
-    or before ``log.alignment_gold`` was ``log.alignment_pairs``, or with ``train.compile``."""
+    Luong's dot and general scores were scaled by default (such a run keeps its unscaled score;
+    ``score=scaled_dot`` is dot with scale), or before ``log.alignment_gold`` was
+    ``log.alignment_pairs``, or with ``train.compile``."""
     with open_dict(cfg):
         attention = cfg.model.attention
+        if attention.get("score") == "scaled_dot":
+            attention.score, attention.scale = "dot", True
         if attention.name == "luong" and "scale" not in attention:
             attention.scale = False
         if OmegaConf.select(cfg, "data.kind") is None:
             cfg.data.kind = OmegaConf.select(cfg, "data.name", default="custom")
+        old = cfg.train.pop("precision", None) if "train" in cfg else None
         if OmegaConf.select(cfg, "precision") is None:
-            cfg.precision = OmegaConf.select(cfg, "train.precision", default=None) or "fp32"
-        if OmegaConf.select(cfg, "log.alignment_gold", default=None) is not None:
-            cfg.log.alignment_pairs = cfg.log.pop("alignment_gold")
+            cfg.precision = old or "fp32"
+        if "log" in cfg and (gold := cfg.log.pop("alignment_gold", None)) is not None:
+            cfg.log.alignment_pairs = gold
         if "train" in cfg and cfg.train.pop("compile", False):
             log.warning("train.compile was removed; this run goes on without it")
         if "input_feed" in cfg.model:
@@ -45,3 +53,23 @@ def upgrade_saved_config(cfg: Any) -> Any:
             if schema is not None and "input_feed" in {f.name for f in fields(schema)}:
                 cfg.model.attention.input_feed = feed
     return cfg
+
+
+def upgrade_saved_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A training checkpoint in today's keys: its epoch plan ("plan") and "precision" read from
+    its config where the checkpoint predates them."""
+    config = state.get("config", {})
+    train, data = config.get("train", {}), config.get("data", {})
+    state.setdefault(
+        "plan",
+        {
+            "train.seed": train.get("seed"),
+            "train.batch_tokens": train.get("batch_tokens"),
+            "train.accumulate": state.get("accumulate", 1),
+            "data.sampling_alpha": data.get("sampling_alpha", 0.0),
+            "processes": state.get("world_size", 1),
+        },
+    )
+    if "precision" not in state and (config.get("precision") or train.get("precision")):
+        state["precision"] = config.get("precision") or train.get("precision")
+    return state

@@ -21,7 +21,6 @@ from seq2seq.runtime.engine import Engine
 from seq2seq.storage.manifest import write_manifest
 from seq2seq.storage.rundir import CONFIG_FILE, MANIFEST
 from seq2seq.training.graphed import use_graphs
-from seq2seq.training.state import kept_precision
 
 log = logging.getLogger("seq2seq.train")
 
@@ -68,7 +67,7 @@ def choose_and_record(
     """The engine's start-up choices for ``model`` (a resumed run's ``kept`` ones), written
     into ``cfg`` and, by rank 0, into the run's config.yaml."""
     engine.choose_products(model, kept=kept.get("products"))
-    engine.choose_precision(model, vocab, cfg.train.batch_tokens, kept_precision(kept))
+    engine.choose_precision(model, vocab, cfg.train.batch_tokens, kept.get("precision"))
     normalizer = cfg.model.attention.get("normalizer", "softmax")
     graphs = use_graphs(cfg.train.cuda_graphs, engine, cfg.train, normalizer)
     cfg.train.cuda_graphs = "true" if graphs else "false"  # what runs, for a rerun

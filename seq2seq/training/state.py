@@ -53,21 +53,6 @@ def epoch_plan(cfg: DictConfig, engine: Engine, train: TokenizedCorpus) -> dict[
     }
 
 
-def _saved_plan(state: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's epoch plan; what an older checkpoint (without "plan") says of it."""
-    if "plan" in state:
-        return state["plan"]
-    config = state.get("config", {})
-    train, data = config.get("train", {}), config.get("data", {})
-    return {
-        "train.seed": train.get("seed"),
-        "train.batch_tokens": train.get("batch_tokens"),
-        "train.accumulate": state.get("accumulate", 1),
-        "data.sampling_alpha": data.get("sampling_alpha", 0.0),
-        "processes": state.get("world_size", 1),
-    }
-
-
 def check_plan(saved: dict[str, Any], plan: dict[str, Any], progress: Progress) -> None:
     """Refuse a resume whose epoch plan differs from the checkpoint's in the middle of an
     epoch, naming what differs; at an epoch's end the new plan starts with the next epoch."""
@@ -116,14 +101,6 @@ def training_state(
     }
 
 
-def kept_precision(state: dict[str, Any]) -> str | None:
-    """The precision a resumed run trained in (its config's in checkpoints older than the
-    key), None for a new run."""
-    if "precision" in state:
-        return state["precision"]
-    return state.get("config", {}).get("precision")
-
-
 def restore_training(
     state: dict[str, Any],
     updater: Updater,
@@ -135,7 +112,7 @@ def restore_training(
     of ranks is the same); its progress, once ``check_plan`` has accepted today's ``plan``."""
     defaults = asdict(Progress())  # keys a checkpoint from an older version may lack
     progress = Progress(**{key: state.get(key, value) for key, value in defaults.items()})
-    check_plan(_saved_plan(state), plan, progress)
+    check_plan(state["plan"], plan, progress)  # runtime/migrate.py fills an old one's
     updater.module.load_state_dict(state["model"])
     updater.load_state_dict(state)
     schedule.load_state_dict(state["scheduler"])
