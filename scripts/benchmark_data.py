@@ -68,7 +68,7 @@ def phases(prefix: Path, cache: Path, workers: int, sample: int | None) -> dict[
 
     from seq2seq.config import CustomDataConfig, TokenizerConfig
     from seq2seq.data.dataset import encode_corpus
-    from seq2seq.data.sources import open_source
+    from seq2seq.data.readers import open_reader
     from seq2seq.data.tokenizer import train_tokenizers
 
     cfg = CustomDataConfig(
@@ -80,7 +80,7 @@ def phases(prefix: Path, cache: Path, workers: int, sample: int | None) -> dict[
     )
     if sample is not None:
         cfg.tokenizer.input_sentence_size = sample
-    stream = open_source(cfg).stream("train")
+    stream = open_reader(cfg).stream("train")
     start = time.perf_counter()
     pairs = sum(1 for _ in stream)
     result = {"read_pairs_per_s": pairs / (time.perf_counter() - start)}

@@ -36,7 +36,7 @@ from PIL import Image
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.data.corpus import read_parallel, split_files
-from seq2seq.data.sources import open_source
+from seq2seq.data.readers import open_reader
 from seq2seq.decoding.heatmap import attention_figure
 from seq2seq.languages import is_cjk
 from seq2seq.runtime.checkpoint import load_checkpoint
@@ -179,7 +179,7 @@ def read_run(folder: Path) -> Run | None:
 def corpus(cfg: Any) -> str:
     """ ", <corpus>" after the direction, for corpora other than Multi30k."""
     kind = cfg.data.get("kind") or cfg.data.get("name")
-    return "" if kind == "multi30k" else f", {open_source(cfg.data).describe()}"
+    return "" if kind == "multi30k" else f", {open_reader(cfg.data).describe()}"
 
 
 def tokenized_bleu(hypotheses: Path, references: list[str], lang: str) -> float | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from seq2seq.config import TsvDataConfig
-from seq2seq.data.sources import open_source
+from seq2seq.data.readers import open_reader
 
 
 def write(path: Path, lines: list[str]) -> None:
@@ -45,8 +45,8 @@ def main() -> None:
         cfg.merge_with({"file": str(args.zip), "columns": ["en", "de"], "cache_dir": cache})
         cfg.merge_with({"src_lang": "de", "tgt_lang": "en", "valid_size": 2000})
         cfg.merge_with({"test_size": 2000, "split_seed": 1})
-        source = open_source(cfg)
-        splits = {split: list(source.stream(split)) for split in ("train", "valid", "test")}
+        reader = open_reader(cfg)
+        splits = {split: list(reader.stream(split)) for split in ("train", "valid", "test")}
     rest = splits.pop("train")
     random.Random(args.seed).shuffle(rest)
     splits["train"], rest = rest[: args.parallel], rest[args.parallel :]

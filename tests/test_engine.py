@@ -175,10 +175,10 @@ def test_precision_auto_is_set_kept_or_timed(monkeypatch) -> None:
     kept = Engine.create("cpu", "auto").choose_precision(model, vocab, 64, kept="bf16")
     assert kept == Precision.bf16  # a resumed run's choice
     monkeypatch.setattr(auto, "native_bf16", lambda: False)
-    assert auto.choose_precision(model, vocab, 64) == (Precision.fp32, {})  # not timed
+    assert auto.fastest_precision(model, vocab, 64) == (Precision.fp32, {})  # not timed
     monkeypatch.setattr(auto, "native_bf16", lambda: True)
     rng, mode = torch.get_rng_state(), model.eval()
-    chosen, seconds = auto.choose_precision(model, vocab, 64)  # really timed, on this CPU
+    chosen, seconds = auto.fastest_precision(model, vocab, 64)  # really timed, on this CPU
     assert chosen in (Precision.fp32, Precision.bf16) and set(seconds) == {"fp32", "bf16"}
     assert all(s > 0 for s in seconds.values()) and not mode.training
     assert torch.equal(torch.get_rng_state(), rng) and all(

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from seq2seq.commands.configs import ExportConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import DecodeConfig, Multi30kConfig
-from seq2seq.data.sources import open_source
+from seq2seq.data.readers import open_reader
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.browser import BROWSER_DIR, require_npm, write_browser
@@ -92,7 +92,7 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
             continue
         keys = ("bleu", "signature", "chrf", "chrf_signature", "beam_size", "sentences")
         tests[result.stem.split(".")[0]] = {key: scores[key] for key in keys}
-    data = open_source(cfg.data).describe()
+    data = open_reader(cfg.data).describe()
     licence = LICENCE if cfg.data.kind == "multi30k" else OTHER_LICENCE.format(data=data)
     return {
         "src_lang": cfg.data.src_lang,

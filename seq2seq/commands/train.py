@@ -14,7 +14,7 @@ from hydra.core.hydra_config import HydraConfig
 
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import Config
-from seq2seq.data.sources import open_source
+from seq2seq.data.readers import open_reader
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.distributed import follower_argv, process_rank
 from seq2seq.runtime.engine import Engine
@@ -45,7 +45,7 @@ def train(cfg: Config) -> None:
     engine = None
     guard_log_files()
     try:
-        open_source(cfg.data).check()
+        open_reader(cfg.data).check()
         tcfg = cfg.train
         engine = Engine.create(
             cfg.device,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from seq2seq.config import DataConfig
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
-from seq2seq.data.sources import CarvingSource, open_source
+from seq2seq.data.readers import CarvingReader, open_reader
 from seq2seq.data.stream import PairStream, available_cores, from_lists
 from seq2seq.data.textstore import SideText, text_store
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
@@ -35,12 +35,12 @@ class TrainingData:
 def training_data(cfg: DataConfig, tokenizers: TokenizerSource) -> TrainingData:
     """Stream the training split, get the tokenizers from ``tokenizers(train)`` (trained, cached
     or handed over) and encode both splits (cached in ``cfg.cache_dir``)."""
-    source = open_source(cfg)
-    train = source.stream("train", cfg.train_limit)
+    reader = open_reader(cfg)
+    train = reader.stream("train", cfg.train_limit)
     src_tok, tgt_tok = tokenizers(train)
     cache, workers = Path(cfg.cache_dir), cfg.workers or available_cores()
     train_ids = encode_corpus(train, src_tok, tgt_tok, cache, cfg.max_len, True, workers)
-    valid_src, valid_refs = source.stream("valid", cfg.valid_limit).lists()
+    valid_src, valid_refs = reader.stream("valid", cfg.valid_limit).lists()
     valid_pairs = from_lists(valid_src, valid_refs)
     valid = encode_corpus(valid_pairs, src_tok, tgt_tok, cache, None, False)
     text = text_store(train, cache) if cfg.sampling_alpha else None
@@ -68,17 +68,17 @@ def run_tokenizers(
 def write_splits(cfg: DataConfig, run_dir: Path) -> list[Path]:
     """A corpus without files per split (tab-separated, a dataset) leaves its validation and
     test splits in the run folder, so evaluation finds them without the corpus; their paths."""
-    source = open_source(cfg)
-    if not isinstance(source, CarvingSource):
+    reader = open_reader(cfg)
+    if not isinstance(reader, CarvingReader):
         return []
     written = []
     for split in ("valid", "test"):
-        if not source.has(split):
+        if not reader.has(split):
             continue
-        pairs = source.stream(split)
+        pairs = reader.stream(split)
         (run_dir / SPLITS_DIR).mkdir(parents=True, exist_ok=True)
         paths = [split_file(run_dir, split, lang) for lang in (cfg.src_lang, cfg.tgt_lang)]
-        carved = source.carved.files(split) if getattr(cfg, split) is None else None
+        carved = reader.carved.files(split) if getattr(cfg, split) is None else None
         if carved is not None:  # already two text files in the cache
             for origin, path in zip(carved, paths, strict=True):
                 shutil.copyfile(origin, path)

@@ -9,7 +9,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.data.corpus import split_files, split_name
-from seq2seq.data.sources import FileSource, open_source
+from seq2seq.data.readers import FileReader, open_reader
 from seq2seq.data.stream import PairStream
 from seq2seq.errors import DataError, Seq2SeqError
 from seq2seq.runtime.run_folder import TrainedRun
@@ -37,8 +37,8 @@ def split_pairs(
     Relative paths in the run's config (``data.root``, ``data.source``, custom prefixes) are taken
     from the current directory, as they were by training.
     """
-    source = open_source(data)
-    if split in ("valid", "test") and not source.has(split):
+    reader = open_reader(data)
+    if split in ("valid", "test") and not reader.has(split):
         raise Seq2SeqError(
             f"the run has no {split} split (data.{split} is null in its config.yaml): "
             "choose split=<name>, or input=<file> reference=<file>"
@@ -46,8 +46,8 @@ def split_pairs(
     kept = [split_file(run.run_dir, split, lang) for lang in (data.src_lang, data.tgt_lang)]
     if all(path.is_file() for path in kept):
         return split, kept[0], kept[1]
-    if not isinstance(source, FileSource):
-        return split, *_written(source.stream(split), out_dir, split, data)
+    if not isinstance(reader, FileReader):
+        return split, *_written(reader.stream(split), out_dir, split, data)
     name = split_name(data, split)
     try:
         src, ref = split_files(data, split)

@@ -29,7 +29,7 @@ from seq2seq.runtime.kernels import (
     int8_available,
     limit_kernel_cache,
 )
-from seq2seq.runtime.precision import choose_precision, native_bf16
+from seq2seq.runtime.precision import fastest_precision, native_bf16
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class Engine(ProcessGroup):
         self, model: nn.Module, vocab: tuple[int, int], tokens: int
     ) -> tuple[Precision, dict[str, float]]:
         with self.kernels.scope():  # fp32 timed on the products the model will run
-            return choose_precision(model, vocab, tokens)
+            return fastest_precision(model, vocab, tokens)
 
     def choose_products(self, model: nn.Module, kept: str | None = None) -> str:
         """The fp32 CPU products for ``model``: the setting's, a resumed run's (``kept``), or the

@@ -91,7 +91,7 @@ def time_training_step(
     return statistics.median(laps[1:] or laps)
 
 
-def choose_precision(
+def fastest_precision(
     model: nn.Module, vocab: tuple[int, int], tokens: int, repeats: int = 2
 ) -> tuple[Precision, dict[str, float]]:
     """The faster training precision for ``model`` on this CPU, and the seconds per step it was

@@ -40,14 +40,14 @@ from seq2seq.storage.rundir import (
 )
 from seq2seq.training.alignment import AlignmentProbe
 from seq2seq.training.graphed import make_updater
-from seq2seq.training.init import adopt_model, start_from
-from seq2seq.training.progress import Report, Window
 from seq2seq.training.record import choose_and_record
+from seq2seq.training.report import Report, Window
 from seq2seq.training.schedule import LearningRate
 from seq2seq.training.state import Progress, epoch_plan, restore_training, training_state
 from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
 from seq2seq.training.updater import NonFiniteGuard, StepResult
 from seq2seq.training.validation import validate, validation_search
+from seq2seq.training.warm_start import adopt_model, start_from
 
 log = logging.getLogger("seq2seq.train")
 

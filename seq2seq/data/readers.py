@@ -1,6 +1,6 @@
 """Every corpus reader behind one interface: a split name in, a stream of pairs out.
 
-``SOURCES`` maps the ``data`` group's options to their readers: Multi30k and custom files (two
+``READERS`` maps the ``data`` group's options to their readers: Multi30k and custom files (two
 files per split), a tab-separated file, a Hugging Face dataset. The last two may carve their
 validation and test splits out of the training data (``seq2seq.data.carve``).
 """
@@ -27,7 +27,7 @@ def data_kind(cfg: Any) -> str:
     return kind or cfg.name
 
 
-class FileSource:
+class FileReader:
     """Two files per split: Multi30k's (downloaded) or the user's ``<prefix>.<lang>``."""
 
     def __init__(self, cfg: Any) -> None:
@@ -47,7 +47,7 @@ class FileSource:
         return "Multi30k task 1" if self.cfg.kind == "multi30k" else f"custom ({self.cfg.train})"
 
 
-class CarvingSource:
+class CarvingReader:
     """One training stream; validation and test are streams of their own or carved out of it."""
 
     def __init__(self, cfg: Any) -> None:
@@ -98,7 +98,7 @@ class CarvingSource:
         return limited(self.own(split) if own else self.carved.stream(split), limit)
 
 
-class TsvSource(CarvingSource):
+class TsvReader(CarvingReader):
     """A tab-separated file; ``data.valid``/``data.test`` are files of their own, or carved."""
 
     def check(self) -> None:
@@ -131,7 +131,7 @@ class TsvSource(CarvingSource):
         return f"tab-separated ({Path(self.cfg.file).name})"
 
 
-class HfSource(CarvingSource):
+class HfReader(CarvingReader):
     """A Hugging Face dataset; ``data.valid``/``data.test`` are its split names, or carved."""
 
     def check(self) -> None:
@@ -159,17 +159,17 @@ class HfSource(CarvingSource):
         return f"Hugging Face dataset {self.cfg.path}{name}"
 
 
-SOURCES: dict[str, type] = {
-    "multi30k": FileSource,
-    "custom": FileSource,
-    "tsv": TsvSource,
-    "hf": HfSource,
+READERS: dict[str, type] = {
+    "multi30k": FileReader,
+    "custom": FileReader,
+    "tsv": TsvReader,
+    "hf": HfReader,
 }
 
 
-def open_source(cfg: Any) -> FileSource | CarvingSource:
+def open_reader(cfg: Any) -> FileReader | CarvingReader:
     """The reader of a data config."""
     kind = data_kind(cfg)
-    if kind not in SOURCES:
-        raise DataError(f"unknown data kind {kind!r}; known: {', '.join(SOURCES)}")
-    return SOURCES[kind](cfg)
+    if kind not in READERS:
+        raise DataError(f"unknown data kind {kind!r}; known: {', '.join(READERS)}")
+    return READERS[kind](cfg)

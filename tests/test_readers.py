@@ -18,7 +18,7 @@ from seq2seq.data import carve as carve_module
 from seq2seq.data import dataset as dataset_module
 from seq2seq.data.carve import group_hash
 from seq2seq.data.dataset import NpyWriter, encode_corpus
-from seq2seq.data.sources import open_source
+from seq2seq.data.readers import open_reader
 from seq2seq.data.stream import file_digest, from_lists
 from seq2seq.data.textstore import text_store
 from seq2seq.data.tokenizer import train_tokenizers
@@ -95,9 +95,9 @@ def tsv_config(tmp_path: Path, path: Path, **extra: object) -> TsvDataConfig:
 
 def test_carved_splits_share_no_source_sentence(tmp_path: Path, monkeypatch) -> None:
     path = write_tsv(tmp_path / "c.tsv", corpus_lines())
-    source = open_source(tsv_config(tmp_path, path))
-    source.check()
-    splits = {split: source.stream(split).lists() for split in ("train", "valid", "test")}
+    reader = open_reader(tsv_config(tmp_path, path))
+    reader.check()
+    splits = {split: reader.stream(split).lists() for split in ("train", "valid", "test")}
     sources = {split: {s.casefold() for s in src} for split, (src, _) in splits.items()}
     assert not sources["train"] & sources["valid"] and not sources["train"] & sources["test"]
     assert not sources["valid"] & sources["test"]
@@ -105,12 +105,12 @@ def test_carved_splits_share_no_source_sentence(tmp_path: Path, monkeypatch) -> 
     assert sum(len(src) for src, _ in splits.values()) == 450  # every pair in one split
     # Carved once: a second reader finds the cached splits without selecting again.
     monkeypatch.setattr(carve_module, "_select", lambda *a: pytest.fail("carved again"))
-    again = open_source(tsv_config(tmp_path, path))
+    again = open_reader(tsv_config(tmp_path, path))
     assert again.stream("test").lists() == splits["test"]
     monkeypatch.undo()
-    other = open_source(tsv_config(tmp_path, path, split_seed=2))
+    other = open_reader(tsv_config(tmp_path, path, split_seed=2))
     assert other.stream("test").lists() != splits["test"]  # the seed picks the groups
-    fresh = open_source(tsv_config(tmp_path / "fresh", path))
+    fresh = open_reader(tsv_config(tmp_path / "fresh", path))
     assert fresh.stream("test").lists() == splits["test"]  # the same seed, the same split
 
 
@@ -121,36 +121,36 @@ def test_group_hash_ignores_case_and_spacing() -> None:
 
 def test_carving_refuses_to_leave_nothing_for_training(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "small.tsv", corpus_lines(groups=10))
-    source = open_source(tsv_config(tmp_path, path))
+    reader = open_reader(tsv_config(tmp_path, path))
     with pytest.raises(DataError, match="leave none for training"):
-        source.stream("train")
+        reader.stream("train")
 
 
 def test_own_split_files_and_a_pinned_checksum(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "train.tsv", corpus_lines(groups=20))
     test = write_tsv(tmp_path / "test.tsv", ["Own test.\tEigener Test."])
     cfg = tsv_config(tmp_path, path, test=str(test), valid_size=5)
-    source = open_source(cfg)
-    assert source.stream("test").lists() == (["Own test."], ["Eigener Test."])
-    assert len(source.stream("train").lists()[0]) + len(source.stream("valid").lists()[0]) == 60
+    reader = open_reader(cfg)
+    assert reader.stream("test").lists() == (["Own test."], ["Eigener Test."])
+    assert len(reader.stream("train").lists()[0]) + len(reader.stream("valid").lists()[0]) == 60
     cfg.sha256 = "0" * 64
     with pytest.raises(DataError, match="is not the file data.sha256 names"):
-        open_source(cfg).check()
+        open_reader(cfg).check()
     cfg.sha256 = file_digest(path)
-    open_source(cfg).check()
+    open_reader(cfg).check()
     cfg.test, cfg.test_size = None, 0
-    assert not open_source(cfg).has("test")
+    assert not open_reader(cfg).has("test")
 
 
 def test_file_stream_limit_and_validation(tmp_path: Path) -> None:
     (tmp_path / "t.de").write_text("a\nb\nc\n")
     (tmp_path / "t.en").write_text("A\nB\nC\n")
     cfg = CustomDataConfig(train=str(tmp_path / "t"), valid=str(tmp_path / "t"))
-    stream = open_source(cfg).stream("train", limit=2)
+    stream = open_reader(cfg).stream("train", limit=2)
     assert stream.lists() == (["a", "b"], ["A", "B"])
     (tmp_path / "t.en").write_text("A\nB\n")
     with pytest.raises(DataError, match="has 3 lines, .* has 2"):
-        open_source(cfg).stream("train", limit=1).lists()
+        open_reader(cfg).stream("train", limit=1).lists()
 
 
 # -- Hugging Face datasets -------------------------------------------------------------------
@@ -174,25 +174,25 @@ def hf_folder(tmp_path_factory) -> Path:
 
 def test_hf_translation_column_splits_and_carving(hf_folder: Path, tmp_path: Path) -> None:
     cfg = HfDataConfig(path=str(hf_folder), valid=None, valid_size=10, cache_dir=str(tmp_path))
-    source = open_source(cfg)
-    source.check()
-    test = source.stream("test")
+    reader = open_reader(cfg)
+    reader.check()
+    test = reader.stream("test")
     assert test.size == 50 and next(iter(test)) == ("Satz 250.", "Sentence 250.")
-    valid, train = source.stream("valid").lists(), source.stream("train").lists()
+    valid, train = reader.stream("valid").lists(), reader.stream("train").lists()
     assert len(valid[0]) == 10 and len(train[0]) == 240 and not set(valid[0]) & set(train[0])
-    assert source.stream("train", limit=5).lists()[0] == train[0][:5]
+    assert reader.stream("train", limit=5).lists()[0] == train[0][:5]
     cfg.valid = "validation"
     with pytest.raises(DataError, match="has no split 'validation' .* it has: train, test"):
-        open_source(cfg).check()
+        open_reader(cfg).check()
 
 
 def test_hf_string_columns_and_missing_columns(hf_folder: Path, tmp_path: Path) -> None:
     cfg = HfDataConfig(path=str(hf_folder), src_column="id", tgt_column="nope", valid=None)
     with pytest.raises(DataError, match="must both name columns; the dataset has: translation, id"):
-        open_source(cfg).stream("test")
+        open_reader(cfg).stream("test")
     cfg = HfDataConfig(path=str(hf_folder), src_lang="fr", valid=None)
     with pytest.raises(DataError, match="has no language 'fr'; it has: de, en"):
-        open_source(cfg).stream("test")
+        open_reader(cfg).stream("test")
 
 
 def test_hf_translation_feature_of_hub_datasets(tmp_path: Path) -> None:
@@ -203,7 +203,7 @@ def test_hf_translation_feature_of_hub_datasets(tmp_path: Path) -> None:
     split = datasets.Dataset.from_dict({"translation": rows}, features=features)
     datasets.DatasetDict({"train": split, "test": split}).save_to_disk(str(tmp_path / "d"))
     cfg = HfDataConfig(path=str(tmp_path / "d"), valid="test", cache_dir=str(tmp_path))
-    src, tgt = open_source(cfg).stream("test").lists()
+    src, tgt = open_reader(cfg).stream("test").lists()
     assert (src[3], tgt[3]) == ("Satz 3.", "Sentence 3.")  # one line each
 
 
@@ -213,7 +213,7 @@ def test_hf_without_the_extra_says_how_to_install(monkeypatch, tmp_path: Path) -
     hf.load_splits.cache_clear()
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
     with pytest.raises(DataError, match=re.escape("pip install 'seq2seq[hf]'")):
-        open_source(HfDataConfig(path=str(tmp_path))).check()
+        open_reader(HfDataConfig(path=str(tmp_path))).check()
     hf.load_splits.cache_clear()
 
 
@@ -268,9 +268,9 @@ def test_cache_folders_are_as_readable_as_the_umask_allows(tokenizers, tmp_path:
         lines = [f"Satz {i}." for i in range(300)]
         text_store(from_lists(lines, lines), tmp_path / "text")
         encode_corpus(from_lists(lines, lines), *tokenizers, tmp_path / "ids", 24, True, workers=1)
-        source = open_source(tsv_config(tmp_path, write_tsv(tmp_path / "c.tsv", corpus_lines())))
-        source.check()
-        source.stream("test").lists()
+        reader = open_reader(tsv_config(tmp_path, write_tsv(tmp_path / "c.tsv", corpus_lines())))
+        reader.check()
+        reader.stream("test").lists()
     finally:
         os.umask(mask)
     folders = {p.relative_to(tmp_path): p for p in tmp_path.rglob("*") if p.is_dir()}
@@ -290,4 +290,4 @@ def test_run_configs_of_older_versions_name_their_reader(tmp_path: Path) -> None
         "model: {hidden_size: 8, attention: {name: bahdanau}}\n"
     )
     cfg = read_config(old)
-    assert cfg.data.kind == "custom" and open_source(cfg.data).describe() == "custom (a)"
+    assert cfg.data.kind == "custom" and open_reader(cfg.data).describe() == "custom (a)"

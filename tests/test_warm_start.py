@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from run_helpers import TRAIN_TIMEOUT, composed
 from serve_helpers import export
 
-from seq2seq.training.init import DEFAULT_ATTENTION
+from seq2seq.training.warm_start import DEFAULT_ATTENTION
 
 SMOKE_LR = 0.003  # experiment=smoke's train.lr: no Adam step moves a weight by more
 

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.config import TrainConfig
 from seq2seq.decoding.progress import clock
-from seq2seq.training.progress import run_eta
+from seq2seq.training.report import run_eta
 from seq2seq.training.state import Progress
 
 
