@@ -5,6 +5,10 @@ checkout root::
     python scripts/serve_bench.py http://127.0.0.1:8000 --input test.de \\
         --clients 1,8,32 --seconds 20 --overload-seconds 60 --overload-factor 2
 
+``--no-backoff`` makes the ramp's clients send again at once after a 503 (issue 52's overload:
+24 clients of 64 sentences at beam 10, nearly every answer a 503), which measures what a refused
+request costs the server.
+
 prints one line per phase, a markdown table, then one JSON line.
 """
 
@@ -121,6 +125,7 @@ class Probe(threading.Thread):
         return {
             "health_probes": len(health),
             "health_failures": sum(not ok for _, ok in health),
+            "health_p50_ms": rounded(percentile(latencies, 50)),
             "health_p99_ms": rounded(percentile(latencies, 99)),
             "health_max_ms": rounded(max(latencies, default=None)),
             "rss_mb_first": rounded(rss[0] if rss else None),
@@ -155,8 +160,8 @@ def closed_client(
     index: int, args: argparse.Namespace, sentences: list[str], until: float, out: list[Result]
 ) -> None:
     """One request at a time, back to back, until ``until``; after a 503 it waits as the
-    answer's Retry-After says, as a well-behaved client does. The beam choice is seeded by
-    ``index`` so that runs repeat."""
+    answer's Retry-After says, as a well-behaved client does (not with ``--no-backoff``). The
+    beam choice is seeded by ``index`` so that runs repeat."""
     rng = random.Random(index)
     i = index * 97
     while time.monotonic() < until:
@@ -164,7 +169,8 @@ def closed_client(
         result = translate(args.url, batch, choose_beam(rng, args), args.timeout)
         out.append(result)
         i += 1
-        time.sleep(min(result.retry_after_s, max(0.0, until - time.monotonic())))
+        if args.backoff:
+            time.sleep(min(result.retry_after_s, max(0.0, until - time.monotonic())))
 
 
 def run_ramp(clients: int, args: argparse.Namespace, sentences: list[str]) -> list[Result]:
@@ -225,6 +231,7 @@ def summarize(results: list[Result], elapsed: float, args: argparse.Namespace) -
         "p50_ms": rounded(percentile(ok, 50)),
         "p95_ms": rounded(percentile(ok, 95)),
         "p99_ms": rounded(percentile(ok, 99)),
+        "answered_503": sum(r.outcome == "503" for r in results),
         "share_503": round(sum(r.outcome == "503" for r in results) / n, 4) if n else 0.0,
         "other_status": sum(r.outcome == "other" for r in results),
         "lost": n - len(answered),
@@ -242,11 +249,13 @@ def phase_line(report: dict) -> str:
     )
     return (
         f"{report['phase']} {who}: {report['requests']} requests in {report['seconds']} s, "
-        f"{report['answered_200']} answered 200 ({report['sentences_per_s']} sentences/s); "
+        f"{report['answered_200']} answered 200 ({report['sentences_per_s']} sentences/s), "
+        f"{report['answered_503']} answered 503; "
         f"latency p50 {report['p50_ms']} p95 {report['p95_ms']} p99 {report['p99_ms']} ms; "
         f"503 {report['share_503']:.1%}, other {report['other_status']}, "
         f"lost {report['lost']}; {report['answered_in_deadline']} answered in deadline; "
-        f"/health p99 {report['health_p99_ms']} max {report['health_max_ms']} ms "
+        f"/health p50 {report['health_p50_ms']} p99 {report['health_p99_ms']} "
+        f"max {report['health_max_ms']} ms "
         f"({report['health_failures']} failed); RSS {report['rss_mb_first']} -> "
         f"{report['rss_mb_last']} MB (max {report['rss_mb_max']})"
     )
@@ -294,6 +303,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0.25,
         help="share of the requests that use --beam-size; the rest are greedy",
     )
+    parser.add_argument(
+        "--backoff",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ramp clients wait as a 503's Retry-After says (--no-backoff: send again at once)",
+    )
     parser.add_argument("--overload-seconds", type=float, default=60.0, help="0 skips it")
     parser.add_argument(
         "--overload-factor",
@@ -337,7 +352,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = run_ramp(clients, args, sentences)
         end = time.monotonic()
         report = {"phase": "ramp", "clients": clients, "offered_per_s": None}
-        report |= summarize(results, end - start, args) | probe.window(start, end)
+        # /health while the clients send: not the tail where the last requests are decoded
+        window = probe.window(start, min(end, start + args.seconds))
+        report |= summarize(results, end - start, args) | window
         reports.append(report)
         print(phase_line(report), flush=True)
     capacity = max(r["sentences_per_s"] for r in reports)

@@ -160,3 +160,24 @@ def headless_browser() -> Iterator[Any]:
         yield browser
     finally:
         browser.quit()
+
+
+def metrics(url: str) -> dict[str, float]:
+    """Every sample of /metrics, ``name{labels}`` -> value."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def sample(samples: dict[str, float], name: str, **labels: str) -> float:
+    """The value of one series (0 when it has no sample yet)."""
+    for key, value in samples.items():
+        if key.split("{")[0] == name and all(f'{k}="{v}"' in key for k, v in labels.items()):
+            return value
+    return 0.0

@@ -7,6 +7,7 @@ Validation during training, ``seq2seq-evaluate`` and ``seq2seq-translate`` all g
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -63,10 +64,18 @@ class InputTooLong(rules.InputTooLong, Seq2SeqError):
     option = "max_source_len=..."
 
 
-def encode_sources(tok: Tokenizer, lines: Sequence[str], limit: int) -> list[list[int]]:
+def encode_sources(
+    tok: Tokenizer, lines: Sequence[str], limit: int, threads: int | None = None
+) -> list[list[int]]:
     """The subword ids of each line, by the input rule of every search (`rules.encode_lines`);
-    InputTooLong for the first line over ``limit``."""
-    return rules.encode_lines(tok.encode_batch, lines, limit, InputTooLong)
+    InputTooLong for the first line over ``limit``. ``threads``: sentencepiece's (None: every
+    core)."""
+    encode = (
+        tok.encode_batch
+        if threads is None
+        else functools.partial(tok.encode_batch, threads=threads)
+    )
+    return rules.encode_lines(encode, lines, limit, InputTooLong)
 
 
 class Translator:

@@ -20,6 +20,7 @@ from concurrent.futures import Executor
 from importlib import resources
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -104,9 +105,10 @@ class Service:
     metrics."""
 
     def __init__(self, models: Sequence[ServedModel], cfg: ServeConfig, executor: Executor) -> None:
-        self.cfg, self.metrics = cfg, Metrics()
+        self.cfg, self.metrics = _plain(cfg), Metrics()
         self.models = {model.name: model for model in models}
-        self.batcher = Batcher(self.models, cfg, self.metrics, executor)
+        self.names = list(self.models)
+        self.batcher = Batcher(self.models, self.cfg, self.metrics, executor)
         self.page = resources.files("seq2seq").joinpath("static/index.html").read_text("utf-8")
         for model in models:
             self.metrics.describe_model(model.name, {**model.card, "device": model.device})
@@ -118,8 +120,9 @@ class Service:
             return error(401, "missing or wrong X-API-Key header")
         try:
             body = await read_body(request, self.cfg.max_body_bytes)
-            query = parse(body, self.cfg, list(self.models))
+            query = parse(body, self.cfg, self.names)
             request.state.sentences = len(query.sentences)
+            self.batcher.check_room(len(query.sentences))  # a full queue refuses before tokenizing
             self._check_lengths(query)
             job = self.batcher.submit(query.sentences, query.model, query.beam_size, query.nbest)
             translator, translations = await _outcome(self.batcher, job, request)
@@ -136,10 +139,11 @@ class Service:
         return JSONResponse({"model": query.model, "translations": items})
 
     def _check_lengths(self, query: Query) -> None:
-        """413 for a sentence over max_source_len subwords, before it joins a shared batch."""
+        """413 for a sentence over max_source_len subwords, before it joins a shared batch. On one
+        thread: sentencepiece holds the GIL while its pool of threads waits for busy cores."""
         tokenizer = self.models[query.model].src_tok
         try:
-            encode_sources(tokenizer, query.sentences, self.cfg.max_source_len)
+            encode_sources(tokenizer, query.sentences, self.cfg.max_source_len, threads=1)
         except InputTooLong as e:
             raise BadRequest(413, e.describe(f"sentence {e.index}")) from None
 
@@ -178,6 +182,12 @@ class Service:
         yield
         task.cancel()
         self.batcher.close()
+
+
+def _plain(cfg: ServeConfig) -> ServeConfig:
+    """The settings as a plain dataclass: the event loop reads the limits for every sentence of
+    every request, and a DictConfig lookup is two orders of magnitude slower than an attribute."""
+    return OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg  # type: ignore[return-value]
 
 
 def create_app(models: Sequence[ServedModel], cfg: ServeConfig, executor: Executor) -> Starlette:

@@ -72,12 +72,18 @@ class Batcher:
         """Whether the queue is at its bound (``/ready`` answers 503 then)."""
         return self.queued >= self.cfg.max_queue_sentences
 
+    def check_room(self, sentences: int) -> None:
+        """Raise Overloaded when ``sentences`` more would pass the queue's bound: called before a
+        request's sentences are tokenized, so that a refusal costs the event loop next to
+        nothing."""
+        if self.queued + sentences > self.cfg.max_queue_sentences:
+            drain = self.queued / self.rate if self.rate else 1.0
+            raise Overloaded(self.queued, min(60, max(1, math.ceil(drain))))
+
     def submit(self, sentences: list[str], model: str, beam_size: int, nbest: int) -> Job:
         """Admit a request for ``model`` or raise Overloaded: the waiting sentences (of every
         model) stay within the bound."""
-        if self.queued + len(sentences) > self.cfg.max_queue_sentences:
-            drain = self.queued / self.rate if self.rate else 1.0
-            raise Overloaded(self.queued, min(60, max(1, math.ceil(drain))))
+        self.check_room(len(sentences))
         loop = asyncio.get_running_loop()
         now = loop.time()
         job = Job(
