@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 import subprocess
 import sys
@@ -157,3 +158,84 @@ def test_tables_are_written_between_their_marks(tmp_path: Path) -> None:
     )
     with pytest.raises(SystemExit, match="attention_table:entropy"):
         attention_table.write_into(page, {"entropy": "x"})
+
+
+def measured(bleu: float) -> dict[str, float]:
+    names = ("chrf", "entropy", "repeats", "unattended", "sentences_per_second")
+    return dict.fromkeys(names, 1.0) | {"bleu": bleu}
+
+
+def comparison() -> list[attention_table.Run]:
+    """Two directions; a best row, one within its seeds' spread and one outside; AER by each
+    method with threshold 0.3 best for one row; validation curves and the coverage penalty."""
+    runs = []
+    for direction, row, seed, bleu in (
+        ("de→en", "luong", 1, 30.0),
+        ("de→en", "luong", 2, 32.0),
+        ("de→en", "local_m", 1, 30.5),
+        ("de→en", "bahdanau", 1, 20.0),
+        ("en→fr", "local_m", 1, 38.0),
+    ):
+        aer = dict.fromkeys(attention_table.ALIGN_METHODS, 0.6) | {"threshold 0.3": 0.5}
+        runs.append(
+            run(
+                direction=direction,
+                row=row,
+                seed=seed,
+                measures=measured(bleu),
+                penalised=measured(bleu + 0.5) | {"beta": 0.2},
+                curve={200: bleu / 2, 400: bleu},
+                entropy_curve={200: 2.0, 400: 1.0},
+                aer=aer if direction == "en→fr" else None,
+                cpu="AMD EPYC (family 25 model 1)",
+            )
+        )
+    return runs
+
+
+# what a Chinese table may keep from English: names of measures and methods, units
+KEPT = re.compile(r"BLEU|chrF|AER|argmax|nats|/s\b|M\b|[/%@·()（），、：:;\s.,0-9±–−→β]")
+
+
+def test_the_chinese_tables_translate_every_header_and_word_but_keep_the_numbers() -> None:
+    runs = comparison()
+    english = attention_table.tables(runs, "en", speed=True)
+    chinese = attention_table.tables(runs, "zh", speed=True)
+    assert english.keys() == chinese.keys()
+    assert chinese.pop("machines") == "汇总所用的机器：AMD EPYC (family 25 model 1)"  # a CPU's name
+    for name, text in chinese.items():
+        lines = text.splitlines()
+        for cell in lines[0].strip("|").split("|"):  # every header cell
+            leftover = KEPT.sub("", cell)
+            assert not re.search(r"[A-Za-z]", leftover), f"{name}: untranslated {cell!r}"
+        for en_line, zh_line in zip(english[name].splitlines(), lines, strict=True):
+            numbers = re.compile(r"\d+(?:\.\d+)?")
+            assert numbers.findall(en_line) == numbers.findall(zh_line)  # the same numbers
+        for line in lines[2:]:  # the cells: no English word but a row name or method
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            words = [KEPT.sub("", c) for i, c in enumerate(cells) if i != 1]  # 1: the row name
+            assert not any(re.search(r"[A-Za-z]", w) for w in words), line
+    assert "在种子波动之内" in chinese["main"] and "阈值 0.3" in chinese["main"]
+    assert chinese["main"].splitlines()[2].startswith("| 德→英 | luong |")
+    assert set(attention_table.ALIGN_METHODS) <= set(attention_table.WORDS)  # any best method
+    with pytest.raises(ValueError, match="zh"):
+        attention_table.tables(runs, "fr")
+
+
+def test_the_pages_leave_the_speeds_out_and_each_page_gets_its_language(tmp_path: Path) -> None:
+    marks = "".join(
+        f"<!-- attention_table:{name} -->\nold\n<!-- /attention_table -->\n"
+        for name in ("main", "entropy", "coverage", "machines")
+    )
+    record = tmp_path / "records.jsonl"
+    attention_table.merged(record, comparison())
+    pages = [tmp_path / "attention.md", tmp_path / "attention.zh.md"]
+    for page in pages:
+        page.write_text(marks, encoding="utf-8")
+    attention_table.main(["--record", str(record), "--docs", *map(str, pages)])
+    english, chinese = (page.read_text(encoding="utf-8") for page in pages)
+    assert "| direction | row |" in english and "| 方向 | 对比行 |" in chinese
+    assert "| direction" not in chinese and "Summarised on" not in chinese
+    assert "汇总所用的机器：AMD EPYC" in chinese
+    for text in (english, chinese):
+        assert "tok/s" not in text and "sent/s" not in text
