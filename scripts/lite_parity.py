@@ -4,7 +4,7 @@
 and attention differences where the tokens agree. From the checkout root::
 
     PYTHONPATH=lite python scripts/lite_parity.py releases/de-en \\
-        --source test.de --reference test.en --beam 5 --threads 1
+        --source test.de --reference test.en --beam 5 --threads 1 [--no-repeat-ngram 3]
 
 prints one line per release, then one JSON line with every figure; --show lists the sentences
 whose translations differ.
@@ -30,12 +30,17 @@ from seq2seq.runtime.run_folder import load_run
 def compare(release: str, lines: list[str], refs: list[str], args) -> dict:
     """The figures of one release (see the module's docstring)."""
     torch.set_num_threads(args.threads)
-    search = DecodeConfig(beam_size=args.beam)
+    steering = dict(
+        no_repeat_ngram=args.no_repeat_ngram, min_len_a=args.min_len_a, min_len_b=args.min_len_b
+    )
+    search = DecodeConfig(beam_size=args.beam, **steering)
     ours = Translator.from_run(load_run(release), search)
     start = time.perf_counter()
     expected = ours.translate(lines)
     torch_s = time.perf_counter() - start
-    lite = LiteTranslator.load(release, int8=args.int8, threads=args.threads, beam_size=args.beam)
+    lite = LiteTranslator.load(
+        release, int8=args.int8, threads=args.threads, beam_size=args.beam, **steering
+    )
     start = time.perf_counter()
     found = lite.translate(lines)
     lite_s = time.perf_counter() - start
@@ -68,6 +73,9 @@ def main() -> None:
     parser.add_argument("--source", required=True, help="source sentences, one per line")
     parser.add_argument("--reference", required=True, help="their reference translations")
     parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--no-repeat-ngram", type=int, default=0, help="no n-gram twice (0: off)")
+    parser.add_argument("--min-len-a", type=float, default=0.0, help="minimum length: a * src + b")
+    parser.add_argument("--min-len-b", type=int, default=0, help="minimum length: a * src + b")
     parser.add_argument("--threads", type=int, default=1, help="torch and onnxruntime threads")
     parser.add_argument("--int8", action="store_true", help="the lite side runs the int8 graphs")
     parser.add_argument("--show", action="store_true", help="print the differing sentences")
@@ -86,7 +94,8 @@ def main() -> None:
         if args.show:
             for i in row["different"]:
                 print(f"  line {i + 1}: {lines[i]}")
-    print(json.dumps({"beam": args.beam, "int8": args.int8, "rows": rows}))
+    steering = {k: getattr(args, k) for k in ("no_repeat_ngram", "min_len_a", "min_len_b")}
+    print(json.dumps({"beam": args.beam, "int8": args.int8, **steering, "rows": rows}))
 
 
 if __name__ == "__main__":

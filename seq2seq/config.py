@@ -193,6 +193,9 @@ class DecodeConfig:
     # beam search: Wu et al.'s coverage penalty beta x sum_j log(min(attention on j, 1)) added
     # to each finished hypothesis's score (0: none); greedy search has nothing to rerank
     coverage_penalty: float = 0.0
+    no_repeat_ngram: int = 0  # no n-gram of target pieces twice in a hypothesis (0: off)
+    min_len_a: float = 0.0  # EOS banned before a * source_length + b tokens (capped by max_len)
+    min_len_b: int = 0
     batch_size: int = 64  # sentences decoded together
     max_source_len: int = 1000  # subwords per input line at most: longer is refused, never cut
     # sampling instead of search: nbest translations drawn per sentence from the model's

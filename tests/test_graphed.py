@@ -5,6 +5,8 @@ a CUDA graph impossible or the GPU wait)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from host_reads import HostRead, no_host_reads
@@ -157,11 +159,14 @@ def guarded_steps(monkeypatch):
 @pytest.mark.parametrize("name", ["bahdanau", "luong", "multihead", "local_p", "bahdanau-coverage"])
 def test_search_steps_between_looks_read_nothing_back(guarded_steps, name: str) -> None:
     """Looking every 1,000 steps (only at the last): greedy and beam search read nothing back
-    between looks, and give the n-best lists of a search that looks at every step."""
+    between looks, and give the n-best lists of a search that looks at every step; also with
+    the bans of no_repeat_ngram and a minimum length."""
     model = peaky_model(name)
     src, lengths = sources()
     beam = settings(4, 0.6, 4, coverage_penalty=0.5 if "coverage" in name else 0.0)
-    for search, cfg in ((greedy_search, settings()), (beam_search, beam)):
+    steer = dict(no_repeat_ngram=2, min_len_a=1.0, min_len_b=1)
+    searches = [(greedy_search, settings()), (beam_search, beam)]
+    for search, cfg in searches + [(search, replace(cfg, **steer)) for search, cfg in searches]:
         rare = search(model, src, lengths, cfg, check_every=1000)
         every = search(model, src, lengths, cfg, check_every=1)
         assert len(rare) == len(every)

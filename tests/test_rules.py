@@ -32,12 +32,17 @@ ALPHAS = (0.0, 0.6, 1.0, 2.0, -0.5)
 LENGTH_RULES = ((1.5, 5), (0.0, 0), (1.2, 10), (0.5, -3), (2.0, 0), (1.1, 1))
 IDS = {"pad": PAD, "bos": BOS, "eos": EOS}
 VOCAB = 7
+# token histories of every length up to 12 over four tokens: many repeated n-grams
+HISTORIES = np.random.default_rng(0).integers(4, 8, (40, 12))
+HISTORIES = [row[: i % 13].tolist() for i, row in enumerate(HISTORIES)]
 
 # search.js's rules on the same grids, as JSON
 JS_RULES = """
-import { lengthPenalty, maxLength, restrict } from "%s";
-const [alphas, lengthRules, ids, vocab] = %s;
+import { lengthPenalty, maxLength, minLength, ngramBans, restrict } from "%s";
+const [alphas, lengthRules, ids, vocab, histories] = %s;
 const lengths = [...Array(80).keys()];
+const longest = (n) => maxLength(n, 1.2, 4);
+const byValue = (x, y) => x - y;
 const restricted = [];
 for (const first of [false, true]) for (const atLimit of [false, true]) {
   const row = Float32Array.from({ length: vocab }, (_, i) => -1 - i / 10);
@@ -47,6 +52,8 @@ for (const first of [false, true]) for (const atLimit of [false, true]) {
 console.log(JSON.stringify({
   penalties: alphas.map((alpha) => lengths.map((n) => lengthPenalty(n, alpha))),
   limits: lengthRules.map(([a, b]) => lengths.map((n) => maxLength(n, a, b))),
+  minimums: lengthRules.map(([a, b]) => lengths.map((n) => minLength(n, a, b, longest(n)))),
+  bans: [0, 1, 2, 3, 4].map((n) => histories.map((h) => [...ngramBans(h, n)].sort(byValue))),
   restricted,
 }));
 """
@@ -58,7 +65,7 @@ def _browser_rules() -> dict:
             pytest.fail("node is needed for the browser's search")
         pytest.skip("node is needed for the browser's search")
     search = resources.files("seq2seq").joinpath("static", "browser", "search.js")  # as exported
-    grids = json.dumps([ALPHAS, LENGTH_RULES, IDS, VOCAB])
+    grids = json.dumps([ALPHAS, LENGTH_RULES, IDS, VOCAB, HISTORIES])
     script = JS_RULES % (Path(str(search)).as_uri(), grids)
     proc = subprocess.run(
         ["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60
@@ -81,6 +88,12 @@ def test_the_browser_search_follows_the_python_rules() -> None:
         assert penalties == pytest.approx(rules.length_penalty(lengths, alpha), rel=1e-14)
     for (a, b), limits in zip(LENGTH_RULES, found["limits"], strict=True):
         assert limits == rules.max_lengths(lengths, a, b).tolist()
+    longest = rules.max_lengths(lengths, 1.2, 4)
+    for (a, b), minimums in zip(LENGTH_RULES, found["minimums"], strict=True):
+        assert minimums == rules.min_lengths(lengths, a, b, longest).tolist()
+    for n, bans in enumerate(found["bans"]):
+        assert bans == [sorted(rules.ngram_bans(h, n)) for h in HISTORIES]
+    assert any(found["bans"][2]) and any(found["bans"][3])
     cases = [(first, at_limit) for first in (False, True) for at_limit in (False, True)]
     assert found["restricted"] == [_row(*case) for case in cases]
 
@@ -121,12 +134,18 @@ def test_every_search_reads_the_one_copy() -> None:
     assert search.length_penalty is beam.length_penalty is lite_search.length_penalty
     assert search.length_penalty is rules.length_penalty
     assert lite_search.max_lengths is rules.max_lengths
+    assert lite_search.min_lengths is rules.min_lengths
+    assert lite_search.ngram_bans is rules.ngram_bans
     assert manifest.damage is rules.damage and manifest.sha256_file is rules.sha256_file
     assert tuple(f.name for f in fields(DecodeConfig)) == settings.SEARCH_KEYS
     assert onnx_models.SEARCH_KEYS is settings.SEARCH_KEYS
     assert backtranslate.SEARCH_KEYS is settings.RECORDED_KEYS
-    # what backtranslate.json has always recorded: resuming compares it
-    assert settings.RECORDED_KEYS == ("beam_size", "alpha", "max_len_a", "max_len_b", "sampling")
+    # what backtranslate.json records, and resuming compares (the steering keys since issue 53:
+    # chunks recorded before lack them, made at STEERING_DEFAULTS)
+    steering = ("no_repeat_ngram", "min_len_a", "min_len_b")
+    recorded = ("beam_size", "alpha", "max_len_a", "max_len_b", *steering, "sampling")
+    assert recorded == settings.RECORDED_KEYS
+    assert tuple(settings.STEERING_DEFAULTS) == steering
     assert settings.SAMPLING_KEYS == ("temperature", "top_k", "top_p", "seed")
 
 

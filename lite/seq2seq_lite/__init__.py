@@ -45,7 +45,8 @@ class Translator:
         self.src_tok = spm.SentencePieceProcessor(model_file=str(folder / spec["src_tokenizer"]))
         self.tgt_tok = spm.SentencePieceProcessor(model_file=str(folder / spec["tgt_tokenizer"]))
         keys = ("beam_size", "nbest", "batch_size", "max_source_len")
-        if problem := rules.search_problem(**{k: search[k] for k in keys}):
+        steering = {k: search.get(k, 0) for k in ("no_repeat_ngram", "min_len_a", "min_len_b")}
+        if problem := rules.search_problem(**{k: search[k] for k in keys}, **steering):
             raise ReleaseError(problem)
 
     @classmethod
@@ -53,7 +54,8 @@ class Translator:
         cls, folder: str | Path, int8: bool = False, threads: int | None = None, **search
     ) -> Translator:
         """The release in ``folder`` (manifest checked); ``search`` overrides the defaults it
-        was exported with (beam_size, nbest, alpha, max_len_a, max_len_b), and BATCH_SIZE."""
+        was exported with (beam_size, nbest, alpha, max_len_a, max_len_b, no_repeat_ngram,
+        min_len_a, min_len_b), and BATCH_SIZE."""
         folder = Path(folder)
         check_manifest(folder)
         spec = read_spec(folder)

@@ -11,6 +11,20 @@ from seq2seq_lite import InputTooLong, ReleaseError, Translator
 from seq2seq_lite.rules import InputError
 from seq2seq_lite.text import decode_lines
 
+# the search settings this command takes, by the Translator's names (None: the release's own)
+SEARCH = (
+    "beam_size",
+    "nbest",
+    "alpha",
+    "max_len_a",
+    "max_len_b",
+    "no_repeat_ngram",
+    "min_len_a",
+    "min_len_b",
+    "max_source_len",
+    "batch_size",
+)
+
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -20,11 +34,16 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         epilog="Example: seq2seq-lite releases/de-en --beam 5 < source.de > translations.en",
     )
     parser.add_argument("release", help="a release folder exported with onnx=true")
-    parser.add_argument("--beam", type=int, help="beam size (1: greedy); default: the release's")
+    parser.add_argument(
+        "--beam", dest="beam_size", type=int, help="beam size (1: greedy); default: the release's"
+    )
     parser.add_argument("--nbest", type=int, help="translations per line (at most --beam)")
     parser.add_argument("--alpha", type=float, help="GNMT length penalty exponent")
     parser.add_argument("--max-len-a", type=float, help="length rule: a * source length + b")
     parser.add_argument("--max-len-b", type=int, help="length rule: a * source length + b")
+    parser.add_argument("--no-repeat-ngram", type=int, help="no n-gram twice in an output (0: off)")
+    parser.add_argument("--min-len-a", type=float, help="shortest output: a * source length + b")
+    parser.add_argument("--min-len-b", type=int, help="shortest output: a * source length + b")
     parser.add_argument("--max-source-len", type=int, help="longest source line, in subwords")
     parser.add_argument("--batch-size", type=int, help="sentences decoded together (16)")
     parser.add_argument("--int8", action="store_true", help="the int8 graphs")
@@ -36,18 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     """Translate stdin to stdout; a bad release or line is one message on stderr, exit 1."""
     args = _arguments(argv)
     try:
-        translator = Translator.load(
-            args.release,
-            int8=args.int8,
-            threads=args.threads,
-            beam_size=args.beam,
-            nbest=args.nbest,
-            alpha=args.alpha,
-            max_len_a=args.max_len_a,
-            max_len_b=args.max_len_b,
-            max_source_len=args.max_source_len,
-            batch_size=args.batch_size,
-        )
+        search = {key: getattr(args, key) for key in SEARCH}
+        translator = Translator.load(args.release, int8=args.int8, threads=args.threads, **search)
         lines = decode_lines(sys.stdin.buffer.read(), "standard input")
         out = []
         for translation in translator.translate(lines):

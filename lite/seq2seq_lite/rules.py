@@ -29,6 +29,33 @@ def max_lengths(src_lengths: Sequence[int] | np.ndarray, a: float, b: int) -> np
     return np.maximum(np.floor(lengths * a + b), 0).astype(np.int64)
 
 
+def min_lengths(
+    src_lengths: Sequence[int] | np.ndarray, a: float, b: int, max_lengths: np.ndarray
+) -> np.ndarray:
+    """Target tokens before EOS is allowed, floor(a * src_len + b) (src_len as `max_lengths`
+    counts it), at least 0 and at most ``max_lengths``: where they meet, the maximum wins."""
+    lengths = np.asarray(src_lengths, dtype=np.float64)
+    return np.clip(np.floor(lengths * a + b), 0, max_lengths).astype(np.int64)
+
+
+def ngram_bans(tokens: Sequence[int], n: int) -> set[int]:
+    """The tokens that would complete an n-gram already in ``tokens`` (a hypothesis's target
+    pieces so far, no BOS): each is -inf at the next step, so no n-gram occurs twice (fairseq's
+    no_repeat_ngram_size, OpenNMT-py's block_ngram_repeat); ``n`` 0: none."""
+    if n <= 0 or len(tokens) < n:
+        return set()
+    tokens = list(tokens)
+    prefix = tokens[len(tokens) - n + 1 :]  # the n - 1 last tokens
+    starts = range(len(tokens) - n + 1)
+    return {tokens[i + n - 1] for i in starts if tokens[i : i + n - 1] == prefix}
+
+
+def repeated_ngrams(tokens: Sequence[Any], n: int) -> int:
+    """How many of the n-grams of ``tokens`` occurred earlier in them (0: none repeats)."""
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(grams) - len(set(grams))
+
+
 def eos_banned(first: bool, at_limit: Any) -> Any | None:
     """Rows whose EOS is forbidden (a numpy or torch bool mask like ``at_limit``; None: none):
     at the ``first`` step every row not at its length limit, so no translation is empty."""
@@ -36,16 +63,25 @@ def eos_banned(first: bool, at_limit: Any) -> Any | None:
 
 
 def search_problem(
-    beam_size: int, nbest: int, batch_size: int, max_source_len: int, sampling: bool = False
+    beam_size: int,
+    nbest: int,
+    batch_size: int,
+    max_source_len: int,
+    sampling: bool = False,
+    **steering: float,
 ) -> str | None:
-    """What makes search settings unusable, in one line (None: nothing): a count below 1, or
-    more translations than beams (sampling draws its ``nbest``, beams or not)."""
+    """What makes search settings unusable, in one line (None: nothing): a count below 1, a
+    negative ``steering`` setting (no_repeat_ngram, min_len_a, min_len_b), or more translations
+    than beams (sampling draws its ``nbest``, beams or not)."""
     counts = dict(
         beam_size=beam_size, nbest=nbest, batch_size=batch_size, max_source_len=max_source_len
     )
     for key, value in counts.items():
         if value < 1:
             return f"{key} must be at least 1, not {value}"
+    for key, value in steering.items():
+        if value < 0:
+            return f"{key} must not be negative, not {value}"
     if nbest > beam_size and not sampling:
         return f"nbest={nbest} needs at least as many beams: add beam_size={nbest}"
     return None

@@ -3,9 +3,11 @@
 
 Both stop a sentence at its length limit by forcing EOS there, and never end one at the first
 step before it (no output is empty); scores are log-prob sums over the GNMT length penalty
-(these rules: ``rules.py``, shared with seq2seq). Beam search keeps the k best unfinished
-continuations; EOS among the k best candidates finishes a hypothesis; a sentence is done with k
-of them, at its length limit, or when no live beam can end above its n-best-th finished score.
+(these rules: ``rules.py``, shared with seq2seq), and apply the same bans (no n-gram of
+``no_repeat_ngram`` pieces twice, no EOS before the minimum length). Beam search keeps the k
+best unfinished continuations; EOS among the k best candidates finishes a hypothesis; a
+sentence is done with k of them, at its length limit, or when no live beam can end above its
+n-best-th finished score.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq_lite.rules import eos_banned, length_penalty, max_lengths
+from seq2seq_lite.rules import eos_banned, length_penalty, max_lengths, min_lengths, ngram_bans
 
 NEG_INF = np.float32(-np.inf)
 
@@ -44,6 +46,35 @@ def restrict(log_probs: np.ndarray, at_limit: np.ndarray, ids: dict, first: bool
     return log_probs
 
 
+class Steering:
+    """The user's bans on one batch's search: no n-gram of ``n`` pieces twice in a hypothesis
+    (`rules.ngram_bans`), no EOS before ``min_len`` [B] (`rules.min_lengths`; None: none)."""
+
+    def __init__(self, n: int, min_len: np.ndarray | None, eos: int) -> None:
+        self.n, self.min_len, self.eos = n, min_len, eos
+
+    def apply(
+        self, log_probs: np.ndarray, t: int, sent: np.ndarray, history: np.ndarray | None
+    ) -> np.ndarray:
+        """Ban, at step ``t``, EOS in rows whose sentence (batch row ``sent`` [rows]) is short,
+        and every token completing an n-gram already in the row's ``history`` [rows, t]."""
+        if self.min_len is not None:
+            log_probs[self.min_len[sent] > t, self.eos] = NEG_INF
+        for row, tokens in enumerate(history if self.n else ()):
+            if banned := ngram_bans(tokens.tolist(), self.n):
+                log_probs[row, sorted(banned)] = NEG_INF
+        return log_probs
+
+
+def steering(cfg: dict, src_lengths: np.ndarray, limit: np.ndarray, eos: int) -> Steering | None:
+    """The bans of the settings ``cfg`` (absent, as in releases made before them: off) for a
+    batch of length limits ``limit``; None where none is on."""
+    n = cfg.get("no_repeat_ngram", 0)
+    mins = min_lengths(src_lengths, cfg.get("min_len_a", 0.0), cfg.get("min_len_b", 0), limit)
+    min_len = mins if mins.max(initial=0) > 0 else None
+    return Steering(n, min_len, eos) if n or min_len is not None else None
+
+
 def _rows(fields: dict, rows: np.ndarray) -> dict:
     """Rows ``rows`` of every batched field (a 0-d field, the target position, is shared)."""
     return {n: (x if x.ndim == 0 else x[rows]) for n, x in fields.items()}
@@ -55,6 +86,7 @@ def greedy(graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict) -> list[
     memory, state = graphs.encode(src)
     batch, src_len = src.shape
     limit = max_lengths(src_lengths, cfg["max_len_a"], cfg["max_len_b"])
+    steer = steering(cfg, src_lengths, limit, ids["eos"])
     steps = int(limit.max()) + 1
     tokens = np.full((batch, steps), ids["pad"], dtype=np.int64)
     attention = np.zeros((batch, steps, src_len), dtype=np.float32)
@@ -66,6 +98,8 @@ def greedy(graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict) -> list[
     for t in range(steps):
         log_probs, state, weights = graphs.step(prev, state, memory)
         log_probs = restrict(log_probs, limit[active] == t, ids, t == 0)
+        if steer is not None:
+            log_probs = steer.apply(log_probs, t, active, tokens[active, :t])
         prev = log_probs.argmax(-1)
         best = log_probs[np.arange(len(prev)), prev]
         tokens[active, t] = prev
@@ -108,6 +142,10 @@ class _Beam:
         batch, k = len(src), self.k
         limit = max_lengths(src_lengths, cfg["max_len_a"], cfg["max_len_b"])
         self.limit, self.steps = limit, int(limit.max()) + 1
+        self.steering = steering(cfg, src_lengths, limit, self.ids["eos"])
+        repeats = self.steering is not None and self.steering.n > 0
+        # [rows, t] each row's tokens so far (no_repeat_ngram only)
+        self.seqs = np.zeros((batch, 0), dtype=np.int64) if repeats else None
         self.best_penalty = np.float32(length_penalty(limit.astype(np.float64) + 1, self.alpha))
         self.memory, self.state = graphs.encode(src)
         self.sent = np.arange(batch)  # batch row of each live sentence
@@ -131,6 +169,9 @@ class _Beam:
         self.history.append(weights.mean(1))
         at_limit = self.limit[self.sent] == t
         log_probs = restrict(log_probs, np.repeat(at_limit, width), self.ids, t == 0)
+        if self.steering is not None:
+            sent = np.repeat(self.sent, width)
+            log_probs = self.steering.apply(log_probs, t, sent, self.seqs)
         vocab = log_probs.shape[1]
         candidates = (self.scores[:, :, None] + log_probs.reshape(n, width, vocab)).reshape(n, -1)
         top_idx = _top(candidates, 2 * k)  # [n, 2k]
@@ -150,6 +191,8 @@ class _Beam:
         next_scores[done] = NEG_INF
         self.parents.append(rows)
         self.fed.append(next_tokens)
+        if self.seqs is not None:
+            self.seqs = np.concatenate([self.seqs[rows], next_tokens[:, None]], 1)
         self.memory = self.memory if width == k else _rows(self.memory, rows)
         self.state, self.scores, self.done, self.prev = (
             _rows(state, rows),
@@ -180,6 +223,7 @@ class _Beam:
         self.parents[-1], self.fed[-1] = self.parents[-1][rows], self.fed[-1][rows]
         self.sent, self.scores, self.done = self.sent[keep], self.scores[keep], self.done[keep]
         self.prev = self.prev[rows]
+        self.seqs = None if self.seqs is None else self.seqs[rows]
         self.state, self.memory = _rows(self.state, rows), _rows(self.memory, rows)
 
     def results(self, src_lengths: np.ndarray) -> list[list[Hypothesis]]:

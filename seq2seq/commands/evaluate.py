@@ -95,7 +95,8 @@ def _translate(
 def _settings_part(cfg: EvaluateConfig) -> str:
     """The checkpoint and decoding settings in the output files' names, e.g. ``best.beam5``:
     every decoding setting that differs from its default has its own part, so no setting's files
-    overwrite another's (``...beam5.int8``, ``.cp0.2``, ``.alpha1``, ``.len2x+10``, ``.nbest3``)."""
+    overwrite another's (``...beam5.int8``, ``.cp0.2``, ``.alpha1``, ``.len2x+10``, ``.norepeat3``,
+    ``.min0.5x+2``, ``.nbest3``)."""
     checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else Path(cfg.checkpoint).stem
     default = DecodeConfig()
     precision = Precision(cfg.precision)
@@ -106,6 +107,10 @@ def _settings_part(cfg: EvaluateConfig) -> str:
         suffix += f".alpha{cfg.alpha:g}"
     if (cfg.max_len_a, cfg.max_len_b) != (default.max_len_a, default.max_len_b):
         suffix += f".len{cfg.max_len_a:g}x+{cfg.max_len_b}"
+    if cfg.no_repeat_ngram:
+        suffix += f".norepeat{cfg.no_repeat_ngram}"
+    if cfg.min_len_a or cfg.min_len_b:
+        suffix += f".min{cfg.min_len_a:g}x+{cfg.min_len_b}"
     if cfg.nbest > 1:
         suffix += f".nbest{cfg.nbest}"
     if cfg.sampling:  # e.g. test_2016_flickr.best.sample.t0.7.k10.seed1
@@ -127,10 +132,15 @@ def sampling_part(cfg: EvaluateConfig) -> str:
 
 
 def search_facts(cfg: EvaluateConfig) -> dict[str, Any]:
-    """The search settings of a result (and the sampling ones, where it sampled)."""
+    """The search settings of a result (the steering ones where they are on, the sampling ones
+    where it sampled)."""
     keys = ("beam_size", "alpha", "max_len_a", "max_len_b")
     facts = {key: getattr(cfg, key) for key in keys}
     facts["coverage_penalty"] = cfg.coverage_penalty if cfg.beam_size > 1 else 0.0
+    if cfg.no_repeat_ngram:
+        facts["no_repeat_ngram"] = cfg.no_repeat_ngram
+    if cfg.min_len_a or cfg.min_len_b:
+        facts |= {"min_len_a": cfg.min_len_a, "min_len_b": cfg.min_len_b}
     if cfg.sampling:
         keys = ("temperature", "top_k", "top_p", "seed")
         facts |= {"sampling": True, **{key: getattr(cfg, key) for key in keys}}

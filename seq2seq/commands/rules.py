@@ -70,6 +70,9 @@ _NOT_NEGATIVE = (
     "train.coverage_weight",
     "coverage_penalty",
     "top_k",
+    "no_repeat_ngram",
+    "min_len_a",
+    "min_len_b",
 )
 
 
@@ -156,6 +159,12 @@ def _cross_key_problems(cfg: Any) -> list[str]:
         )
     if OmegaConf.select(cfg, "sampling", default=False) and queue is not None:
         problems.append("seq2seq-serve searches: sampling=true is for evaluate and translate")
+    steering = ("no_repeat_ngram", "min_len_a", "min_len_b")
+    steered = [k for k in steering if OmegaConf.select(cfg, k, default=0)]
+    if steered and queue is not None:  # refused, not ignored
+        problems.append(
+            f"seq2seq-serve has no {steered[0]}=: its searches take alpha and the length rule alone"
+        )
     top_p = OmegaConf.select(cfg, "top_p", default=None)
     if top_p is not None and not 0 < top_p <= 1:
         problems.append(f"top_p={top_p} must be above 0 and at most 1")

@@ -24,6 +24,7 @@ from seq2seq.decoding.hypothesis import (
     make_hypothesis,
     max_lengths,
     restrict,
+    steering,
 )
 from seq2seq.model.decoder import DecoderState, EncoderOutput
 from seq2seq.model.seq2seq import Seq2Seq
@@ -41,6 +42,7 @@ class _Beams:
     state: DecoderState
     enc: EncoderOutput
     attended: Tensor | None = None  # [n * k, S] attention so far (coverage penalty only)
+    fed: Tensor | None = None  # [n * k, t] each beam's tokens so far (no_repeat_ngram only)
 
     def select(self, keep: Tensor, k: int) -> _Beams:
         """Sentences ``keep`` [n'] only, with their k beams each."""
@@ -53,6 +55,7 @@ class _Beams:
             self.state.index_select(rows),
             self.enc.index_select(rows),
             None if self.attended is None else self.attended[rows],
+            None if self.fed is None else self.fed[rows],
         )
 
 
@@ -85,6 +88,8 @@ class _BeamSearch:
         self.limit = limit_host.to(device)
         # [B] the largest penalty a hypothesis of each sentence can get: EOS at its length limit
         self.best_penalty = length_penalty(limit_host.double() + 1, self.alpha).float().to(device)
+        self.steering = steering(cfg, src_lengths, limit_host, device)
+        repeats = self.steering is not None and self.steering.n > 0
         heads = model.decoder.heads
         enc = model.encode(src, src_lengths)
         self.beams = _Beams(
@@ -95,6 +100,7 @@ class _BeamSearch:
             model.decoder.init_state(enc),
             enc,
             torch.zeros(batch, src_len, device=device) if self.beta else None,
+            torch.zeros(batch, 0, dtype=torch.long, device=device) if repeats else None,
         )
         self.src_lengths = src_lengths.to(device)
         # Row j of step t + 1 continues row parents[t, j] of step t with token fed[t, j]; the rows
@@ -120,6 +126,9 @@ class _BeamSearch:
         attended, penalty = self._coverage(weights, width)
         at_limit = self.limit[beams.sent] == t  # [n]
         log_probs = restrict(log_probs, at_limit.repeat_interleave(width), look, t == 0)
+        if self.steering is not None:
+            sent = beams.sent.repeat_interleave(width)
+            log_probs = self.steering.apply(log_probs, t, sent, beams.fed)
         vocab = log_probs.size(1)
         candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
         top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]
@@ -140,9 +149,9 @@ class _BeamSearch:
         self.parents[t, : n * k], self.fed[t, : n * k] = rows, next_tokens
         enc = beams.enc if width == k else beams.enc.index_select(rows)  # k beams each
         attended = None if attended is None else attended[rows]
-        self.beams = _Beams(
-            beams.sent, next_scores, done, next_tokens, state.index_select(rows), enc, attended
-        )
+        fed = None if beams.fed is None else torch.cat([beams.fed[rows], next_tokens[:, None]], 1)
+        state = state.index_select(rows)
+        self.beams = _Beams(beams.sent, next_scores, done, next_tokens, state, enc, attended, fed)
 
     def _coverage(self, weights: Tensor, width: int) -> tuple[Tensor | None, Tensor | None]:
         """With a coverage penalty: each row's attention including this step's weights
@@ -204,7 +213,8 @@ def beam_search(
     """Beam search for a batch src [B, S] with the settings of ``cfg``; per sentence the
     ``nbest`` best (at most ``beam_size``), sorted by score.
 
-    Each step keeps the ``beam_size`` best unfinished continuations; EOS among the ``beam_size``
+    Each step keeps the ``beam_size`` best unfinished continuations, the bans of ``cfg``
+    applied (no_repeat_ngram, min_len_a and min_len_b: `steering`); EOS among the ``beam_size``
     best candidates finishes a hypothesis, and a sentence is done with ``beam_size`` of them, or
     as soon as no live beam can end above its ``nbest``-th finished score (an exact bound:
     log-probabilities only fall, and the length penalty is largest at the length limit), which

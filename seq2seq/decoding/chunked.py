@@ -19,6 +19,7 @@ from sacrebleu.metrics import BLEU
 
 from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.decoding.progress import translate_told
+from seq2seq.decoding.settings import STEERING_DEFAULTS
 from seq2seq.errors import Seq2SeqError
 
 log = logging.getLogger("seq2seq.chunked")
@@ -63,6 +64,13 @@ def chosen(
     return [nearest.pick(first + i, candidates) for i, candidates in enumerate(texts)]
 
 
+def _same_settings(settings: Path, expected: dict[str, Any]) -> bool:
+    """Whether a folder's chunks were made as ``expected`` says; chunks recorded before the
+    steering settings came lack them, and were made at their defaults."""
+    older = {k: v for k, v in STEERING_DEFAULTS.items() if k in expected}
+    return {**older, **json.loads(settings.read_text())} == expected
+
+
 def translate_in_chunks(
     translator: Translator,
     sources: Sequence[str],
@@ -79,7 +87,7 @@ def translate_in_chunks(
     if translator.search.sampling:
         facts = {**facts, "sampling_seeds": SAMPLING_SEEDS}
     settings, expected = parts / SETTINGS, fingerprint(sources, facts)
-    if settings.is_file() and json.loads(settings.read_text()) != expected:
+    if settings.is_file() and not _same_settings(settings, expected):
         raise Seq2SeqError(
             f"{parts} holds chunks of other settings or sources ({SETTINGS}); delete it to "
             "start again, or choose another out="

@@ -1,5 +1,6 @@
 """What greedy and beam search share: the result type, the length rule and penalty, the
-restrictions every step applies, and when the step loop looks at the device.
+restrictions every step applies, the user's bans (n-gram repeats, a minimum length), and when
+the step loop looks at the device.
 
 Both searches stop a sentence at its length limit by forcing EOS there, so every hypothesis ends
 with EOS and its attention has one row per output token plus the EOS row; before that limit, EOS
@@ -15,6 +16,7 @@ import torch
 from seq2seq_lite import rules
 from torch import Tensor
 
+from seq2seq.config import DecodeConfig
 from seq2seq.vocab import BOS, EOS, PAD
 
 
@@ -53,6 +55,42 @@ def restrict(log_probs: Tensor, at_limit: Tensor, look: bool, first: bool) -> Te
         log_probs[at_limit, :EOS] = float("-inf")
         log_probs[at_limit, EOS + 1 :] = float("-inf")
     return log_probs
+
+
+class Steering:
+    """The user's bans on one batch's search, on the device: no n-gram of ``no_repeat_ngram``
+    pieces twice in a hypothesis (`rules.ngram_bans`), and no EOS before the minimum length
+    (`rules.min_lengths`). Built only where a setting is on (see `steering`)."""
+
+    def __init__(self, n: int, min_len: Tensor | None) -> None:
+        self.n, self.min_len = n, min_len  # min_len: [B] on the device, None: no minimum
+
+    def apply(self, log_probs: Tensor, t: int, sent: Tensor, history: Tensor | None) -> Tensor:
+        """Ban, at step ``t``, EOS in rows whose sentence (batch row ``sent`` [rows]) is short,
+        and every token completing an n-gram already in the row's ``history`` [rows, t]."""
+        if self.min_len is not None:
+            log_probs[:, EOS].masked_fill_(self.min_len[sent] > t, float("-inf"))
+        if self.n and history is not None and history.size(1) >= self.n:
+            grams = history.unfold(1, self.n, 1)  # [rows, t - n + 1, n]
+            prefix = history[:, history.size(1) - self.n + 1 :].unsqueeze(1)  # the n - 1 last
+            repeats = (grams[:, :, :-1] == prefix).all(-1)  # [rows, t - n + 1]
+            # every write is -inf (PAD's column already is), so duplicates cannot race
+            banned = torch.where(repeats, grams[:, :, -1], PAD)
+            log_probs.scatter_(1, banned, float("-inf"))
+        return log_probs
+
+
+def steering(
+    cfg: DecodeConfig, src_lengths: Tensor, limits: Tensor, device: torch.device
+) -> Steering | None:
+    """The bans of ``cfg`` for a batch whose length limits are ``limits`` [B] (host); None where
+    none is on, so that the default search does no work for them."""
+    lengths, limits = src_lengths.cpu().numpy(), limits.numpy()
+    mins = rules.min_lengths(lengths, cfg.min_len_a, cfg.min_len_b, limits)
+    min_len = torch.from_numpy(mins).to(device) if mins.max(initial=0) > 0 else None
+    if not cfg.no_repeat_ngram and min_len is None:
+        return None
+    return Steering(cfg.no_repeat_ngram, min_len)
 
 
 def make_hypothesis(tokens: Tensor, score: float, attention: Tensor, src_len: int) -> Hypothesis:

@@ -24,6 +24,7 @@ from seq2seq.decoding.hypothesis import (
     make_hypothesis,
     max_lengths,
     restrict,
+    steering,
 )
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD
@@ -80,7 +81,8 @@ def greedy_search(
     pick: Pick = most_probable,
 ) -> list[Hypothesis]:
     """One token at every step (the most probable, or what ``pick`` chooses), for a batch src
-    [B, S] at once, within the length limit of ``cfg``; scores as beam search gives them (over
+    [B, S] at once, within the length limits of ``cfg`` and its bans (no_repeat_ngram, min_len_a
+    and min_len_b: `steering`); scores as beam search gives them (over
     ``cfg.alpha``'s length penalty); the loop looks at the device every ``check_every`` steps
     (None: `check_interval` of the device)."""
     search = _Greedy(model, src, src_lengths, cfg, pick)
@@ -108,6 +110,7 @@ class _Greedy:
         limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
         self.steps = int(limit_host.max()) + 1
         self.limit = limit_host.to(device)
+        self.steering = steering(cfg, src_lengths, limit_host, device)
         heads = model.decoder.heads
         self.tokens = torch.full((batch, self.steps), PAD, dtype=torch.long, device=device)
         self.attention = torch.zeros(batch, self.steps, heads, src_len, device=device)
@@ -122,6 +125,9 @@ class _Greedy:
         active, running = self.active, self.running
         log_probs, self.state, weights = self.model.decoder.step(self.prev, self.state, self.enc)
         log_probs = restrict(log_probs, self.limit[active] == t, look, t == 0)  # [b, V]
+        if self.steering is not None:
+            history = self.tokens[active, :t] if self.steering.n else None
+            log_probs = self.steering.apply(log_probs, t, active, history)
         best, self.prev = self.pick(log_probs)  # [b]
         self.tokens[active, t] = self.prev  # rows that ended earlier write past their length
         self.attention[active, t] = weights.float()

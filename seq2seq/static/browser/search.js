@@ -2,7 +2,7 @@
 // translator's numpy search (lite/seq2seq_lite/search.py) step for step, with its float32
 // sums rounded as numpy rounds them (Math.fround), so that both choose the same words.
 //
-// The host-side rules below (lengthPenalty, maxLength, eosBanned) are those of
+// The host-side rules below (lengthPenalty, maxLength, minLength, eosBanned, ngramBans) are those of
 // lite/seq2seq_lite/rules.py, which every Python search follows; tests/test_rules.py holds these
 // to them.
 
@@ -17,6 +17,43 @@ export function lengthPenalty(length, alpha) {
 // the source EOS).
 export function maxLength(srcLength, a, b) {
   return Math.max(Math.floor(srcLength * a + b), 0);
+}
+
+// Target tokens before EOS is allowed: floor(srcLength * a + b), at least 0 and at most the
+// maximum length (where they meet, the maximum wins).
+export function minLength(srcLength, a, b, maxLen) {
+  return Math.min(Math.max(Math.floor(srcLength * a + b), 0), maxLen);
+}
+
+// The tokens that would complete an n-gram already in ``tokens`` (a hypothesis's pieces so
+// far): banned at the next step, so that no n-gram occurs twice (n 0: none).
+export function ngramBans(tokens, n) {
+  const banned = new Set();
+  if (n <= 0 || tokens.length < n) return banned;
+  const last = tokens.length - n + 1; // where the n - 1 last tokens start
+  for (let i = 0; i + n <= tokens.length; i++) {
+    let same = true;
+    for (let j = 0; j < n - 1 && same; j++) same = tokens[i + j] === tokens[last + j];
+    if (same) banned.add(tokens[i + n - 1]);
+  }
+  return banned;
+}
+
+// The user's bans at step t on log-probs [rows * V]: EOS before minLen, and in each row every
+// token that ngramBans names for its history (histories[row]).
+export function steer(logProbs, vocab, histories, t, minLen, n, ids) {
+  for (let row = 0; row * vocab < logProbs.length; row++) {
+    if (t < minLen) logProbs[row * vocab + ids.eos] = -Infinity;
+    for (const token of ngramBans(histories[row], n)) logProbs[row * vocab + token] = -Infinity;
+  }
+  return logProbs;
+}
+
+// The search's bans of ``cfg`` for a source of srcLength pieces (settings absent, as in releases
+// made before them: off).
+function steering(cfg, srcLength, maxLen) {
+  const minLen = minLength(srcLength, cfg.min_len_a ?? 0, cfg.min_len_b ?? 0, maxLen);
+  return { minLen, n: cfg.no_repeat_ngram ?? 0 };
 }
 
 // Whether EOS is forbidden: at the first step unless at the length limit (no empty output).
@@ -75,13 +112,15 @@ export async function greedy(graphs, src, cfg) {
   const ids = graphs.ids;
   let { memory, state } = await graphs.encode(src);
   const limit = maxLength(src.length, cfg.max_len_a, cfg.max_len_b);
+  const { minLen, n } = steering(cfg, src.length, limit);
   const tokens = [];
   const attention = [];
   let score = 0;
   let prev = ids.bos;
   for (let t = 0; t <= limit; t++) {
     const out = await graphs.step([prev], state, memory);
-    const logProbs = restrict(out.logProbs, out.logProbs.length, t === limit, ids, t === 0);
+    const vocab = out.logProbs.length;
+    const logProbs = steer(restrict(out.logProbs, vocab, t === limit, ids, t === 0), vocab, [tokens], t, minLen, n, ids);
     let token = 0;
     for (let v = 1; v < logProbs.length; v++) if (logProbs[v] > logProbs[token]) token = v;
     tokens.push(token);
@@ -103,6 +142,8 @@ export async function beam(graphs, src, cfg) {
   const nbest = Math.min(cfg.nbest, k);
   const limit = maxLength(src.length, cfg.max_len_a, cfg.max_len_b);
   const bestPenalty = f32(lengthPenalty(limit + 1, cfg.alpha));
+  const { minLen, n } = steering(cfg, src.length, limit);
+  let seqs = [[]]; // each row's tokens so far
   let { memory, state } = await graphs.encode(src);
   let scores = [0];
   let prev = [ids.bos];
@@ -115,7 +156,7 @@ export async function beam(graphs, src, cfg) {
     const out = await graphs.step(prev, state, memory);
     history.push(meanOverHeads(out.weights, width, graphs.heads));
     const vocab = out.logProbs.length / width;
-    const logProbs = restrict(out.logProbs, vocab, t === limit, ids, t === 0);
+    const logProbs = steer(restrict(out.logProbs, vocab, t === limit, ids, t === 0), vocab, seqs, t, minLen, n, ids);
     const candidates = new Float32Array(logProbs.length);
     for (let i = 0; i < logProbs.length; i++) candidates[i] = f32(scores[Math.floor(i / vocab)] + logProbs[i]);
     const slots = top(candidates, 2 * k).map((i) => ({
@@ -140,6 +181,7 @@ export async function beam(graphs, src, cfg) {
     memory = width === k ? memory : graphs.rows(memory, rows);
     state = graphs.rows(out.state, rows);
     scores = next.map((s) => s.score);
+    seqs = next.map((s) => [...seqs[s.row], s.token]);
     prev = next.map((s) => s.token);
   }
   const order = ended.map((e, i) => i).sort((i, j) => (ended[i].score > ended[j].score ? -1 : ended[i].score < ended[j].score ? 1 : 0));
