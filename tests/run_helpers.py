@@ -8,13 +8,16 @@ import contextlib
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -78,13 +81,16 @@ def run(module: str, *args: str) -> str:
     return out
 
 
-def command(module: str, *args: str) -> subprocess.CompletedProcess:
+def command(
+    module: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """`python -m seq2seq.<module> args`, its output captured, whether it succeeds or not."""
     return subprocess.run(
         [sys.executable, "-m", f"seq2seq.commands.{module}", *args],
         capture_output=True,
         text=True,
         timeout=TRAIN_TIMEOUT,
+        env=env,
     )
 
 
@@ -156,3 +162,21 @@ def poll(url: str, ready, body: dict | None = None):
         if time.monotonic() > deadline:
             pytest.fail(f"{url} never became ready; last answer: {answer}")
         time.sleep(0.3)
+
+
+def browser_search(script: str, *values: str) -> Any:
+    """The JSON a node ``script`` prints, run on the exported search.js (its URI is the script's
+    first ``%s``, ``values`` the others); skipped without node, a failure under CI=true."""
+    if shutil.which("node") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("node is needed for the browser's search")
+        pytest.skip("node is needed for the browser's search")
+    search = resources.files("seq2seq").joinpath("static", "browser", "search.js")  # as exported
+    proc = subprocess.run(
+        ["node", "--input-type=module", "-e", script % (Path(str(search)).as_uri(), *values)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from pathlib import Path
 
 import pytest
+from run_helpers import browser_search, command
 from seq2seq_lite import Translator as LiteTranslator
 from serve_helpers import SENTENCES, export, headless_browser
 
@@ -110,19 +107,8 @@ def test_browser_without_onnx_or_npm_is_refused_in_one_line(smoke_run, tmp_path)
         (["browser=true"], os.environ, "add onnx=true"),
         (["onnx=true", "browser=true"], {**os.environ, "PATH": str(tmp_path)}, "npm was not found"),
     ):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "seq2seq.commands.export",
-                f"run_dir={smoke_run}",
-                f"out={tmp_path / 'r'}",
-                *overrides,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
+        proc = command(
+            "export", f"run_dir={smoke_run}", f"out={tmp_path / 'r'}", *overrides, env=env
         )
         assert proc.returncode == 1 and says in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
@@ -154,17 +140,7 @@ console.log(JSON.stringify(out));
 
 def test_the_browser_search_ends_no_translation_at_the_first_step() -> None:
     """EOS cannot end a hypothesis at step 0 unless the length limit is 0, as in lite's search."""
-    if shutil.which("node") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("node is needed for the browser's search")
-        pytest.skip("node is needed for the browser's search")
-    search = resources.files("seq2seq").joinpath("static", "browser", "search.js")  # as exported
-    script = FIRST_STEP % Path(str(search)).as_uri()
-    proc = subprocess.run(
-        ["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    found = json.loads(proc.stdout)
+    found = browser_search(FIRST_STEP)
     assert found["greedy"] == [1]  # the best word but EOS, then EOS
     assert len(found["beam"]) == 3 and all(len(tokens) == 1 for tokens in found["beam"])
     assert found["limit0"] == [[]]  # at a limit of 0 only EOS is left: the empty translation

@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from run_helpers import command
 from serve_helpers import SENTENCES, cli_translations, export
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,19 +138,7 @@ def test_lite_refuses_invalid_utf8_as_seq2seq_translate_does(onnx_release: Path)
 @pytest.mark.slow
 def test_an_onnx_export_says_a_few_lines(smoke_run: Path, tmp_path: Path) -> None:
     """What it writes and where, not its libraries' chatter (it printed 98 lines)."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "seq2seq.commands.export",
-            f"run_dir={smoke_run}",
-            f"out={tmp_path / 'r'}",
-        ]
-        + ["onnx=true"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = command("export", f"run_dir={smoke_run}", f"out={tmp_path / 'r'}", "onnx=true")
     assert proc.returncode == 0, proc.stderr
     said = (proc.stdout + proc.stderr).splitlines()
     assert len(said) <= 4, said

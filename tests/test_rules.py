@@ -6,18 +6,15 @@ browser's search.js, the one copy a browser needs, gives what they give."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from dataclasses import fields
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import pytest
 import seq2seq_lite
 import torch
+from run_helpers import browser_search
 from seq2seq_lite import rules
 from seq2seq_lite import search as lite_search
 
@@ -60,18 +57,7 @@ console.log(JSON.stringify({
 
 
 def _browser_rules() -> dict:
-    if shutil.which("node") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("node is needed for the browser's search")
-        pytest.skip("node is needed for the browser's search")
-    search = resources.files("seq2seq").joinpath("static", "browser", "search.js")  # as exported
-    grids = json.dumps([ALPHAS, LENGTH_RULES, IDS, VOCAB, HISTORIES])
-    script = JS_RULES % (Path(str(search)).as_uri(), grids)
-    proc = subprocess.run(
-        ["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return browser_search(JS_RULES, json.dumps([ALPHAS, LENGTH_RULES, IDS, VOCAB, HISTORIES]))
 
 
 def _row(first: bool, at_limit: bool) -> list[float | None]:

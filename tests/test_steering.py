@@ -6,17 +6,14 @@ the lite (numpy) search and the browser's search.js apply them alike."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from dataclasses import replace
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from model_helpers import assert_same, peaky_model, settings, sources
+from run_helpers import browser_search
 from seq2seq_lite import rules
 from seq2seq_lite import search as lite_search
 
@@ -292,10 +289,6 @@ def _lite(graphs: Markov, src: list[int], cfg: dict) -> list:
 
 def test_the_browser_search_steers_as_lite_does() -> None:
     """On a table that loops (EOS late) and one that ends soon (EOS early)."""
-    if shutil.which("node") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("node is needed for the browser's search")
-        pytest.skip("node is needed for the browser's search")
     src, base = [4, 5, 6, 7, 3], dict(alpha=0.6, max_len_a=2.0, max_len_b=4)
     steered = {
         -3.0: ({}, {"no_repeat_ngram": 2}, {"no_repeat_ngram": 1, "min_len_a": 1.0}),
@@ -305,14 +298,8 @@ def test_the_browser_search_steers_as_lite_does() -> None:
         (_table(eos), [{**base, "beam_size": k, "nbest": k, **g} for k in (1, 3) for g in given])
         for eos, given in steered.items()
     ]
-    search = resources.files("seq2seq").joinpath("static", "browser", "search.js")
     cases_json = json.dumps([[table.tolist(), src, configs] for table, configs in cases])
-    script = JS_SEARCH % (Path(str(search)).as_uri(), cases_json)
-    proc = subprocess.run(
-        ["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    found = iter(json.loads(proc.stdout))
+    found = iter(browser_search(JS_SEARCH, cases_json))
     for table, configs in cases:
         for cfg in configs:
             want, js = _lite(Markov(table), src, cfg), next(found)

@@ -54,19 +54,20 @@ def _write_outputs(
     """Hypotheses, alignments, attention weights (and n-best lists) of each line; their paths
     under the result's keys."""
     best = [t.hypotheses[0] if t.hypotheses else None for t in translations]
-    paths = {ext: (out_dir / f"{stem}.{ext}").resolve() for ext in ("hyp", "align", "attn.jsonl")}
-    _write(paths["hyp"], [translator.text(h) if h else "" for h in best])
-    _write(paths["align"], [pharaoh(h.attention.numpy()) if h else "" for h in best])
+    files = {"hypotheses": "hyp", "alignments": "align", "attention": "attn.jsonl"}
+    if translator.search.nbest > 1:  # Moses format: line number ||| translation ||| score
+        files["nbest"] = "nbest"
+    paths = {key: (out_dir / f"{stem}.{ext}").resolve() for key, ext in files.items()}
+    _write(paths["hypotheses"], [translator.text(h) if h else "" for h in best])
+    _write(paths["alignments"], [pharaoh(h.attention.numpy()) if h else "" for h in best])
     records = [
         json.dumps(alignment_record(translator, t), ensure_ascii=False) for t in translations
     ]
-    _write(paths["attn.jsonl"], records)
-    if translator.search.nbest > 1:  # Moses format: line number ||| translation ||| score
-        paths["nbest"] = (out_dir / f"{stem}.nbest").resolve()
+    _write(paths["attention"], records)
+    if "nbest" in paths:
         nbest = [line for i, t in enumerate(translations) for line in moses_lines(i, translator, t)]
         _write(paths["nbest"], nbest)
-    keys = {"hyp": "hypotheses", "align": "alignments", "attn.jsonl": "attention"}
-    return {keys.get(ext, ext): path for ext, path in paths.items()}
+    return paths
 
 
 def _translate(

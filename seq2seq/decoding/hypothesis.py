@@ -84,7 +84,9 @@ def steering(
     cfg: DecodeConfig, src_lengths: Tensor, limits: Tensor, device: torch.device
 ) -> Steering | None:
     """The bans of ``cfg`` for a batch whose length limits are ``limits`` [B] (host); None where
-    none is on, so that the default search does no work for them."""
+    none is on, so that the default search does no work for them (not even a host copy)."""
+    if not (cfg.no_repeat_ngram or cfg.min_len_a or cfg.min_len_b):
+        return None
     lengths, limits = src_lengths.cpu().numpy(), limits.numpy()
     mins = rules.min_lengths(lengths, cfg.min_len_a, cfg.min_len_b, limits)
     min_len = torch.from_numpy(mins).to(device) if mins.max(initial=0) > 0 else None
