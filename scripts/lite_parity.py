@@ -4,7 +4,8 @@
 and attention differences where the tokens agree. From the checkout root::
 
     PYTHONPATH=lite python scripts/lite_parity.py releases/de-en \\
-        --source test.de --reference test.en --beam 5 --threads 1 [--no-repeat-ngram 3]
+        --source test.de --reference test.en --beam 5 --threads 1 [--no-repeat-ngram 3] \\
+        [--prefix prefixes.txt] [--constraints constraints.tsv] [--terms glossary.tsv]
 
 prints one line per release, then one JSON line with every figure; --show lists the sentences
 whose translations differ.
@@ -23,6 +24,7 @@ import torch
 from seq2seq_lite import Translator as LiteTranslator
 
 from seq2seq.config import DecodeConfig
+from seq2seq.data.steering import SteeringFiles
 from seq2seq.decoding.inference import Translator
 from seq2seq.runtime.run_folder import load_run
 
@@ -35,14 +37,16 @@ def compare(release: str, lines: list[str], refs: list[str], args) -> dict:
     )
     search = DecodeConfig(beam_size=args.beam, **steering)
     ours = Translator.from_run(load_run(release), search)
+    files = SteeringFiles.read(args.prefix, args.constraints, args.terms)
+    steer = None if files is None else files.for_lines(lines)
     start = time.perf_counter()
-    expected = ours.translate(lines)
+    expected = ours.translate(lines, steer=steer)
     torch_s = time.perf_counter() - start
     lite = LiteTranslator.load(
         release, int8=args.int8, threads=args.threads, beam_size=args.beam, **steering
     )
     start = time.perf_counter()
-    found = lite.translate(lines)
+    found = lite.translate(lines, steer)
     lite_s = time.perf_counter() - start
     texts = [ours.best_text(t) for t in expected], [t.texts[0] if t.texts else "" for t in found]
     pairs = [
@@ -79,6 +83,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch and onnxruntime threads")
     parser.add_argument("--int8", action="store_true", help="the lite side runs the int8 graphs")
     parser.add_argument("--show", action="store_true", help="print the differing sentences")
+    parser.add_argument("--prefix", help="a target prefix per source line")
+    parser.add_argument("--constraints", help="tab-separated target phrases per source line")
+    parser.add_argument("--terms", help="a glossary: source phrase<TAB>target phrase")
     args = parser.parse_args()
     lines = Path(args.source).read_text(encoding="utf-8").splitlines()
     refs = Path(args.reference).read_text(encoding="utf-8").splitlines()
@@ -94,7 +101,8 @@ def main() -> None:
         if args.show:
             for i in row["different"]:
                 print(f"  line {i + 1}: {lines[i]}")
-    steering = {k: getattr(args, k) for k in ("no_repeat_ngram", "min_len_a", "min_len_b")}
+    keys = ("no_repeat_ngram", "min_len_a", "min_len_b", "prefix", "constraints", "terms")
+    steering = {k: getattr(args, k) for k in keys}
     print(json.dumps({"beam": args.beam, "int8": args.int8, **steering, "rows": rows}))
 
 

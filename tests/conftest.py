@@ -158,3 +158,12 @@ def luong_run(smoke_run: Path, tmp_path_factory) -> Path:
     model = build_model(cfg.model, *vocab)
     save_checkpoint(run / BEST, {"model": model.state_dict(), "step": 0, "vocab": vocab})
     return run
+
+
+@pytest.fixture(scope="session", params=["bahdanau", "multihead"])
+def peaky_graphs(request, tmp_path_factory):
+    """A peaky tiny model (model_helpers.peaky_model) and its graphs for the lite search."""
+    from model_helpers import exported_graphs, peaky_model
+
+    model = peaky_model(request.param)
+    return model, exported_graphs(model, tmp_path_factory.mktemp("release"))

@@ -3,6 +3,8 @@ batch, search settings, and comparisons of hypotheses and updates."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -172,3 +174,14 @@ def forced_log_prob(model: Seq2Seq, src: torch.Tensor, tokens: list[int]) -> flo
         features, _ = model.features(src[None], torch.tensor([len(src)]), tgt_in[None])
         log_probs = torch.log_softmax(model.decoder.output_layer(features[0]), -1)  # [T, V]
     return float(log_probs.gather(1, target[:, None]).sum())
+
+
+def exported_graphs(model: Seq2Seq, folder: Path):
+    """The lite runtime's graphs of ``model``, exported into ``folder`` (needs onnxscript)."""
+    pytest.importorskip("onnxscript")
+    from seq2seq_lite.release import Graphs, read_spec
+
+    from seq2seq.runtime.graph_export import export_graphs
+
+    export_graphs(model, folder / "onnx", DecodeConfig(), {})
+    return Graphs(folder, read_spec(folder), "fp32", threads=1)

@@ -102,6 +102,27 @@ def test_the_page_translates_in_the_browser(browser_release: Path) -> None:
         assert browser.find_element(By.ID, "error").text == ""
 
 
+@pytest.mark.slow
+def test_the_exported_page_completes_a_prefix_as_it_is_typed(browser_release: Path) -> None:
+    """The release's static page, no server: typing the translation's start in the prefix box
+    gives lite's completion of it, with its latency."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from seq2seq_lite.steering import LineSteering
+
+    with static_site(browser_release / "browser") as url, headless_browser() as browser:
+        browser.get(url + "/")
+        wait = WebDriverWait(browser, 120)
+        wait.until(lambda b: "ready" in b.find_element(By.TAG_NAME, "body").get_attribute("class"))
+        browser.find_element(By.ID, "source").send_keys(SENTENCES[1])
+        browser.find_element(By.ID, "prefix").send_keys("Two big")
+        wait.until(lambda b: '"Two big" in' in b.find_element(By.ID, "latency").text)
+        lite = LiteTranslator.load(browser_release, nbest=3)
+        [expected] = lite.translate(SENTENCES[1:2], [LineSteering("Two big")])
+        assert browser.find_element(By.ID, "translation").text == expected.texts[0]
+        assert expected.texts[0].startswith("Two big")
+
+
 def test_browser_without_onnx_or_npm_is_refused_in_one_line(smoke_run, tmp_path) -> None:
     for overrides, env, says in (
         (["browser=true"], os.environ, "add onnx=true"),

@@ -63,6 +63,32 @@ def test_lite_translates_as_the_torch_command_does_without_torch(onnx_release, b
 
 
 @pytest.mark.slow
+def test_lite_steers_as_the_torch_command_does(onnx_release: Path, tmp_path: Path) -> None:
+    """--prefix, --constraints and --terms: the outputs of translate's prefix=, constraints=,
+    terms= with the same files; a file of another line count is one line, exit 1."""
+    files = {
+        "prefix": "A\n\n",
+        "constraints": "grass\n\tsmiling\n",
+        "terms": "Männer\tguys\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    lines = SENTENCES[:2]
+    proc = lite(
+        onnx_release,
+        "--beam",
+        3,
+        *[a for name in files for a in (f"--{name}", tmp_path / name)],
+        text="".join(s + "\n" for s in lines),
+    )
+    assert proc.returncode == 0, proc.stderr
+    given = [f"{name}={tmp_path / name}" for name in files]
+    assert proc.stdout.splitlines() == cli_translations(onnx_release, lines, "beam_size=3", *given)
+    proc = lite(onnx_release, "--prefix", tmp_path / "prefix", text="Ein Hund.\n")
+    assert proc.returncode == 1 and "--prefix has 2 lines, standard input has 1" in proc.stderr
+
+
+@pytest.mark.slow
 def test_lite_nbest_lines_and_int8(onnx_release: Path) -> None:
     text = "".join(s + "\n" for s in SENTENCES)
     proc = lite(onnx_release, "--beam", 4, "--nbest", 3, text=text)

@@ -279,6 +279,34 @@ def test_the_page_translates_and_draws_the_heatmap(served: str, tmp_path: Path) 
         assert shot.stat().st_size > 0
 
 
+def test_the_page_completes_a_prefix_as_it_is_typed(served: str) -> None:
+    """The prefix box: each pause in typing asks for a completion of what is typed so far; the
+    last one shown starts with the whole prefix, as the API completes it, with its latency."""
+    with headless_browser() as browser:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        browser.get(served + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_element(By.ID, "model").text.strip())
+        browser.find_element(By.ID, "source").send_keys(SENTENCES[0])
+        box = browser.find_element(By.ID, "prefix")
+        for part in ("A", " big", " brown"):
+            box.send_keys(part)
+            wait.until(lambda b, p=part: "completed" in b.find_element(By.ID, "latency").text)
+            typed = box.get_attribute("value")
+            wait.until(lambda b, t=typed: f'"{t}"' in b.find_element(By.ID, "latency").text)
+            wait.until(lambda b, t=typed: b.find_element(By.ID, "translation").text.startswith(t))
+        request = {"sentences": SENTENCES[:1], "prefixes": ["A big brown"]}
+        status, data = post(served, request)
+        assert status == 200
+        assert (
+            browser.find_element(By.ID, "translation").text
+            == data["translations"][0]["translation"]
+        )
+        assert browser.find_element(By.ID, "latency").text.endswith(" ms")
+
+
 @pytest.mark.slow
 def test_serve_bench_reports(served: str, tmp_path: Path, multi30k_dir: Path) -> None:
     sources, _ = read_parallel(multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz", 50)

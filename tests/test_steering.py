@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from model_helpers import assert_same, peaky_model, settings, sources
+from model_helpers import assert_same, exported_graphs, peaky_model, settings, sources
 from run_helpers import browser_search
 from seq2seq_lite import rules
 from seq2seq_lite import search as lite_search
@@ -187,14 +187,8 @@ def test_chunks_recorded_before_the_settings_resume_at_their_defaults(tmp_path: 
 
 @pytest.fixture(scope="module", params=["bahdanau", "multihead"])
 def exported(request, tmp_path_factory):
-    pytest.importorskip("onnxscript")
-    from seq2seq_lite.release import Graphs, read_spec
-
-    from seq2seq.runtime.graph_export import export_graphs
-
-    model, release = _eos_model(request.param), tmp_path_factory.mktemp("release")
-    export_graphs(model, release / "onnx", DecodeConfig(), {})
-    return model, Graphs(release, read_spec(release), "fp32", threads=1)
+    model = _eos_model(request.param)
+    return model, exported_graphs(model, tmp_path_factory.mktemp("release"))
 
 
 @pytest.mark.slow
@@ -282,17 +276,28 @@ def _table(eos: float, steps: int = 20, vocab: int = 10) -> np.ndarray:
 
 def _lite(graphs: Markov, src: list[int], cfg: dict) -> list:
     array, lengths = np.array([src]), np.array([len(src)])
+    prefix = np.array([cfg["prefix"]]) if "prefix" in cfg else None  # the JS search's cfg.prefix
     if cfg["beam_size"] == 1:
-        return lite_search.greedy(graphs, array, lengths, cfg)
-    return lite_search.beam(graphs, array, lengths, cfg)[0]
+        return lite_search.greedy(graphs, array, lengths, cfg, prefix)
+    return lite_search.beam(graphs, array, lengths, cfg, prefix)[0]
 
 
 def test_the_browser_search_steers_as_lite_does() -> None:
-    """On a table that loops (EOS late) and one that ends soon (EOS early)."""
+    """On a table that loops (EOS late) and one that ends soon (EOS early); prefixes too."""
     src, base = [4, 5, 6, 7, 3], dict(alpha=0.6, max_len_a=2.0, max_len_b=4)
     steered = {
-        -3.0: ({}, {"no_repeat_ngram": 2}, {"no_repeat_ngram": 1, "min_len_a": 1.0}),
-        1.0: ({}, {"min_len_a": 1.0, "min_len_b": 2}, {"min_len_a": 2.0, "min_len_b": 2}),
+        -3.0: (
+            {},
+            {"no_repeat_ngram": 2},
+            {"no_repeat_ngram": 1, "min_len_a": 1.0},
+            {"prefix": [5, 6, 5], "no_repeat_ngram": 2},  # a prefix is forced past the bans
+        ),
+        1.0: (
+            {},
+            {"min_len_a": 1.0, "min_len_b": 2},
+            {"min_len_a": 2.0, "min_len_b": 2},
+            {"prefix": [4] * 14},  # past the length limit: it grows to fit
+        ),
     }
     cases = [
         (_table(eos), [{**base, "beam_size": k, "nbest": k, **g} for k in (1, 3) for g in given])

@@ -12,6 +12,14 @@ import sentencepiece as spm
 from seq2seq_lite import rules
 from seq2seq_lite.release import Graphs, ReleaseError, check_manifest, read_spec
 from seq2seq_lite.search import Hypothesis, beam, greedy
+from seq2seq_lite.steering import (
+    CONSTRAINTS_NEED_BEAM,
+    LineSteering,
+    SteeringIds,
+    decode_steered,
+    encode_steering,
+    steering_arrays,
+)
 
 __all__ = ["Hypothesis", "InputTooLong", "ReleaseError", "Translation", "Translator"]
 
@@ -71,24 +79,44 @@ class Translator:
             self.src_tok.encode, lines, self.search["max_source_len"], InputTooLong
         )
 
-    def translate(self, lines: Sequence[str]) -> list[Translation]:
-        """Translate the lines in length-sorted batches; the order of the input is kept."""
-        eos, pad = self.graphs.ids["eos"], self.graphs.ids["pad"]
-        sources = [[*ids, eos] if ids else [] for ids in self.encode(lines)]
-        results = [Translation(s, [], []) for s in sources]
-        todo = sorted((i for i, s in enumerate(sources) if s), key=lambda i: -len(sources[i]))
-        size = self.search["batch_size"]
-        for start in range(0, len(todo), size):
-            chunk = todo[start : start + size]
+    def _decode(
+        self, sources: list[list[int]], steer: Sequence[SteeringIds] | None
+    ) -> list[list[Hypothesis]]:
+        """n-best lists of id sequences, longest first, in batches, each with its ``steer``."""
+        pad, size, found = self.graphs.ids["pad"], self.search["batch_size"], []
+        for start in range(0, len(sources), size):
+            chunk = list(range(start, min(start + size, len(sources))))
             lengths = np.array([len(sources[i]) for i in chunk], dtype=np.int64)
             src = np.full((len(chunk), lengths.max()), pad, dtype=np.int64)
             for row, i in enumerate(chunk):
                 src[row, : lengths[row]] = sources[i]
+            prefix, phrases = steering_arrays(steer, chunk, pad)  # rows in the batch's order
+            if phrases is not None and self.search["beam_size"] < 2:
+                raise ValueError(CONSTRAINTS_NEED_BEAM)
             if self.search["beam_size"] == 1:
-                nbest = [[h] for h in greedy(self.graphs, src, lengths, self.search)]
+                found += [[h] for h in greedy(self.graphs, src, lengths, self.search, prefix)]
             else:
-                nbest = beam(self.graphs, src, lengths, self.search)
-            for i, hyps in zip(chunk, nbest, strict=True):
-                results[i].hypotheses = hyps
-                results[i].texts = [" ".join(self.tgt_tok.decode(h.tokens).split()) for h in hyps]
+                found += beam(self.graphs, src, lengths, self.search, prefix, phrases)
+        return found
+
+    def translate(
+        self, lines: Sequence[str], steer: Sequence[LineSteering | None] | None = None
+    ) -> list[Translation]:
+        """Translate the lines in length-sorted batches; the order of the input is kept.
+        ``steer``: each line's prefix and constraints (one per line; None: none)."""
+        eos = self.graphs.ids["eos"]
+        sources = [[*ids, eos] if ids else [] for ids in self.encode(lines)]
+        if steer is not None and len(steer) != len(lines):
+            raise ValueError(f"steering for {len(steer)} lines, {len(lines)} lines to translate")
+        targets = encode_steering(self.tgt_tok.encode, steer)
+        results = [Translation(s, [], []) for s in sources]
+        todo = sorted((i for i, s in enumerate(sources) if s), key=lambda i: -len(sources[i]))
+
+        def decode(lines: list[int], given: Sequence[SteeringIds] | None) -> list[list[Hypothesis]]:
+            wanted = None if given is None else [given[i] for i in lines]
+            return self._decode([sources[i] for i in lines], wanted)
+
+        for i, hyps in zip(todo, decode_steered(decode, todo, targets), strict=True):
+            results[i].hypotheses = hyps
+            results[i].texts = [" ".join(self.tgt_tok.decode(h.tokens).split()) for h in hyps]
         return results

@@ -1,6 +1,7 @@
 """``seq2seq-lite RELEASE [--beam K] [--nbest N]``: sentences on stdin, translations on stdout,
 one line per line, as ``seq2seq-translate`` writes them on a pipe (n-best: the candidates of a
-line joined by " ||| ", each ``score<TAB>translation``)."""
+line joined by " ||| ", each ``score<TAB>translation``); ``--prefix``, ``--constraints`` and
+``--terms`` steer them as seq2seq's ``prefix=``, ``constraints=`` and ``terms=`` do."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 
 from seq2seq_lite import InputTooLong, ReleaseError, Translator
 from seq2seq_lite.rules import InputError
+from seq2seq_lite.steering import LineSteering, constraint_lines, read_glossary, steer_lines
 from seq2seq_lite.text import decode_lines
 
 # the search settings this command takes, by the Translator's names (None: the release's own)
@@ -48,7 +50,29 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, help="sentences decoded together (16)")
     parser.add_argument("--int8", action="store_true", help="the int8 graphs")
     parser.add_argument("--threads", type=int, help="onnxruntime threads (default: its own)")
+    parser.add_argument("--prefix", help="a file: the target prefix of each input line")
+    parser.add_argument("--constraints", help="a file: each input line's phrases, tab-separated")
+    parser.add_argument("--terms", help="a glossary: source phrase<TAB>target phrase a line")
     return parser.parse_args(argv)
+
+
+def _read(path: str) -> list[str]:
+    with open(path, "rb") as f:
+        return decode_lines(f.read(), path)
+
+
+def _steering(args: argparse.Namespace, lines: list[str]) -> list[LineSteering] | None:
+    """Each input line's steering from the files given; None where none is."""
+    count = len(lines)
+    if not (args.prefix or args.constraints or args.terms):
+        return None
+    prefixes = _read(args.prefix) if args.prefix else None
+    phrases = constraint_lines(_read(args.constraints)) if args.constraints else None
+    for name, given in (("--prefix", prefixes), ("--constraints", phrases)):
+        if given is not None and len(given) != count:
+            raise ValueError(f"{name} has {len(given)} lines, standard input has {count}")
+    glossary = read_glossary("\n".join(_read(args.terms)), args.terms) if args.terms else []
+    return steer_lines(lines, prefixes, phrases, glossary)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         translator = Translator.load(args.release, int8=args.int8, threads=args.threads, **search)
         lines = decode_lines(sys.stdin.buffer.read(), "standard input")
         out = []
-        for translation in translator.translate(lines):
+        for translation in translator.translate(lines, _steering(args, lines)):
             scored = zip(translation.hypotheses, translation.texts, strict=True)
             if translator.search["nbest"] == 1:
                 out.append(translation.texts[0] if translation.texts else "")
@@ -68,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     except InputTooLong as e:  # named as seq2seq-translate names a line on a pipe
         print(f"seq2seq-lite: {e.describe(f'standard input, line {e.index + 1}')}", file=sys.stderr)
         sys.exit(1)
-    except (ReleaseError, InputError) as e:
+    except (ReleaseError, InputError, OSError, ValueError) as e:
         print(f"seq2seq-lite: {e}", file=sys.stderr)
         sys.exit(1)
     sys.stdout.write("".join(line + "\n" for line in out))

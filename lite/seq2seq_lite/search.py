@@ -17,7 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seq2seq_lite.rules import eos_banned, length_penalty, max_lengths, min_lengths, ngram_bans
+from seq2seq_lite.constraints import Constraints, allocate
+from seq2seq_lite.rules import (
+    eos_banned,
+    length_penalty,
+    max_lengths,
+    min_lengths,
+    ngram_bans,
+)
+from seq2seq_lite.steering import forced_max_lengths
 
 NEG_INF = np.float32(-np.inf)
 
@@ -48,31 +56,64 @@ def restrict(log_probs: np.ndarray, at_limit: np.ndarray, ids: dict, first: bool
 
 class Steering:
     """The user's bans on one batch's search: no n-gram of ``n`` pieces twice in a hypothesis
-    (`rules.ngram_bans`), no EOS before ``min_len`` [B] (`rules.min_lengths`; None: none)."""
+    (`rules.ngram_bans`), no EOS before ``min_len`` [B] (`rules.min_lengths`; None: none), and
+    each sentence's target ``prefix`` [B, P] (``pad`` after it; None: none) forced first."""
 
-    def __init__(self, n: int, min_len: np.ndarray | None, eos: int) -> None:
+    def __init__(
+        self,
+        n: int,
+        min_len: np.ndarray | None,
+        eos: int,
+        prefix: np.ndarray | None = None,
+        pad: int = 0,
+    ) -> None:
         self.n, self.min_len, self.eos = n, min_len, eos
+        self.prefix, self.pad = prefix, pad
 
     def apply(
         self, log_probs: np.ndarray, t: int, sent: np.ndarray, history: np.ndarray | None
     ) -> np.ndarray:
         """Ban, at step ``t``, EOS in rows whose sentence (batch row ``sent`` [rows]) is short,
-        and every token completing an n-gram already in the row's ``history`` [rows, t]."""
+        and every token completing an n-gram already in the row's ``history`` [rows, t]; rows
+        inside their sentence's prefix keep only its token at ``t``, with its log-prob."""
+        forced = None
+        if self.prefix is not None and t < self.prefix.shape[1]:
+            forced = self.prefix[sent, t][:, None]  # [rows, 1] pad: not forced
+            kept = np.take_along_axis(log_probs, forced, 1)  # before any ban
         if self.min_len is not None:
             log_probs[self.min_len[sent] > t, self.eos] = NEG_INF
         for row, tokens in enumerate(history if self.n else ()):
             if banned := ngram_bans(tokens.tolist(), self.n):
                 log_probs[row, sorted(banned)] = NEG_INF
+        if forced is not None:  # rows not forced write pad's -inf back into pad's column
+            log_probs[forced[:, 0] != self.pad] = NEG_INF
+            np.put_along_axis(log_probs, forced, kept, 1)
         return log_probs
 
 
-def steering(cfg: dict, src_lengths: np.ndarray, limit: np.ndarray, eos: int) -> Steering | None:
+def steering(
+    cfg: dict, src_lengths: np.ndarray, limit: np.ndarray, ids: dict, prefix: np.ndarray | None
+) -> Steering | None:
     """The bans of the settings ``cfg`` (absent, as in releases made before them: off) for a
-    batch of length limits ``limit``; None where none is on."""
+    batch of length limits ``limit``, with its target ``prefix``; None where none is on."""
     n = cfg.get("no_repeat_ngram", 0)
     mins = min_lengths(src_lengths, cfg.get("min_len_a", 0.0), cfg.get("min_len_b", 0), limit)
     min_len = mins if mins.max(initial=0) > 0 else None
-    return Steering(n, min_len, eos) if n or min_len is not None else None
+    if not n and min_len is None and prefix is None:
+        return None
+    return Steering(n, min_len, ids["eos"], prefix, ids["pad"])
+
+
+def limits(
+    cfg: dict,
+    src_lengths: np.ndarray,
+    prefix: np.ndarray | None,
+    pad: int,
+    phrases: np.ndarray | None = None,
+) -> np.ndarray:
+    """Each sentence's length limit, raised so that its prefix and phrases fit with one more."""
+    limit = max_lengths(src_lengths, cfg["max_len_a"], cfg["max_len_b"])
+    return forced_max_lengths(limit, prefix, phrases, pad)
 
 
 def _rows(fields: dict, rows: np.ndarray) -> dict:
@@ -80,13 +121,16 @@ def _rows(fields: dict, rows: np.ndarray) -> dict:
     return {n: (x if x.ndim == 0 else x[rows]) for n, x in fields.items()}
 
 
-def greedy(graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict) -> list[Hypothesis]:
-    """The most probable token at every step, for a padded batch src [B, S]."""
+def greedy(
+    graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict, prefix: np.ndarray | None = None
+) -> list[Hypothesis]:
+    """The most probable token at every step, for a padded batch src [B, S], each sentence's
+    ``prefix`` row ([B, P], pad after it; None: none) forced first."""
     ids = graphs.ids
     memory, state = graphs.encode(src)
     batch, src_len = src.shape
-    limit = max_lengths(src_lengths, cfg["max_len_a"], cfg["max_len_b"])
-    steer = steering(cfg, src_lengths, limit, ids["eos"])
+    limit = limits(cfg, src_lengths, prefix, ids["pad"])
+    steer = steering(cfg, src_lengths, limit, ids, prefix)
     steps = int(limit.max()) + 1
     tokens = np.full((batch, steps), ids["pad"], dtype=np.int64)
     attention = np.zeros((batch, steps, src_len), dtype=np.float32)
@@ -135,14 +179,24 @@ class _Beam:
     """One batch's beam search (k beams per sentence): live beams, finished hypotheses, and
     every step's back-pointers and attention, followed back at the end."""
 
-    def __init__(self, graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict) -> None:
+    def __init__(
+        self,
+        graphs,
+        src: np.ndarray,
+        src_lengths: np.ndarray,
+        cfg: dict,
+        prefix: np.ndarray | None,
+        phrases: np.ndarray | None,
+    ) -> None:
         self.graphs, self.ids = graphs, graphs.ids
         self.k, self.alpha = cfg["beam_size"], cfg["alpha"]
         self.nbest = min(cfg["nbest"], self.k)
         batch, k = len(src), self.k
-        limit = max_lengths(src_lengths, cfg["max_len_a"], cfg["max_len_b"])
+        limit = limits(cfg, src_lengths, prefix, self.ids["pad"], phrases)
         self.limit, self.steps = limit, int(limit.max()) + 1
-        self.steering = steering(cfg, src_lengths, limit, self.ids["eos"])
+        self.steering = steering(cfg, src_lengths, limit, self.ids, prefix)
+        self.constraints = None if phrases is None else Constraints(phrases, self.ids["pad"])
+        self.progress = None if phrases is None else self.constraints.start(batch)
         repeats = self.steering is not None and self.steering.n > 0
         # [rows, t] each row's tokens so far (no_repeat_ngram only)
         self.seqs = np.zeros((batch, 0), dtype=np.int64) if repeats else None
@@ -159,6 +213,7 @@ class _Beam:
         self.ended_step = np.zeros((batch, k + 1), dtype=np.int64)
         self.ended_row = np.zeros((batch, k + 1), dtype=np.int64)
         self.ended = np.zeros(batch, dtype=np.int64)
+        self.ended_short = np.zeros((batch, k + 1), dtype=bool)  # ended without every phrase
         self.slots = np.arange(2 * k)
 
     def step(self, t: int) -> None:
@@ -169,9 +224,13 @@ class _Beam:
         self.history.append(weights.mean(1))
         at_limit = self.limit[self.sent] == t
         log_probs = restrict(log_probs, np.repeat(at_limit, width), self.ids, t == 0)
+        sent = np.repeat(self.sent, width)
         if self.steering is not None:
-            sent = np.repeat(self.sent, width)
             log_probs = self.steering.apply(log_probs, t, sent, self.seqs)
+        short = None  # with constraints: rows that cannot end before their limit
+        if self.constraints is not None:
+            short = ~self.constraints.complete(sent, self.progress)
+            log_probs[short & ~np.repeat(at_limit, width), eos] = NEG_INF
         vocab = log_probs.shape[1]
         candidates = (self.scores[:, :, None] + log_probs.reshape(n, width, vocab)).reshape(n, -1)
         top_idx = _top(candidates, 2 * k)  # [n, 2k]
@@ -179,13 +238,17 @@ class _Beam:
         top_tokens = top_idx % vocab
         top_rows = top_idx // vocab + (np.arange(n) * width)[:, None]
         is_eos = top_tokens == eos
-        self._finish(top_scores, top_rows, is_eos, t)
-        order = np.argsort(is_eos * 2 * k + self.slots, axis=1, kind="stable")[:, :k]
-        rows = np.take_along_axis(top_rows, order, 1).reshape(-1)
-        next_tokens = np.take_along_axis(top_tokens, order, 1).reshape(-1)
-        next_scores = np.take_along_axis(top_scores, order, 1)  # [n, k], best first
+        if self.constraints is None:  # EOS among the k best ends; the k best others go on
+            self._finish(top_scores, top_rows, is_eos & (self.slots < k), t)
+            order = np.argsort(is_eos * 2 * k + self.slots, axis=1, kind="stable")[:, :k]
+            rows = np.take_along_axis(top_rows, order, 1).reshape(-1)
+            next_tokens = np.take_along_axis(top_tokens, order, 1).reshape(-1)
+            next_scores = np.take_along_axis(top_scores, order, 1)  # [n, k], best first
+        else:
+            top = (top_scores, top_rows, top_tokens)
+            rows, next_tokens, next_scores = self._allocate(log_probs, top, sent, t, short)
         kept = -np.sort(-self.ended_score[self.sent, :k], axis=1)[:, self.nbest - 1]
-        bound = next_scores[:, 0] / self.best_penalty[self.sent]
+        bound = next_scores.max(1) / self.best_penalty[self.sent]
         beyond = np.isfinite(kept) & (kept >= bound)
         done = self.done | at_limit | (self.ended[self.sent] >= k) | beyond
         next_scores[done] = NEG_INF
@@ -201,11 +264,49 @@ class _Beam:
             next_tokens,
         )
 
-    def _finish(self, top_scores, top_rows, is_eos, t: int) -> None:
-        """Candidates [n, 2k] that end with EOS among the first k, while their sentence has
-        room, become finished hypotheses (length-normalised scores)."""
+    def _allocate(
+        self, log_probs: np.ndarray, top: tuple, sent: np.ndarray, t: int, short: np.ndarray
+    ) -> tuple:
+        """The next beams under constraints, as torch's `_allocate` chooses them (and ends
+        hypotheses): rows and tokens [n * k], scores [n, k]; the chosen beams' progress is kept."""
+        n, width = self.scores.shape
+        c, eos = self.constraints, self.ids["eos"]
+        best = log_probs.argmax(1)[:, None]
+        ends = np.full_like(best, eos)
+        extra = np.concatenate([c.wanted(sent, self.progress), best, ends], 1)  # [n * w, C + 2]
+        extra_scores = self.scores.reshape(-1, 1) + np.take_along_axis(log_probs, extra, 1)
+        extra_rows = np.broadcast_to(np.arange(n * width)[:, None], extra.shape)
+        scores, rows, tokens = (
+            np.concatenate([a, b.reshape(n, -1)], 1)
+            for a, b in zip(top, (extra_scores, extra_rows, extra), strict=True)
+        )
+        key = rows * log_probs.shape[1] + tokens
+        m = key.shape[1]
+        before = np.tril(np.ones((m, m), dtype=bool), -1)
+        repeated = ((key[:, :, None] == key[:, None, :]) & before).any(2)
+        valid = np.isfinite(scores) & ~repeated
+        flat = rows.reshape(-1)
+        progress = c.advance(sent[flat], self.progress.index(flat), tokens.reshape(-1))
+        banks = c.met(sent[flat], progress).reshape(n, m)
+        first = allocate(scores, banks, valid, self.k, c.banks)  # [n, k] EOS here ends
+        picked = np.zeros_like(valid)
+        np.put_along_axis(picked, first, True, 1)
+        self._finish(scores, rows, picked & (tokens == eos) & valid, t, short)
+        valid = valid & (tokens != eos)
+        pick = allocate(scores, banks, valid, self.k, c.banks)  # [n, k]
+        self.progress = progress.index((pick + (np.arange(n) * m)[:, None]).reshape(-1))
+        next_scores = np.where(
+            np.take_along_axis(valid, pick, 1), np.take_along_axis(scores, pick, 1), NEG_INF
+        )
+        pick_rows = np.take_along_axis(rows, pick, 1).reshape(-1)
+        return pick_rows, np.take_along_axis(tokens, pick, 1).reshape(-1), next_scores
+
+    def _finish(self, top_scores, top_rows, ends, t: int, short: np.ndarray | None = None) -> None:
+        """Candidates [n, m] that ``ends`` marks (EOS at step ``t``), while their sentence has
+        room, become finished hypotheses (length-normalised scores); ``short`` [rows]: rows
+        that end without every phrase (constraints only)."""
         k = self.k
-        ends = is_eos & (self.slots < k) & np.isfinite(top_scores)
+        ends = ends & np.isfinite(top_scores)
         rank = self.ended[self.sent][:, None] + ends.cumsum(1)
         accepted = ends & (rank <= k)
         slot = np.where(accepted, rank - 1, k)
@@ -215,6 +316,8 @@ class _Beam:
         self.ended_step[sentence, slot] = t
         self.ended_row[sentence, slot] = top_rows
         self.ended[self.sent] += accepted.sum(1)
+        if short is not None:
+            self.ended_short[sentence, slot] = short[top_rows] & accepted
 
     def drop_done(self) -> None:
         """Leave out the sentences that are done, and their rows of the last step."""
@@ -224,16 +327,22 @@ class _Beam:
         self.sent, self.scores, self.done = self.sent[keep], self.scores[keep], self.done[keep]
         self.prev = self.prev[rows]
         self.seqs = None if self.seqs is None else self.seqs[rows]
+        self.progress = None if self.progress is None else self.progress.index(rows)
         self.state, self.memory = _rows(self.state, rows), _rows(self.memory, rows)
 
     def results(self, src_lengths: np.ndarray) -> list[list[Hypothesis]]:
         """Each sentence's ``nbest`` best finished hypotheses, best first."""
         k, out = self.k, []
         for b, n in enumerate(src_lengths.tolist()):
-            order = np.argsort(-self.ended_score[b, :k], kind="stable")[: self.nbest]
+            scores = self.ended_score[b, :k]
+            if self.constraints is not None:  # one that placed every phrase: none that did not
+                short = self.ended_short[b, :k]
+                if (~short & np.isfinite(scores)).any():
+                    scores = np.where(short, NEG_INF, scores)
+            order = np.argsort(-scores, kind="stable")[: self.nbest]
             hyps = []
             for j in order:
-                score = float(self.ended_score[b, j])
+                score = float(scores[j])
                 if math.isfinite(score):
                     end, row = int(self.ended_step[b, j]), int(self.ended_row[b, j])
                     hyps.append(self._backtrack(end, row, score, n))
@@ -250,9 +359,18 @@ class _Beam:
         return Hypothesis(tokens[::-1], score, np.stack(attention[::-1])[:, :src_len])
 
 
-def beam(graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict) -> list[list[Hypothesis]]:
-    """n-best lists (at most ``beam_size`` each) for a padded batch src [B, S]."""
-    search = _Beam(graphs, src, src_lengths, cfg)
+def beam(
+    graphs,
+    src: np.ndarray,
+    src_lengths: np.ndarray,
+    cfg: dict,
+    prefix: np.ndarray | None = None,
+    phrases: np.ndarray | None = None,
+) -> list[list[Hypothesis]]:
+    """n-best lists (at most ``beam_size`` each) for a padded batch src [B, S], each sentence's
+    ``prefix`` row ([B, P], pad after it; None: none) forced in all its beams first, and its
+    ``phrases`` ([B, C, L], pad after each; None: none) in every hypothesis (constraints)."""
+    search = _Beam(graphs, src, src_lengths, cfg, prefix, phrases)
     for t in range(search.steps):
         search.step(t)
         if search.done.all():

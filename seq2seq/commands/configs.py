@@ -26,7 +26,17 @@ CONFIGS = "pkg://seq2seq.configs"  # the top-level configs/, installed inside th
 
 
 @dataclass
-class EvaluateConfig(InferenceConfig):
+class SteeringKeys:
+    """The files that steer each input line's output (docs/decoding.md), for the commands that
+    read a file of lines: evaluate and piped translate."""
+
+    prefix: Optional[str] = None  # one target prefix per input line ("": none): output starts so
+    constraints: Optional[str] = None  # per input line, tab-separated phrases the output holds
+    terms: Optional[str] = None  # a glossary: source phrase<TAB>target phrase, a line each
+
+
+@dataclass
+class EvaluateConfig(SteeringKeys, InferenceConfig):
     """`seq2seq-evaluate`: decode a split of the run's corpus (or two files) and score it."""
 
     split: str = "test"  # a split name of the run's corpus, or train/valid/test = the run's own
@@ -39,7 +49,7 @@ class EvaluateConfig(InferenceConfig):
 
 
 @dataclass
-class TranslateConfig(InferenceConfig):
+class TranslateConfig(SteeringKeys, InferenceConfig):
     """`seq2seq-translate`: a prompt on a terminal, or one translation per line of piped input."""
 
     show_alignment: bool = False  # draw which source subwords each target subword attended to

@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from seq2seq_lite.steering import LineSteering, steering_report
+
 from seq2seq.commands.configs import EvaluateConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import DecodeConfig, Precision
 from seq2seq.data.corpus import read_parallel
+from seq2seq.data.steering import SteeringFiles
 from seq2seq.decoding.alignment import alignment_record, attention_samples, pharaoh
 from seq2seq.decoding.inference import (
     InputTooLong,
@@ -39,6 +42,7 @@ from seq2seq.runtime.run_folder import TrainedRun
 from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR
 
 log = logging.getLogger("seq2seq.evaluate")
+STEERING_FILES = ("prefix", "constraints", "terms")
 
 
 def _write(path: Path, lines: Sequence[str]) -> None:
@@ -46,6 +50,22 @@ def _write(path: Path, lines: Sequence[str]) -> None:
         path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     except OSError as e:
         raise Seq2SeqError(f"cannot write {path}: {e}") from e
+
+
+def _made(folder: Path) -> Path:
+    """``folder``, made if it is not there; one line where it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        hint = "choose out=<a folder>"
+        raise Seq2SeqError(f"cannot write into {folder}: {e.strerror or e}; {hint}") from None
+    return folder
+
+
+def _write_hits(path: Path, steer: Sequence[LineSteering]) -> Path:
+    """Each line's glossary hits, a JSON list of [source, target] a line; the file's path."""
+    _write(path, [json.dumps(s.terms, ensure_ascii=False) for s in steer])
+    return path.resolve()
 
 
 def _write_outputs(
@@ -71,10 +91,15 @@ def _write_outputs(
 
 
 def _translate(
-    translator: Translator, run: TrainedRun, device: str, sources: Sequence[str], src_path: Path
+    translator: Translator,
+    run: TrainedRun,
+    device: str,
+    sources: Sequence[str],
+    src_path: Path,
+    steer: Sequence[LineSteering] | None = None,
 ) -> tuple[list[Translation], float]:
-    """Translate ``sources`` (logging what, with what and where); the translations and the
-    seconds decoding took."""
+    """Translate ``sources`` (logging what, with what and where), each line as ``steer`` has it;
+    the translations and the seconds decoding took."""
     log.info(
         "translating %d sentences of %s with %s (step %d), beam %d, on %s",
         len(sources),
@@ -86,7 +111,7 @@ def _translate(
     )
     start = time.perf_counter()
     try:
-        translations = translate_told(translator, sources, src_path.name)
+        translations = translate_told(translator, sources, src_path.name, steer=steer)
     except InputTooLong as e:
         raise Seq2SeqError(e.describe(f"{src_path}, line {e.index + 1}")) from None
     seconds = time.perf_counter() - start
@@ -97,7 +122,7 @@ def _settings_part(cfg: EvaluateConfig) -> str:
     """The checkpoint and decoding settings in the output files' names, e.g. ``best.beam5``:
     every decoding setting that differs from its default has its own part, so no setting's files
     overwrite another's (``...beam5.int8``, ``.cp0.2``, ``.alpha1``, ``.len2x+10``, ``.norepeat3``,
-    ``.min0.5x+2``, ``.nbest3``)."""
+    ``.min0.5x+2``, ``.nbest3``, ``.prefix-<file name>``, ``.constraints-...``, ``.terms-...``)."""
     checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else Path(cfg.checkpoint).stem
     default = DecodeConfig()
     precision = Precision(cfg.precision)
@@ -114,6 +139,9 @@ def _settings_part(cfg: EvaluateConfig) -> str:
         suffix += f".min{cfg.min_len_a:g}x+{cfg.min_len_b}"
     if cfg.nbest > 1:
         suffix += f".nbest{cfg.nbest}"
+    for key in STEERING_FILES:
+        if (path := getattr(cfg, key)) is not None:
+            suffix += f".{key}-{Path(path).name}"
     if cfg.sampling:  # e.g. test_2016_flickr.best.sample.t0.7.k10.seed1
         return f"{checkpoint}.{sampling_part(cfg)}{suffix}"
     return f"{checkpoint}.beam{cfg.beam_size}{suffix}"
@@ -142,6 +170,7 @@ def search_facts(cfg: EvaluateConfig) -> dict[str, Any]:
         facts["no_repeat_ngram"] = cfg.no_repeat_ngram
     if cfg.min_len_a or cfg.min_len_b:
         facts |= {"min_len_a": cfg.min_len_a, "min_len_b": cfg.min_len_b}
+    facts |= {k: str(Path(getattr(cfg, k)).resolve()) for k in STEERING_FILES if getattr(cfg, k)}
     if cfg.sampling:
         keys = ("temperature", "top_k", "top_p", "seed")
         facts |= {"sampling": True, **{key: getattr(cfg, key) for key in keys}}
@@ -155,31 +184,33 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     if (cfg.input is None) != (cfg.reference is None):
         raise Seq2SeqError("input=<source file> and reference=<reference file> go together")
     settings, facts = _settings_part(cfg), search_facts(cfg)
+    files = SteeringFiles.read(cfg.prefix, cfg.constraints, cfg.terms)  # counted below
     members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
     out = Path(cfg.out) if cfg.out is not None else None
     engine, run = open_model(cfg, "evaluate")
     device, engine_facts = engine.describe(), engine_choices(engine)
     translator = Translator.from_run(run, cfg, engine)
     tokenize = run_bleu_tokenizer(run.cfg.data, cfg.bleu_tokenize)
-    out_dir = out or run.run_dir / EVAL_DIR
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        hint = "choose out=<a folder>"
-        raise Seq2SeqError(f"cannot write into {out_dir}: {e.strerror or e}; {hint}") from None
+    out_dir = _made(out or run.run_dir / EVAL_DIR)
     split, src_path, ref_path = None, Path(cfg.input or "."), Path(cfg.reference or ".")
     if cfg.input is None:  # a split of the run's corpus, else the two files given
         split, src_path, ref_path = run_split(run, cfg.data_source, cfg.split, out_dir)
     name = Path(split).name if split is not None else src_path.name
     sources, references = read_parallel(src_path, ref_path)
-    translations, seconds = _translate(translator, run, device, sources, src_path)
-    result_scores = score([translator.best_text(t) for t in translations], references, tokenize)
+    steer = None if files is None else files.for_input(sources, name)
+    translations, seconds = _translate(translator, run, device, sources, src_path, steer)
+    texts = [translator.best_text(t) for t in translations]
+    result_scores = score(texts, references, tokenize)
     scores = {"bleu": result_scores.bleu, "chrf": result_scores.chrf}
 
     if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
         name = f"{name}.ensemble{len(members)}"
     stem = f"{name}.{settings}"
     paths = _write_outputs(out_dir, stem, translator, translations)
+    if steer is not None:  # how far the outputs kept it, and the glossary's hits per line
+        facts["steering"] = steering_report(texts, steer)
+        if cfg.terms:
+            paths["term_hits"] = _write_hits(out_dir / f"{stem}.terms.jsonl", steer)
     samples = attention_samples(
         sources, references, translations, run.src_tok, run.tgt_tok, cfg.log_attention
     )

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from omegaconf import OmegaConf
+from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM
 
 from seq2seq.config import Precision, ScheduleName
 from seq2seq.config_choices import Pick
@@ -159,12 +160,7 @@ def _cross_key_problems(cfg: Any) -> list[str]:
         )
     if OmegaConf.select(cfg, "sampling", default=False) and queue is not None:
         problems.append("seq2seq-serve searches: sampling=true is for evaluate and translate")
-    steering = ("no_repeat_ngram", "min_len_a", "min_len_b")
-    steered = [k for k in steering if OmegaConf.select(cfg, k, default=0)]
-    if steered and queue is not None:  # refused, not ignored
-        problems.append(
-            f"seq2seq-serve has no {steered[0]}=: its searches take alpha and the length rule alone"
-        )
+    problems += _steering_problems(cfg, queue)
     top_p = OmegaConf.select(cfg, "top_p", default=None)
     if top_p is not None and not 0 < top_p <= 1:
         problems.append(f"top_p={top_p} must be above 0 and at most 1")
@@ -184,6 +180,36 @@ def _cross_key_problems(cfg: Any) -> list[str]:
         problems.append(
             "log.alignment_pairs=<pairs> and log.alignment_links=<gold links> go together"
         )
+    return problems
+
+
+def _steering_problems(cfg: Any, queue: int | None) -> list[str]:
+    """What the server cannot steer (``queue``: the server's setting, None: not the server),
+    and constraints without beam search."""
+    problems = []
+    steering = ("no_repeat_ngram", "min_len_a", "min_len_b")
+    steered = [k for k in steering if OmegaConf.select(cfg, k, default=0)]
+    if steered and queue is not None:  # refused, not ignored
+        problems.append(
+            f"seq2seq-serve has no {steered[0]}=: its searches take alpha and the length rule alone"
+        )
+    files = [
+        k for k in ("prefix", "constraints", "terms") if OmegaConf.select(cfg, k, default=None)
+    ]
+    per_line = [k for k in files if k != "terms"]  # the server's requests carry their own
+    if per_line and queue is not None:
+        problems.append(
+            f"seq2seq-serve has no {per_line[0]}=: each request sends its own "
+            '"prefixes" and "constraints"'
+        )
+    phrases = [k for k in ("constraints", "terms") if k in files]
+    beams = OmegaConf.select(cfg, "beam_size", default=5)
+    if (
+        phrases
+        and queue is None
+        and (beams < 2 or OmegaConf.select(cfg, "sampling", default=False))
+    ):
+        problems.append(f"{phrases[0]}=: {CONSTRAINTS_NEED_BEAM}")
     return problems
 
 

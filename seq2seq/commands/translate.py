@@ -20,9 +20,14 @@ from typing import BinaryIO
 
 from seq2seq.commands.configs import TranslateConfig
 from seq2seq.commands.wrapper import hydra_command
+from seq2seq.data.steering import SteeringFiles
 from seq2seq.data.stream import decode_text
 from seq2seq.decoding.alignment import best_alignment_view
-from seq2seq.decoding.inference import InputTooLong, Translator, open_model
+from seq2seq.decoding.inference import (
+    InputTooLong,
+    Translator,
+    open_model,
+)
 from seq2seq.decoding.nbest import NBEST_SEPARATOR, scored_lines
 from seq2seq.decoding.progress import LOG_EVERY_S
 from seq2seq.errors import DataError, Seq2SeqError
@@ -146,10 +151,15 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
     """
     number = 0
     start = told = time.perf_counter()
+    files = SteeringFiles.read(cfg.prefix, cfg.constraints, cfg.terms)
+    lines_given = files.lines() if files is not None else None  # per-line files' length
     for lines in line_batches(sys.stdin.buffer, cfg.batch_size):
         out = []
+        if lines_given is not None and number + len(lines) > lines_given:  # refused unread
+            files.check_count(f"more than {lines_given}", STDIN)
+        steer = None if files is None else files.for_lines(lines, number)
         try:
-            translations = translator.translate(lines)
+            translations = translator.translate(lines, steer=steer)
         except InputTooLong as e:
             raise Seq2SeqError(e.describe(f"{STDIN}, line {number + e.index + 1}")) from None
         for translation in translations:
@@ -169,10 +179,15 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
         if time.perf_counter() - told >= LOG_EVERY_S:  # a long file: how far, how fast
             told = time.perf_counter()
             log.info("%s: %d lines translated, %.1f/s", STDIN, number, number / (told - start))
+    if lines_given is not None:
+        files.check_count(number, STDIN)
 
 
 def run_app(cfg: TranslateConfig) -> None:
     """Load the run named by `run_dir` and translate the terminal's or the pipe's lines."""
+    given = [k for k in ("prefix", "constraints", "terms") if getattr(cfg, k) is not None]
+    if given and sys.stdin.isatty():
+        raise Seq2SeqError(f"{given[0]}=<file> is for piped input: it steers the lines piped in")
     engine, run = open_model(cfg, "translate with")
     translator = Translator.from_run(run, cfg, engine)
     log.info("loaded %s (step %d) on %s", run.checkpoint, run.step, engine.describe())

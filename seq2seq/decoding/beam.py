@@ -17,7 +17,9 @@ from seq2seq_lite.rules import length_penalty
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decoding.constraints import Constraints, Progress, allocate
 from seq2seq.decoding.hypothesis import (
+    BatchSteering,
     Hypothesis,
     check_interval,
     looks_at,
@@ -43,6 +45,7 @@ class _Beams:
     enc: EncoderOutput
     attended: Tensor | None = None  # [n * k, S] attention so far (coverage penalty only)
     fed: Tensor | None = None  # [n * k, t] each beam's tokens so far (no_repeat_ngram only)
+    progress: Progress | None = None  # [n * k] through the constraints (constraints only)
 
     def select(self, keep: Tensor, k: int) -> _Beams:
         """Sentences ``keep`` [n'] only, with their k beams each."""
@@ -56,6 +59,7 @@ class _Beams:
             self.enc.index_select(rows),
             None if self.attended is None else self.attended[rows],
             None if self.fed is None else self.fed[rows],
+            None if self.progress is None else self.progress.index(rows),
         )
 
 
@@ -76,7 +80,14 @@ class _BeamSearch:
     finished hypotheses, and every step's back-pointers and attention, followed back at the end.
     """
 
-    def __init__(self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig) -> None:
+    def __init__(
+        self,
+        model: Seq2Seq,
+        src: Tensor,
+        src_lengths: Tensor,
+        cfg: DecodeConfig,
+        steer: BatchSteering | None = None,
+    ) -> None:
         self.model, self.k, self.alpha = model, cfg.beam_size, cfg.alpha
         self.beta = cfg.coverage_penalty
         self.nbest = min(cfg.nbest, cfg.beam_size)  # a sentence finishes at most k hypotheses
@@ -84,11 +95,15 @@ class _BeamSearch:
         batch, src_len = src.shape
         device = src.device
         limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
+        limit_host = limit_host if steer is None else steer.limits(limit_host)
         self.steps = int(limit_host.max()) + 1
         self.limit = limit_host.to(device)
         # [B] the largest penalty a hypothesis of each sentence can get: EOS at its length limit
         self.best_penalty = length_penalty(limit_host.double() + 1, self.alpha).float().to(device)
-        self.steering = steering(cfg, src_lengths, limit_host, device)
+        # a prefix leaves one finite beam per sentence (the others -inf) until it ends
+        self.steering = steering(cfg, src_lengths, limit_host, device, steer)
+        phrases = None if steer is None else steer.phrases
+        self.constraints = None if phrases is None else Constraints(phrases.to(device))
         repeats = self.steering is not None and self.steering.n > 0
         heads = model.decoder.heads
         enc = model.encode(src, src_lengths)
@@ -101,6 +116,7 @@ class _BeamSearch:
             enc,
             torch.zeros(batch, src_len, device=device) if self.beta else None,
             torch.zeros(batch, 0, dtype=torch.long, device=device) if repeats else None,
+            None if self.constraints is None else self.constraints.start(batch),
         )
         self.src_lengths = src_lengths.to(device)
         # Row j of step t + 1 continues row parents[t, j] of step t with token fed[t, j]; the rows
@@ -113,12 +129,14 @@ class _BeamSearch:
         self.ended_step = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
         self.ended_row = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
         self.ended = torch.zeros(batch, dtype=torch.long, device=device)  # finished so far
+        self.ended_short = torch.zeros(batch, k + 1, dtype=torch.bool, device=device)  # unmet
         self.slots = torch.arange(2 * k, device=device)  # [2k]
 
     def step(self, t: int, look: bool) -> None:
         """Step ``t`` of every live beam: EOS among the k best candidates of a sentence finishes
-        a hypothesis, the k best other continuations become its beams, and a sentence with k
-        hypotheses, at its length limit, or beyond improving its n-best list is done."""
+        a hypothesis, the k best other continuations become its beams (with constraints: the k
+        that `allocate` chooses), and a sentence with k hypotheses, at its length limit, or
+        beyond improving its n-best list is done."""
         beams, k = self.beams, self.k
         n, width = beams.scores.shape  # width: rows per sentence, 1 at the first step, then k
         log_probs, state, weights = self.model.decoder.step(beams.prev, beams.state, beams.enc)
@@ -126,32 +144,71 @@ class _BeamSearch:
         attended, penalty = self._coverage(weights, width)
         at_limit = self.limit[beams.sent] == t  # [n]
         log_probs = restrict(log_probs, at_limit.repeat_interleave(width), look, t == 0)
+        sent = beams.sent.repeat_interleave(width) if self.steering or self.constraints else None
         if self.steering is not None:
-            sent = beams.sent.repeat_interleave(width)
             log_probs = self.steering.apply(log_probs, t, sent, beams.fed)
+        short = None  # [rows] with constraints: rows that have not placed every phrase
+        if self.constraints is not None:  # they cannot end before their limit
+            short = ~self.constraints.complete(sent, beams.progress)
+            log_probs[:, EOS].masked_fill_(short & ~at_limit.repeat_interleave(width), -math.inf)
         vocab = log_probs.size(1)
         candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
         top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]
         top_tokens = top_idx % vocab
         top_rows = top_idx // vocab + (torch.arange(n, device=top_idx.device) * width).unsqueeze(1)
         is_eos = top_tokens == EOS
-        self._finish(top_scores, top_rows, is_eos, t, penalty)
-        # the k best continuations that are not EOS, in score order
-        order = (is_eos * 2 * k + self.slots).argsort(dim=1)[:, :k]  # [n, k]
-        rows = top_rows.gather(1, order).view(-1)  # [n * k] rows of this step
-        next_tokens = top_tokens.gather(1, order).view(-1)
-        next_scores = top_scores.gather(1, order)  # [n, k], best first
+        progress = None
+        if self.constraints is None:  # EOS among the k best ends; the k best others go on
+            self._finish(top_scores, top_rows, is_eos & (self.slots < k), t, penalty)
+            order = (is_eos * 2 * k + self.slots).argsort(dim=1)[:, :k]  # [n, k]
+            rows = top_rows.gather(1, order).view(-1)  # [n * k] rows of this step
+            next_tokens = top_tokens.gather(1, order).view(-1)
+            next_scores = top_scores.gather(1, order)  # [n, k], best first
+        else:
+            top = top_scores, top_rows, top_tokens
+            ended = t, penalty, short
+            rows, next_tokens, next_scores, progress = self._allocate(log_probs, top, sent, ended)
         # [n] the nbest-th finished score of each sentence
         kept = self.ended_score[beams.sent, :k].topk(self.nbest, dim=1).values[:, -1]
-        beyond = kept.isfinite() & (kept >= next_scores[:, 0] / self.best_penalty[beams.sent])
-        done = beams.done | at_limit | (self.ended[beams.sent] >= k) | beyond
+        best = next_scores.max(1).values / self.best_penalty[beams.sent]
+        done = (
+            beams.done
+            | at_limit
+            | (self.ended[beams.sent] >= k)
+            | (kept.isfinite() & (kept >= best))
+        )
         next_scores = next_scores.masked_fill(done.unsqueeze(1), float("-inf"))
         self.parents[t, : n * k], self.fed[t, : n * k] = rows, next_tokens
         enc = beams.enc if width == k else beams.enc.index_select(rows)  # k beams each
         attended = None if attended is None else attended[rows]
         fed = None if beams.fed is None else torch.cat([beams.fed[rows], next_tokens[:, None]], 1)
         state = state.index_select(rows)
-        self.beams = _Beams(beams.sent, next_scores, done, next_tokens, state, enc, attended, fed)
+        self.beams = _Beams(
+            beams.sent, next_scores, done, next_tokens, state, enc, attended, fed, progress
+        )
+
+    def _allocate(
+        self, log_probs: Tensor, top: tuple[Tensor, Tensor, Tensor], sent: Tensor, ended: tuple
+    ) -> tuple[Tensor, Tensor, Tensor, Progress]:
+        """The next beams under constraints: the ``top`` candidates (scores, rows, tokens
+        [n, 2k]), each row's tokens that advance a constraint, its best token and its EOS, in
+        the banks of their met counts. EOS among the k that `allocate` takes from all of them
+        ends a hypothesis (``ended``: `_finish`'s step, penalty and short rows), as EOS among
+        the k best does without constraints; the k it takes from the others go on. Rows and
+        tokens [n * k], scores [n, k] and the chosen beams' progress."""
+        beams, k, constraints = self.beams, self.k, self.constraints
+        found = constraints.candidates(log_probs, top, sent, beams.scores, beams.progress)
+        scores, rows, tokens, valid, banks, progress = found
+        n, m = scores.shape
+        first = allocate(scores, banks, valid, k, constraints.banks)  # [n, k] EOS here ends
+        ends = torch.zeros_like(valid).scatter_(1, first, True) & (tokens == EOS) & valid
+        self._finish(scores, rows, ends, *ended)
+        valid = valid & (tokens != EOS)
+        pick = allocate(scores, banks, valid, k, constraints.banks)  # [n, k]
+        chosen = (pick + (torch.arange(n, device=pick.device) * m).unsqueeze(1)).view(-1)
+        next_scores = scores.gather(1, pick).masked_fill(~valid.gather(1, pick), -math.inf)
+        picked = rows.gather(1, pick).view(-1), tokens.gather(1, pick).view(-1)
+        return *picked, next_scores, progress.index(chosen)
 
     def _coverage(self, weights: Tensor, width: int) -> tuple[Tensor | None, Tensor | None]:
         """With a coverage penalty: each row's attention including this step's weights
@@ -164,18 +221,25 @@ class _BeamSearch:
         return attended, coverage_penalty(attended, real, self.beta)
 
     def _finish(
-        self, top_scores: Tensor, top_rows: Tensor, is_eos: Tensor, t: int, penalty: Tensor | None
+        self,
+        top_scores: Tensor,
+        top_rows: Tensor,
+        ends: Tensor,
+        t: int,
+        penalty: Tensor | None,
+        short: Tensor | None = None,
     ) -> None:
-        """Write the candidates [n, 2k] that end with EOS at step ``t`` into their sentences'
-        slots: EOS among the first k candidates ends a hypothesis, while the sentence has room;
-        its score is length-normalised, plus the coverage ``penalty`` [rows] of its row."""
+        """Write the candidates [n, m] that ``ends`` marks (EOS at step ``t``) into their
+        sentences' slots while the sentence has room; a score is length-normalised, plus the
+        coverage ``penalty`` [rows] of its row; with constraints, ``short`` [rows] marks the
+        rows that end without every phrase."""
         sent, k = self.beams.sent, self.k
-        ends = is_eos & (self.slots < k) & top_scores.isfinite()  # [n, 2k]
+        ends = ends & top_scores.isfinite()  # [n, m]
         before = self.ended[sent].unsqueeze(1)  # [n, 1]
         rank = before + ends.cumsum(1)  # 1-based slot of each ending
         accepted = ends & (rank <= k)
         slot = torch.where(accepted, rank - 1, k)
-        sentence = sent.unsqueeze(1).expand(len(sent), 2 * k)
+        sentence = sent.unsqueeze(1).expand_as(ends)
         penalised = top_scores / length_penalty(t + 1, self.alpha)
         if penalty is not None:
             penalised = penalised + penalty[top_rows]
@@ -184,6 +248,8 @@ class _BeamSearch:
         self.ended_step.index_put_((sentence, slot), torch.full_like(slot, t))
         self.ended_row.index_put_((sentence, slot), top_rows)
         self.ended.index_add_(0, sent, accepted.sum(1))
+        if short is not None:
+            self.ended_short.index_put_((sentence, slot), short[top_rows] & accepted)
 
     def drop_done(self, t: int) -> None:
         """Leave out the sentences that are done: from the live beams and step ``t``'s rows."""
@@ -198,7 +264,16 @@ class _BeamSearch:
         """Each sentence's ``nbest`` best finished hypotheses, on the host."""
         k = self.k
         ended = self.ended_score[:, :k], self.ended_step[:, :k], self.ended_row[:, :k]
-        return _backtrack(*ended, self.parents, self.fed, self.history, src_lengths, self.nbest)
+        found = _backtrack(
+            *ended,
+            self.parents,
+            self.fed,
+            self.history,
+            src_lengths,
+            self.nbest,
+            self.ended_short[:, :k] if self.constraints is not None else None,
+        )
+        return found
 
 
 @torch.inference_mode()
@@ -209,6 +284,7 @@ def beam_search(
     cfg: DecodeConfig,
     *,
     check_every: int | None = None,
+    steer: BatchSteering | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search for a batch src [B, S] with the settings of ``cfg``; per sentence the
     ``nbest`` best (at most ``beam_size``), sorted by score.
@@ -222,9 +298,10 @@ def beam_search(
     A beam's history is a chain of back-pointers through the steps, followed back once at the end.
     The first step runs one row per sentence (all its beams would be the same); the k beams of
     each sentence start from its k best first tokens. The loop looks at the device every
-    ``check_every`` steps (None: `check_interval` of the device).
+    ``check_every`` steps (None: `check_interval` of the device). ``steer``: each sentence's
+    target prefix, forced in all its beams first, and its constraints (`constraints`).
     """
-    search = _BeamSearch(model, src, src_lengths, cfg)
+    search = _BeamSearch(model, src, src_lengths, cfg, steer)
     every = check_interval(src.device) if check_every is None else check_every
     for t in range(search.steps):
         look = looks_at(t, search.steps, every)
@@ -246,11 +323,16 @@ def _backtrack(
     history: Tensor,
     src_lengths: Tensor,
     nbest: int,
+    short: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Follow the back-pointers of each sentence's ``nbest`` best finished hypotheses (slots
     [B, k]: scores, the step of their EOS, its row) on the device; then one copy to the host."""
-    best_scores, best = scores.sort(dim=1, descending=True, stable=True)  # [B, k]
-    best_scores, best = best_scores[:, :nbest], best[:, :nbest]
+    if short is not None:  # one that placed every phrase: none that did not
+        complete = (~short & scores.isfinite()).any(1, keepdim=True)  # [B, 1]
+        scores = scores.masked_fill(short & complete, float("-inf"))
+    best = scores.argsort(dim=1, descending=True, stable=True)  # [B, k]
+    best = best[:, :nbest]
+    best_scores = scores.gather(1, best)
     end, row = ends.gather(1, best).view(-1), rows.gather(1, best).view(-1)  # [H]
     longest = int(end.max())
     tokens = torch.full((len(end), longest), PAD, dtype=torch.long, device=end.device)

@@ -10,10 +10,12 @@ length penalty, are those of every search (seq2seq_lite.rules), applied here to 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from seq2seq_lite import rules
+from seq2seq_lite.steering import SteeringIds, forced_max_lengths, steering_arrays
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
@@ -59,15 +61,22 @@ def restrict(log_probs: Tensor, at_limit: Tensor, look: bool, first: bool) -> Te
 
 class Steering:
     """The user's bans on one batch's search, on the device: no n-gram of ``no_repeat_ngram``
-    pieces twice in a hypothesis (`rules.ngram_bans`), and no EOS before the minimum length
-    (`rules.min_lengths`). Built only where a setting is on (see `steering`)."""
+    pieces twice in a hypothesis (`rules.ngram_bans`), no EOS before the minimum length
+    (`rules.min_lengths`), and each sentence's target prefix forced at its first steps. Built
+    only where a setting is on (see `steering`)."""
 
-    def __init__(self, n: int, min_len: Tensor | None) -> None:
+    def __init__(self, n: int, min_len: Tensor | None, prefix: Tensor | None = None) -> None:
         self.n, self.min_len = n, min_len  # min_len: [B] on the device, None: no minimum
+        self.prefix = prefix  # [B, P] on the device, PAD after each prefix; None: no prefixes
 
     def apply(self, log_probs: Tensor, t: int, sent: Tensor, history: Tensor | None) -> Tensor:
         """Ban, at step ``t``, EOS in rows whose sentence (batch row ``sent`` [rows]) is short,
-        and every token completing an n-gram already in the row's ``history`` [rows, t]."""
+        and every token completing an n-gram already in the row's ``history`` [rows, t]; rows
+        inside their sentence's prefix keep only its token at ``t``, with its log-prob."""
+        forced = None
+        if self.prefix is not None and t < self.prefix.size(1):  # a shape: no device read
+            forced = self.prefix[sent, t].unsqueeze(1)  # [rows, 1] PAD: not forced
+            kept = log_probs.gather(1, forced)  # the forced token's log-prob, before any ban
         if self.min_len is not None:
             log_probs[:, EOS].masked_fill_(self.min_len[sent] > t, float("-inf"))
         if self.n and history is not None and history.size(1) >= self.n:
@@ -77,22 +86,57 @@ class Steering:
             # every write is -inf (PAD's column already is), so duplicates cannot race
             banned = torch.where(repeats, grams[:, :, -1], PAD)
             log_probs.scatter_(1, banned, float("-inf"))
+        if forced is not None:  # rows not forced write PAD's -inf back into PAD's column
+            log_probs.masked_fill_(forced != PAD, float("-inf")).scatter_(1, forced, kept)
         return log_probs
 
 
+@dataclass
+class BatchSteering:
+    """A batch's steer on the host (`seq2seq_lite.steering.steering_arrays`, PAD-padded): target
+    prefixes [B, P] and constraint phrases [B, C, L]; None: none."""
+
+    prefix: Tensor | None = None
+    phrases: Tensor | None = None
+
+    @classmethod
+    def of(cls, steer: Sequence[SteeringIds] | None, chunk: Sequence[int]) -> BatchSteering | None:
+        """The steer of the lines ``chunk`` (their indices, in batch order); None: none."""
+        prefix, phrases = steering_arrays(steer, chunk, PAD)
+        if prefix is None and phrases is None:
+            return None
+        return cls(*(None if a is None else torch.from_numpy(a) for a in (prefix, phrases)))
+
+    def rows(self, rows: Tensor) -> BatchSteering:
+        """The steer of batch rows ``rows`` (host)."""
+        return BatchSteering(*(None if a is None else a[rows] for a in (self.prefix, self.phrases)))
+
+    def limits(self, limits: Tensor) -> Tensor:
+        """The length limits [B] (host) raised so that the prefix and phrases fit with one
+        token more (`forced_max_lengths`)."""
+        arrays = (None if a is None else a.numpy() for a in (self.prefix, self.phrases))
+        return torch.from_numpy(forced_max_lengths(limits.numpy(), *arrays, PAD))
+
+
 def steering(
-    cfg: DecodeConfig, src_lengths: Tensor, limits: Tensor, device: torch.device
+    cfg: DecodeConfig,
+    src_lengths: Tensor,
+    limits: Tensor,
+    device: torch.device,
+    steer: BatchSteering | None = None,
 ) -> Steering | None:
-    """The bans of ``cfg`` for a batch whose length limits are ``limits`` [B] (host); None where
-    none is on, so that the default search does no work for them (not even a host copy)."""
-    if not (cfg.no_repeat_ngram or cfg.min_len_a or cfg.min_len_b):
+    """The bans of ``cfg`` for a batch whose length limits are ``limits`` [B] (host), and its
+    target prefixes (in ``steer``); None where none is on, so that the default search does no
+    work for them (not even a host copy)."""
+    prefix = None if steer is None else steer.prefix
+    if not (cfg.no_repeat_ngram or cfg.min_len_a or cfg.min_len_b or prefix is not None):
         return None
     lengths, limits = src_lengths.cpu().numpy(), limits.numpy()
     mins = rules.min_lengths(lengths, cfg.min_len_a, cfg.min_len_b, limits)
     min_len = torch.from_numpy(mins).to(device) if mins.max(initial=0) > 0 else None
-    if not cfg.no_repeat_ngram and min_len is None:
+    if not cfg.no_repeat_ngram and min_len is None and prefix is None:
         return None
-    return Steering(cfg.no_repeat_ngram, min_len)
+    return Steering(cfg.no_repeat_ngram, min_len, None if prefix is None else prefix.to(device))
 
 
 def make_hypothesis(tokens: Tensor, score: float, attention: Tensor, src_len: int) -> Hypothesis:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 from sacrebleu.metrics import BLEU, CHRF
 from seq2seq_lite import rules
+from seq2seq_lite.steering import LineSteering, SteeringIds, decode_steered, encode_steering
 
 from seq2seq.config import DecodeConfig, InferenceConfig
 from seq2seq.data.tokenizer import Tokenizer
@@ -108,17 +109,31 @@ class Translator:
     ) -> Translator:
         return cls(run.model, run.src_tok, run.tgt_tok, search, engine)
 
-    def translate(self, lines: Sequence[str], seed: int | None = None) -> list[Translation]:
+    def translate(
+        self,
+        lines: Sequence[str],
+        seed: int | None = None,
+        steer: Sequence[LineSteering | None] | None = None,
+    ) -> list[Translation]:
         """Decode the non-blank lines together (in length-sorted batches); order is kept.
-        ``seed``: sampling's first seed, if not the search's (see `decode_sources`)."""
+        ``seed``: sampling's first seed, if not the search's (see `decode_sources`); ``steer``:
+        each line's prefix and constraints (one per line; None: none)."""
         encoded = encode_sources(self.src_tok, lines, self.search.max_source_len)
+        if steer is not None and len(steer) != len(lines):
+            raise Seq2SeqError(f"steering for {len(steer)} lines, {len(lines)} lines to translate")
+        targets = encode_steering(self.tgt_tok.encode_batch, steer)
         results = [Translation([], []) for _ in lines]
         todo = [i for i, ids in enumerate(encoded) if ids]
         for i in todo:
             results[i] = Translation([*encoded[i], EOS], [])
-        sources = [results[i].source_ids for i in todo]
+
+        def decode(lines: list[int], given: Sequence[SteeringIds] | None) -> list[list[Hypothesis]]:
+            sources = [results[i].source_ids for i in lines]
+            wanted = None if given is None else [given[i] for i in lines]
+            return decode_sources(self.model, sources, self.search, seed, wanted)
+
         with self.engine.compute() if self.engine else contextlib.nullcontext():
-            nbest = decode_sources(self.model, sources, self.search, seed)
+            nbest = decode_steered(decode, todo, targets)
         for i, hypotheses in zip(todo, nbest, strict=True):
             results[i].hypotheses = hypotheses
         return results

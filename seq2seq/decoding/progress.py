@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from seq2seq_lite.steering import LineSteering
 from tqdm import tqdm
 
 from seq2seq.decoding.inference import Translation, Translator, encode_sources
@@ -31,9 +32,13 @@ def clock(seconds: float) -> str:
 
 
 def translate_told(
-    translator: Translator, lines: Sequence[str], what: str, seed: int | None = None
+    translator: Translator,
+    lines: Sequence[str],
+    what: str,
+    seed: int | None = None,
+    steer: Sequence[LineSteering] | None = None,
 ) -> list[Translation]:
-    """``translator.translate(lines, seed)``, the same translations, with progress on
+    """``translator.translate(lines, seed, steer)``, the same translations, with progress on
     ``what`` ("test_2016_flickr.de", "chunk 3/8"); a line over the source limit is refused
     (InputTooLong, its index in ``lines``) before anything is decoded."""
     search = translator.search
@@ -42,7 +47,7 @@ def translate_told(
     per_slice = max(1, SLICE_SENTENCES // search.batch_size)  # batches
     size = per_slice * search.batch_size
     if len(order) <= size:
-        return translator.translate(lines, seed)
+        return translator.translate(lines, seed, steer)
     results = [Translation([], []) for _ in lines]
     first_seed = search.seed if seed is None else seed
     shown = sys.stderr.isatty()
@@ -51,7 +56,10 @@ def translate_told(
     with bar:
         for number, begin in enumerate(range(0, len(order), size)):
             rows = order[begin : begin + size]
-            done = translator.translate([lines[i] for i in rows], first_seed + number * per_slice)
+            part = None if steer is None else [steer[i] for i in rows]  # each its line's
+            done = translator.translate(
+                [lines[i] for i in rows], first_seed + number * per_slice, part
+            )
             for i, translation in zip(rows, done, strict=True):
                 results[i] = translation
             bar.update(len(rows))

@@ -13,11 +13,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 from seq2seq_lite.rules import length_penalty
+from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM, SteeringIds
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.beam import beam_search
 from seq2seq.decoding.hypothesis import (
+    BatchSteering,
     Hypothesis,
     check_interval,
     looks_at,
@@ -26,6 +28,7 @@ from seq2seq.decoding.hypothesis import (
     restrict,
     steering,
 )
+from seq2seq.errors import Seq2SeqError
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD
 
@@ -79,13 +82,15 @@ def greedy_search(
     *,
     check_every: int | None = None,
     pick: Pick = most_probable,
+    steer: BatchSteering | None = None,
 ) -> list[Hypothesis]:
     """One token at every step (the most probable, or what ``pick`` chooses), for a batch src
     [B, S] at once, within the length limits of ``cfg`` and its bans (no_repeat_ngram, min_len_a
-    and min_len_b: `steering`); scores as beam search gives them (over
+    and min_len_b: `steering`), each sentence's target prefix (in ``steer``) forced
+    first; scores as beam search gives them (over
     ``cfg.alpha``'s length penalty); the loop looks at the device every ``check_every`` steps
     (None: `check_interval` of the device)."""
-    search = _Greedy(model, src, src_lengths, cfg, pick)
+    search = _Greedy(model, src, src_lengths, cfg, pick, steer)
     every = check_interval(src.device) if check_every is None else check_every
     for t in range(search.steps):
         look = looks_at(t, search.steps, every)
@@ -100,7 +105,13 @@ class _Greedy:
     row's tokens, attention, score and length so far."""
 
     def __init__(
-        self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, pick: Pick
+        self,
+        model: Seq2Seq,
+        src: Tensor,
+        src_lengths: Tensor,
+        cfg: DecodeConfig,
+        pick: Pick,
+        steer: BatchSteering | None,
     ) -> None:
         self.model, self.pick = model, pick
         self.enc = model.encode(src, src_lengths)
@@ -108,9 +119,10 @@ class _Greedy:
         batch, src_len = src.shape
         device = src.device
         limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
+        limit_host = limit_host if steer is None else steer.limits(limit_host)
         self.steps = int(limit_host.max()) + 1
         self.limit = limit_host.to(device)
-        self.steering = steering(cfg, src_lengths, limit_host, device)
+        self.steering = steering(cfg, src_lengths, limit_host, device, steer)
         heads = model.decoder.heads
         self.tokens = torch.full((batch, self.steps), PAD, dtype=torch.long, device=device)
         self.attention = torch.zeros(batch, self.steps, heads, src_len, device=device)
@@ -164,19 +176,31 @@ class _Greedy:
 
 
 def decode(
-    model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig
+    model: Seq2Seq,
+    src: Tensor,
+    src_lengths: Tensor,
+    cfg: DecodeConfig,
+    steer: BatchSteering | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best lists for a padded batch; beam_size 1 is greedy search; sampling draws ``nbest``
-    translations of each sentence, best first."""
+    translations of each sentence, best first; ``steer``: the sentences' prefixes and
+    constraints (constraints: beam search only)."""
+    if steer is not None and steer.phrases is not None and (cfg.sampling or cfg.beam_size < 2):
+        raise Seq2SeqError(CONSTRAINTS_NEED_BEAM)
     if cfg.sampling:
-        return sample(model, src, src_lengths, cfg)
+        return sample(model, src, src_lengths, cfg, steer=steer)
     if cfg.beam_size == 1:
-        return [[h] for h in greedy_search(model, src, src_lengths, cfg)]
-    return beam_search(model, src, src_lengths, cfg)
+        return [[h] for h in greedy_search(model, src, src_lengths, cfg, steer=steer)]
+    return beam_search(model, src, src_lengths, cfg, steer=steer)
 
 
 def sample(
-    model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, seed: int | None = None
+    model: Seq2Seq,
+    src: Tensor,
+    src_lengths: Tensor,
+    cfg: DecodeConfig,
+    seed: int | None = None,
+    steer: BatchSteering | None = None,
 ) -> list[list[Hypothesis]]:
     """``cfg.nbest`` translations of each sentence drawn by `sampler`, by score; the same
     ``seed`` (default ``cfg.seed``) draws the same ones."""
@@ -184,17 +208,27 @@ def sample(
     generator = torch.Generator(device=src.device).manual_seed(cfg.seed if seed is None else seed)
     rows = torch.arange(len(src)).repeat_interleave(n)
     drawn = greedy_search(
-        model, src[rows.to(src.device)], src_lengths[rows], cfg, pick=sampler(cfg, generator)
+        model,
+        src[rows.to(src.device)],
+        src_lengths[rows],
+        cfg,
+        pick=sampler(cfg, generator),
+        steer=None if steer is None else steer.rows(rows),  # each draw as its sentence
     )
     groups = [drawn[i * n : (i + 1) * n] for i in range(len(src))]
     return [sorted(group, key=lambda h: -h.score) for group in groups]
 
 
 def decode_sources(
-    model: Seq2Seq, sources: Sequence[Sequence[int]], cfg: DecodeConfig, seed: int | None = None
+    model: Seq2Seq,
+    sources: Sequence[Sequence[int]],
+    cfg: DecodeConfig,
+    seed: int | None = None,
+    steer: Sequence[SteeringIds] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept.
-    Sampling draws batch ``b`` with seed ``seed + b`` (default ``cfg.seed + b``)."""
+    Sampling draws batch ``b`` with seed ``seed + b`` (default ``cfg.seed + b``). ``steer``:
+    each source's target prefix and constraints (one per source; None: none)."""
     first_seed = cfg.seed if seed is None else seed
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
@@ -206,10 +240,13 @@ def decode_sources(
         for row, i in enumerate(chunk):
             src[row, : lengths[row]] = sources[i]
         src_ids = torch.from_numpy(src).to(device)
+        steered = BatchSteering.of(steer, chunk)  # rows in the batch's (sorted) order
         if cfg.sampling:  # each batch its own stream: the same input, the same draws
-            nbest = sample(model, src_ids, torch.from_numpy(lengths), cfg, first_seed + batch)
+            nbest = sample(
+                model, src_ids, torch.from_numpy(lengths), cfg, first_seed + batch, steered
+            )
         else:
-            nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg)
+            nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg, steered)
         for i, hyps in zip(chunk, nbest, strict=True):
             results[i] = hyps
     return results

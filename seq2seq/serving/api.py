@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM, LineSteering, steer_lines
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -35,14 +36,20 @@ class Query(NamedTuple):
     nbest: int
     alignment: bool
     model: str
+    steer: list[LineSteering] | None = None  # each sentence's prefix, constraints, terms
 
 
-FIELDS = {"sentences", "beam_size", "nbest", "alignment", "model"}
+FIELDS = {"sentences", "beam_size", "nbest", "alignment", "model", "prefixes", "constraints"}
 
 
-def parse(body: bytes, cfg: ServeConfig, models: Sequence[str]) -> Query:
+def parse(
+    body: bytes,
+    cfg: ServeConfig,
+    models: Sequence[str],
+    glossary: Sequence[tuple[str, str]] = (),
+) -> Query:
     """The query of a request body, or BadRequest; ``models`` are the names served, the first
-    the default."""
+    the default; the served ``glossary``'s hits become constraints."""
     try:
         text = decode_text(body, "the request body")  # the message every command gives
     except DataError as e:
@@ -79,7 +86,40 @@ def parse(body: bytes, cfg: ServeConfig, models: Sequence[str]) -> Query:
             raise BadRequest(422, f"{name} must be a whole number from 1 to {top}")
     if type(alignment) is not bool:
         raise BadRequest(422, "alignment must be true or false")
-    return Query(data, beam, nbest, alignment, _model(options.get("model", models[0]), models))
+    steer = _steering(data, options, glossary, beam)
+    model = _model(options.get("model", models[0]), models)
+    return Query(data, beam, nbest, alignment, model, steer)
+
+
+def _steering(
+    sentences: list[str], options: dict, glossary: Sequence[tuple[str, str]], beam: int
+) -> list[LineSteering] | None:
+    """Each sentence's steering from the request's "prefixes" (a string or null each) and
+    "constraints" (a list of phrases each), with the glossary's hits; None where none."""
+    prefixes, constraints = options.get("prefixes"), options.get("constraints")
+    count = len(sentences)
+    wrong = f"must be a list of {count}"
+    if prefixes is not None and (
+        not isinstance(prefixes, list)
+        or len(prefixes) != count
+        or not all(p is None or isinstance(p, str) for p in prefixes)
+    ):
+        raise BadRequest(
+            422, f"prefixes must be a list of {count} strings (or null), one a sentence"
+        )
+    if constraints is not None and (
+        not isinstance(constraints, list)
+        or len(constraints) != count
+        or not all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in constraints)
+    ):
+        raise BadRequest(422, f"constraints {wrong} lists of phrases (strings), one a sentence")
+    if prefixes is None and constraints is None and not glossary:
+        return None
+    prefixes = [p or "" for p in prefixes] if prefixes is not None else None
+    steer = steer_lines(sentences, prefixes, constraints, glossary)
+    if beam < 2 and any(s.constraints or s.terms for s in steer):
+        raise BadRequest(422, CONSTRAINTS_NEED_BEAM)
+    return steer
 
 
 def _model(name: Any, models: Sequence[str]) -> str:
@@ -92,10 +132,18 @@ def _model(name: Any, models: Sequence[str]) -> str:
     return name
 
 
-def answer(translator: Translator, translation: Translation, nbest: int, alignment: bool) -> dict:
-    """The JSON object of one translated sentence."""
+def answer(
+    translator: Translator,
+    translation: Translation,
+    nbest: int,
+    alignment: bool,
+    steer: LineSteering | None = None,
+) -> dict:
+    """The JSON object of one translated sentence (with the glossary's hits in its ``steer``)."""
     best = translation.hypotheses[0] if translation.hypotheses else None
     item: dict[str, Any] = {"translation": translator.text(best) if best else ""}
+    if steer is not None and steer.terms:
+        item["terms"] = [list(term) for term in steer.terms]
     if nbest > 1:
         item["nbest"] = json_candidates(translator, translation)
     if alignment:  # as documented: source, target, weights (the mean over heads)

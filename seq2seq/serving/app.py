@@ -27,6 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from seq2seq.data.steering import SteeringFiles
 from seq2seq.decoding.inference import InputTooLong, encode_sources
 from seq2seq.serving.api import BadRequest, Query, answer, authorised, error, parse, read_body
 from seq2seq.serving.batcher import Batcher, Job, Overloaded
@@ -108,6 +109,8 @@ class Service:
         self.cfg, self.metrics = _plain(cfg), Metrics()
         self.models = {model.name: model for model in models}
         self.names = list(self.models)
+        files = SteeringFiles.read(None, None, cfg.terms)  # the glossary, read once
+        self.glossary = files.glossary if files is not None else []
         self.batcher = Batcher(self.models, self.cfg, self.metrics, executor)
         self.page = resources.files("seq2seq").joinpath("static/index.html").read_text("utf-8")
         for model in models:
@@ -120,11 +123,13 @@ class Service:
             return error(401, "missing or wrong X-API-Key header")
         try:
             body = await read_body(request, self.cfg.max_body_bytes)
-            query = parse(body, self.cfg, self.names)
+            query = parse(body, self.cfg, self.names, self.glossary)
             request.state.sentences = len(query.sentences)
             self.batcher.check_room(len(query.sentences))  # a full queue refuses before tokenizing
             self._check_lengths(query)
-            job = self.batcher.submit(query.sentences, query.model, query.beam_size, query.nbest)
+            job = self.batcher.submit(
+                query.sentences, query.model, query.beam_size, query.nbest, query.steer
+            )
             translator, translations = await _outcome(self.batcher, job, request)
         except BadRequest as e:
             return error(e.status, str(e))
@@ -135,7 +140,11 @@ class Service:
             return error(503, f"not decoded within {limit}; retry later", {"Retry-After": "1"})
         except ConnectionAbortedError:
             return error(CLOSED, "the client closed the connection")
-        items = [answer(translator, t, query.nbest, query.alignment) for t in translations]
+        steer = query.steer or [None] * len(translations)
+        items = [
+            answer(translator, t, query.nbest, query.alignment, s)
+            for t, s in zip(translations, steer, strict=True)
+        ]
         return JSONResponse({"model": query.model, "translations": items})
 
     def _check_lengths(self, query: Query) -> None:

@@ -18,6 +18,8 @@ import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
+from seq2seq_lite.steering import LineSteering
+
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.serving.metrics import Metrics
@@ -48,6 +50,7 @@ class Job:
     answer: asyncio.Future = field(repr=False)
     admitted: float = 0.0
     started: bool = False
+    steer: list[LineSteering] | None = None  # each sentence's prefix and constraints
 
 
 class Batcher:
@@ -80,7 +83,14 @@ class Batcher:
             drain = self.queued / self.rate if self.rate else 1.0
             raise Overloaded(self.queued, min(60, max(1, math.ceil(drain))))
 
-    def submit(self, sentences: list[str], model: str, beam_size: int, nbest: int) -> Job:
+    def submit(
+        self,
+        sentences: list[str],
+        model: str,
+        beam_size: int,
+        nbest: int,
+        steer: list[LineSteering] | None = None,
+    ) -> Job:
         """Admit a request for ``model`` or raise Overloaded: the waiting sentences (of every
         model) stay within the bound."""
         self.check_room(len(sentences))
@@ -94,6 +104,7 @@ class Batcher:
             now + self.cfg.request_timeout_s,
             loop.create_future(),
             admitted=now,
+            steer=steer,
         )
         self.waiting.append(job)
         self.queued += len(sentences)
@@ -158,10 +169,13 @@ class Batcher:
         for job in jobs:
             self.metrics.queue_seconds.observe(loop.time() - job.admitted)
         lines = [s for job in jobs for s in job.sentences]
+        steer = None  # each line's, where a job of the group has any
+        if any(job.steer for job in jobs):
+            steer = [s for job in jobs for s in (job.steer or [None] * len(job.sentences))]
         start = time.perf_counter()
         try:
             translator, translations = await loop.run_in_executor(
-                self.executor, self._translate, lines, model, beam_size, nbest
+                self.executor, self._translate, lines, model, beam_size, nbest, steer
             )
         except Exception as e:  # a fault of the server, not of the input: 500 for these jobs
             log.exception("decoding failed")
@@ -179,11 +193,16 @@ class Batcher:
                 job.answer.set_result((translator, mine))
 
     def _translate(
-        self, lines: list[str], model: str, beam_size: int, nbest: int
+        self,
+        lines: list[str],
+        model: str,
+        beam_size: int,
+        nbest: int,
+        steer: list[LineSteering | None] | None,
     ) -> tuple[Translator, list[Translation]]:
-        """On the decoding thread: the translations of ``lines`` by ``model``."""
+        """On the decoding thread: the translations of ``lines`` by ``model``, steered."""
         translator = self.translator(model, beam_size, nbest)
-        return translator, translator.translate(lines)
+        return translator, translator.translate(lines, steer=steer)
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 (one batcher per server, kept to the end)
     def translator(self, model: str, beam_size: int, nbest: int) -> Translator:

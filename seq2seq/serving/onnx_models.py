@@ -5,12 +5,14 @@ search, in numpy), behind the same API, page, probes and metrics as the PyTorch 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 from omegaconf import OmegaConf
+from seq2seq_lite.steering import LineSteering
 
 from seq2seq.config import DecodeConfig, Precision
 from seq2seq.config_choices import Backend
@@ -37,8 +39,11 @@ class OnnxTranslator(Translator):
         self.lite, self.src_tok, self.tgt_tok, self.search = lite, src_tok, tgt_tok, search
         self.model, self.engine = None, None
 
-    def translate(self, lines: list[str]) -> list[Translation]:  # type: ignore[override]
-        """The lite search's n-best lists, as the PyTorch search gives them."""
+    def translate(  # type: ignore[override]
+        self, lines: list[str], steer: Sequence[LineSteering | None] | None = None
+    ) -> list[Translation]:
+        """The lite search's n-best lists, as the PyTorch search gives them, ``steer`` as the
+        PyTorch translator takes it."""
         return [
             Translation(
                 list(found.source_ids),
@@ -47,7 +52,7 @@ class OnnxTranslator(Translator):
                     for h in found.hypotheses
                 ],
             )
-            for found in self.lite.translate(lines)
+            for found in self.lite.translate(lines, steer)
         ]
 
 

@@ -33,3 +33,6 @@ class ServeConfig(InferenceConfig):
     compare_with: list[str] = field(default_factory=list)
     # onnx: release folders' graphs on onnxruntime (precision=fp32, or int8 for the int8 graphs)
     backend: Backend = Backend.torch
+    # a glossary (source phrase<TAB>target phrase a line): its hits in each request's sentences
+    # become constraints, listed in the answer (docs/decoding.md)
+    terms: str | None = None

@@ -56,6 +56,36 @@ function steering(cfg, srcLength, maxLen) {
   return { minLen, n: cfg.no_repeat_ngram ?? 0 };
 }
 
+// A prefix's step t: every row keeps only the prefix's token, with the log-prob ``kept[row]`` it
+// had before the bans (the prefix is the user's, not the search's).
+export function keepOnly(logProbs, vocab, token, kept) {
+  for (let row = 0; row * vocab < logProbs.length; row++) {
+    logProbs.fill(-Infinity, row * vocab, (row + 1) * vocab);
+    logProbs[row * vocab + token] = kept[row];
+  }
+  return logProbs;
+}
+
+// The log-probs of ``token`` in each row.
+function column(logProbs, vocab, token) {
+  const out = [];
+  for (let row = 0; row * vocab < logProbs.length; row++) out.push(logProbs[row * vocab + token]);
+  return out;
+}
+
+// The length limit, raised so that a prefix of ``forced`` pieces fits with one token more.
+export function forcedLimit(limit, forced) {
+  return forced > 0 ? Math.max(limit, forced + 1) : limit;
+}
+
+// Restrict, steer and force step t's log-probs [rows * V], in the order every search does.
+function rules(out, vocab, histories, t, limit, minLen, n, prefix, ids) {
+  const restricted = restrict(out.logProbs, vocab, t === limit, ids, t === 0);
+  const kept = t < prefix.length ? column(restricted, vocab, prefix[t]) : null;
+  const logProbs = steer(restricted, vocab, histories, t, minLen, n, ids);
+  return kept ? keepOnly(logProbs, vocab, prefix[t], kept) : logProbs;
+}
+
 // Whether EOS is forbidden: at the first step unless at the length limit (no empty output).
 export function eosBanned(first, atLimit) {
   return first && !atLimit;
@@ -110,8 +140,9 @@ function top(values, count) {
 // The most probable token at every step.
 export async function greedy(graphs, src, cfg) {
   const ids = graphs.ids;
+  const prefix = cfg.prefix ?? []; // target ids the output starts with
   let { memory, state } = await graphs.encode(src);
-  const limit = maxLength(src.length, cfg.max_len_a, cfg.max_len_b);
+  const limit = forcedLimit(maxLength(src.length, cfg.max_len_a, cfg.max_len_b), prefix.length);
   const { minLen, n } = steering(cfg, src.length, limit);
   const tokens = [];
   const attention = [];
@@ -120,7 +151,7 @@ export async function greedy(graphs, src, cfg) {
   for (let t = 0; t <= limit; t++) {
     const out = await graphs.step([prev], state, memory);
     const vocab = out.logProbs.length;
-    const logProbs = steer(restrict(out.logProbs, vocab, t === limit, ids, t === 0), vocab, [tokens], t, minLen, n, ids);
+    const logProbs = rules(out, vocab, [tokens], t, limit, minLen, n, prefix, ids);
     let token = 0;
     for (let v = 1; v < logProbs.length; v++) if (logProbs[v] > logProbs[token]) token = v;
     tokens.push(token);
@@ -140,7 +171,8 @@ export async function beam(graphs, src, cfg) {
   const ids = graphs.ids;
   const k = cfg.beam_size;
   const nbest = Math.min(cfg.nbest, k);
-  const limit = maxLength(src.length, cfg.max_len_a, cfg.max_len_b);
+  const prefix = cfg.prefix ?? []; // target ids every output starts with
+  const limit = forcedLimit(maxLength(src.length, cfg.max_len_a, cfg.max_len_b), prefix.length);
   const bestPenalty = f32(lengthPenalty(limit + 1, cfg.alpha));
   const { minLen, n } = steering(cfg, src.length, limit);
   let seqs = [[]]; // each row's tokens so far
@@ -156,7 +188,7 @@ export async function beam(graphs, src, cfg) {
     const out = await graphs.step(prev, state, memory);
     history.push(meanOverHeads(out.weights, width, graphs.heads));
     const vocab = out.logProbs.length / width;
-    const logProbs = steer(restrict(out.logProbs, vocab, t === limit, ids, t === 0), vocab, seqs, t, minLen, n, ids);
+    const logProbs = rules(out, vocab, seqs, t, limit, minLen, n, prefix, ids);
     const candidates = new Float32Array(logProbs.length);
     for (let i = 0; i < logProbs.length; i++) candidates[i] = f32(scores[Math.floor(i / vocab)] + logProbs[i]);
     const slots = top(candidates, 2 * k).map((i) => ({

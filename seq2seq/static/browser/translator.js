@@ -83,9 +83,11 @@ class Translator {
     return tokens.length ? this.tgt.decodeIds(tokens).split(/\s+/).filter(Boolean).join(" ") : "";
   }
 
-  // One sentence: {translation, nbest (with nbest > 1), alignment}, as seq2seq-serve answers.
-  async one(line, options) {
+  // One sentence: {translation, nbest (with nbest > 1), alignment}, as seq2seq-serve answers;
+  // its output starts with ``prefix`` (text; "" or null: none).
+  async one(line, options, prefix) {
     const search = { ...this.spec.search, ...options };
+    if (prefix && prefix.trim()) search.prefix = this.tgt.encodeIds(prefix.trim());
     const pieces = this.src.encodeIds(line.trim());
     if (pieces.length > search.max_source_len) {
       throw new Error(`the sentence has ${pieces.length} subwords; at most ${search.max_source_len} are translated`);
@@ -105,9 +107,9 @@ class Translator {
     return item;
   }
 
-  async translate(lines, options = {}) {
+  async translate(lines, options = {}, prefixes = null) {
     const out = [];
-    for (const line of lines) out.push(await this.one(line, options));
+    for (const [i, line] of lines.entries()) out.push(await this.one(line, options, prefixes?.[i]));
     return out;
   }
 
@@ -116,8 +118,11 @@ class Translator {
     const query = JSON.parse(body);
     const sentences = Array.isArray(query) ? query : query.sentences;
     const options = { beam_size: query.beam_size ?? this.spec.search.beam_size, nbest: query.nbest ?? 1 };
+    if (query.constraints) {
+      return Response.json({ error: "constraints are for seq2seq-serve: not in the browser yet" }, { status: 422 });
+    }
     try {
-      const translations = await this.translate(sentences, options);
+      const translations = await this.translate(sentences, options, query.prefixes);
       return Response.json({ model: this.card.name, translations });
     } catch (e) {
       return Response.json({ error: String(e.message || e) }, { status: 413 });

@@ -1,0 +1,86 @@
+"""Lexically constrained beam search in numpy, as seq2seq.decoding.constraints does it in torch
+(the tests hold the two equal): each beam's progress through its sentence's phrases, and dynamic
+beam allocation over banks of met constraint tokens, fullest bank first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Progress:
+    """Each live row's progress through its sentence's phrases."""
+
+    current: np.ndarray  # [rows] the phrase being placed, -1: none
+    matched: np.ndarray  # [rows] its tokens placed so far
+    placed: np.ndarray  # [rows, C] bool: phrases placed whole
+
+    def index(self, rows: np.ndarray) -> Progress:
+        return Progress(self.current[rows], self.matched[rows], self.placed[rows])
+
+
+class Constraints:
+    """One batch's phrases [B, C, L] (``pad`` after each; an all-``pad`` phrase is none)."""
+
+    def __init__(self, phrases: np.ndarray, pad: int) -> None:
+        self.phrases, self.pad = phrases, pad
+        self.lengths = (phrases != pad).sum(2)  # [B, C]
+        self.total = self.lengths.sum(1)  # [B]
+        self.banks = phrases.shape[1] * phrases.shape[2] + 1
+
+    def start(self, rows: int) -> Progress:
+        none = np.full(rows, -1, dtype=np.int64)
+        return Progress(none, np.zeros_like(none), np.zeros((rows, self.phrases.shape[1]), bool))
+
+    def met(self, sent: np.ndarray, progress: Progress) -> np.ndarray:
+        """[rows] constraint tokens met: those of placed phrases and of the one in progress."""
+        return (progress.placed * self.lengths[sent]).sum(1) + progress.matched
+
+    def complete(self, sent: np.ndarray, progress: Progress) -> np.ndarray:
+        return self.met(sent, progress) == self.total[sent]
+
+    def _next(self, phrases: np.ndarray, progress: Progress) -> np.ndarray:
+        """[rows] the next token of each row's phrase in progress (any value where none)."""
+        rows = np.arange(len(phrases))
+        at = np.minimum(progress.matched, phrases.shape[2] - 1)
+        return phrases[rows, np.maximum(progress.current, 0), at]
+
+    def wanted(self, sent: np.ndarray, progress: Progress) -> np.ndarray:
+        """[rows, C] the tokens that advance each row (``pad``: none), as torch's `wanted`."""
+        phrases = self.phrases[sent]
+        starts = np.where(progress.placed, self.pad, phrases[:, :, 0])
+        going = np.full_like(starts, self.pad)
+        going[:, 0] = self._next(phrases, progress)
+        return np.where((progress.current >= 0)[:, None], going, starts)
+
+    def advance(self, sent: np.ndarray, progress: Progress, tokens: np.ndarray) -> Progress:
+        """The progress after each row takes its token, by the rule of torch's `advance`."""
+        phrases, lengths = self.phrases[sent], self.lengths[sent]
+        goes_on = (progress.current >= 0) & (self._next(phrases, progress) == tokens)
+        begins = (phrases[:, :, 0] == tokens[:, None]) & ~progress.placed & (lengths > 0)
+        starts = begins.any(1) & ~goes_on
+        current = np.where(goes_on, progress.current, np.where(starts, begins.argmax(1), -1))
+        matched = np.where(goes_on, progress.matched + 1, starts.astype(np.int64))
+        rows = np.arange(len(sent))
+        whole = (current >= 0) & (matched == lengths[rows, np.maximum(current, 0)])
+        column = np.arange(phrases.shape[1])[None, :] == current[:, None]
+        placed = progress.placed | (column & whole[:, None])
+        return Progress(np.where(whole, -1, current), np.where(whole, 0, matched), placed)
+
+
+def allocate(
+    scores: np.ndarray, banks: np.ndarray, valid: np.ndarray, k: int, count: int
+) -> np.ndarray:
+    """Dynamic beam allocation over candidates [n, m]: the indices [n, k] chosen in turns from
+    the banks, fullest first, each bank best first; invalid ones last (torch's `allocate`)."""
+    scores = np.where(valid, scores, -np.inf)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    bank = np.take_along_axis(banks, order, 1)
+    ok = np.take_along_axis(valid, order, 1)
+    m = order.shape[1]
+    before = np.tril(np.ones((m, m), dtype=bool), -1)
+    rank = ((bank[:, :, None] == bank[:, None, :]) & before & ok[:, None, :]).sum(2)
+    turn = np.where(ok, rank * count + (count - 1 - bank), count * (m + 1))
+    return np.take_along_axis(order, np.argsort(turn, axis=1, kind="stable")[:, :k], 1)

@@ -1,0 +1,245 @@
+"""How a user steers one line's output, written once for every search: a prefix it starts
+with, phrases it must hold (lexical constraints), and the glossary whose terms become such
+phrases. Text in, target ids out, and the padded arrays a batch's search reads. Pure Python and
+numpy, like rules.py: seq2seq's torch search and this package's numpy search both use it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+CONSTRAINTS_NEED_BEAM = "constraints need beam search: beam_size of 2 or more, no sampling"
+
+OPENING = " \t\"'([{¿¡-–—„“”‚‘’«»‹›"  # what may come before a line's first word
+
+Encode = Callable[[list[str]], list[list[int]]]
+
+
+@dataclass
+class LineSteering:
+    """One line's requests as text: its output starts with ``prefix`` ("": none) and holds each
+    phrase of ``constraints``; ``terms`` are the glossary's hits on the line, (source phrase,
+    target phrase): their target phrases are forced where the translation lacks one."""
+
+    prefix: str = ""
+    constraints: list[str] = field(default_factory=list)
+    terms: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class SteeringIds:
+    """A `LineSteering` in target ids: ``prefix`` forced first, each of ``phrases`` placed once;
+    ``terms``: the glossary's target phrases, placed too where a translation without them lacks
+    one (`decode_steered`)."""
+
+    prefix: list[int] = field(default_factory=list)
+    phrases: list[list[int]] = field(default_factory=list)
+    terms: list[list[int]] = field(default_factory=list)
+
+    def forced(self) -> SteeringIds:
+        """The glossary's terms as phrases too."""
+        extra = [t for t in self.terms if t not in self.phrases]
+        return SteeringIds(self.prefix, [*self.phrases, *extra])
+
+
+def clean(text: str) -> str:
+    """``text`` stripped, undecodable characters as "?" (sentencepiece takes only UTF-8)."""
+    return text.encode("utf-8", "replace").decode("utf-8").strip()
+
+
+def encode_steering(
+    encode: Encode, steer: Sequence[LineSteering | None] | None
+) -> list[SteeringIds] | None:
+    """Each line's steering in target ids by ``encode``: the prefix and each constraint encoded
+    alone, as the target is cut into pieces (pieces of "A dog" alone decode to "A dog"; a word alone
+    begins a word, so "dog" matches " dog" inside a sentence); None where no line asks anything,
+    so that the search does no work."""
+    if steer is None or not any(
+        g and (g.prefix.strip() or g.constraints or g.terms) for g in steer
+    ):
+        return None
+    texts: list[str] = []
+    for g in steer:
+        if g is not None:
+            texts += [clean(g.prefix), *(clean(c) for c in g.constraints)]
+            texts += [clean(t) for _, t in g.terms]
+    pieces = iter(encode(texts))
+    encoded = []
+    for g in steer:
+        if g is None:
+            encoded.append(SteeringIds())
+            continue
+        prefix = list(next(pieces)) if clean(g.prefix) else list(next(pieces))[:0]  # "": []
+        phrases = [list(next(pieces)) for _ in g.constraints]
+        terms = [list(next(pieces)) for _ in g.terms]
+        encoded.append(SteeringIds(prefix, [p for p in phrases if p], [t for t in terms if t]))
+    return encoded
+
+
+def holds(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
+    """Whether ``phrase`` occurs in ``tokens`` (target ids)."""
+    n, tokens = len(phrase), list(tokens)
+    return any(tokens[i : i + n] == list(phrase) for i in range(len(tokens) - n + 1))
+
+
+def decode_steered(
+    decode: Callable[[list[int], Sequence[SteeringIds] | None], list[list[Any]]],
+    lines: list[int],
+    steer: Sequence[SteeringIds] | None,
+) -> list[list[Any]]:
+    """The n-best lists of ``lines`` (indices into ``steer``) by ``decode(lines, steer)``, each
+    with its prefix and constraints; a glossary's terms are forced only on the lines whose
+    best translation without them lacks one (a second search for those lines), so a line that
+    already holds its terms keeps the translation it had."""
+    if steer is None or not any(s.terms for s in steer):
+        return decode(lines, steer)
+    plain = [SteeringIds(s.prefix, s.phrases) for s in steer]
+    found = decode(lines, plain if any(s.prefix or s.phrases for s in plain) else None)
+    again = [
+        (at, i)
+        for at, (i, hyps) in enumerate(zip(lines, found, strict=True))
+        if hyps and not all(holds(hyps[0].tokens, t) for t in steer[i].terms)
+    ]
+    if again:
+        forced = [s.forced() for s in steer]
+        for (at, _), hyps in zip(again, decode([i for _, i in again], forced), strict=True):
+            found[at] = hyps
+    return found
+
+
+def steering_arrays(
+    steer: Sequence[SteeringIds] | None, chunk: Sequence[int], pad: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The steering of the lines ``chunk`` (their indices, in batch order) as arrays: prefixes
+    [b, P] and phrases [b, C, L] (int64, ``pad`` after each; a line with fewer phrases has
+    all-``pad`` ones); each None where no line of the chunk has one."""
+    rows = [steer[i] for i in chunk] if steer is not None else []
+    width = max((len(g.prefix) for g in rows), default=0)
+    prefix = None
+    if width:
+        prefix = np.full((len(rows), width), pad, dtype=np.int64)
+        for row, g in enumerate(rows):
+            prefix[row, : len(g.prefix)] = g.prefix
+    count = max((len(g.phrases) for g in rows), default=0)
+    if not count:
+        return prefix, None
+    longest = max(len(p) for g in rows for p in g.phrases)
+    phrases = np.full((len(rows), count, longest), pad, dtype=np.int64)
+    for row, g in enumerate(rows):
+        for c, ids in enumerate(g.phrases):
+            phrases[row, c, : len(ids)] = ids
+    return prefix, phrases
+
+
+def forced_max_lengths(
+    limits: np.ndarray, prefix: np.ndarray | None, phrases: np.ndarray | None, pad: int
+) -> np.ndarray:
+    """The length limits raised so that each line's prefix and phrases fit with one token more:
+    max(limit, len(prefix) + tokens of the phrases + 1)."""
+    forced = np.zeros_like(limits)
+    if prefix is not None:
+        forced = forced + (prefix != pad).sum(1)
+    if phrases is not None:
+        forced = forced + (phrases != pad).sum((1, 2))
+    return np.where(forced > 0, np.maximum(limits, forced + 1), limits)
+
+
+# -- the glossary --------------------------------------------------------------------------------
+
+
+def read_glossary(text: str, where: str) -> list[tuple[str, str]]:
+    """A glossary's entries, one ``source phrase<TAB>target phrase`` a line ("#" lines and blank
+    ones skipped), longest source phrase first; ValueError naming the line of a bad one."""
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = [f.strip() for f in line.split("\t")]
+        if len(fields) != 2 or not all(fields):
+            raise ValueError(f"{where}, line {number}: want 'source phrase<TAB>target phrase'")
+        entries.append((fields[0], fields[1]))
+    return sorted(entries, key=lambda e: -len(e[0]))
+
+
+def glossary_hits(line: str, glossary: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The entries whose source phrase occurs in ``line`` as whole words, case aside ("Hund"
+    matches "hund," not "Hundehütte"), in the order they occur; a longer phrase wins over a
+    shorter one inside it, and each entry counts once. The target's first letter follows the
+    occurrence (`cased`)."""
+    taken: list[tuple[int, int]] = []
+    hits = []
+    for source, target in glossary:  # longest first
+        pattern = r"(?<!\w)" + re.escape(source) + r"(?!\w)"
+        for m in re.finditer(pattern, line, flags=re.IGNORECASE):
+            if all(m.end() <= a or m.start() >= b for a, b in taken):
+                taken.append((m.start(), m.end()))
+                first = not line[: m.start()].strip(OPENING)
+                hits.append((m.start(), source, cased(target, source, m.group(), first)))
+                break
+    return [(s, t) for _, s, t in sorted(hits)]
+
+
+def cased(target: str, source: str, found: str, first: bool) -> str:
+    """The target phrase as a translator writes it where its source phrase was ``found``: a
+    capital first letter at the start of the line ("zwei" -> "two": "Zwei Hunde" -> "Two"),
+    a small one where the entry's capital source was found in small letters ("Fünf" -> "Five":
+    "fünf" -> "five"), else as the glossary gives it."""
+    if first:
+        return target[:1].upper() + target[1:]
+    if source[:1].isupper() and found[:1].islower():
+        return target[:1].lower() + target[1:]
+    return target
+
+
+def with_glossary(
+    steer: LineSteering | None, line: str, glossary: Sequence[tuple[str, str]]
+) -> LineSteering:
+    """``steer`` with the glossary's hits on ``line`` added as its terms."""
+    steer = steer or LineSteering()
+    hits = glossary_hits(line, glossary)
+    return LineSteering(steer.prefix, list(steer.constraints), [*steer.terms, *hits])
+
+
+def constraint_lines(lines: Sequence[str]) -> list[list[str]]:
+    """The phrases of each line of a ``constraints=`` file: tab-separated, blanks dropped."""
+    return [[p.strip() for p in line.split("\t") if p.strip()] for line in lines]
+
+
+def steer_lines(
+    lines: Sequence[str],
+    prefixes: Sequence[str] | None,
+    constraints: Sequence[Sequence[str]] | None,
+    glossary: Sequence[tuple[str, str]],
+    start: int = 0,
+) -> list[LineSteering]:
+    """The steering of input ``lines`` (the input's lines ``start`` on): each its line of
+    ``prefixes`` and of ``constraints`` (None: not given), with the glossary's hits added."""
+    found = []
+    for i, line in enumerate(lines, start):
+        prefix = prefixes[i] if prefixes is not None else ""
+        phrases = list(constraints[i]) if constraints is not None else []
+        found.append(with_glossary(LineSteering(prefix, phrases), line, glossary))
+    return found
+
+
+def steering_report(texts: Sequence[str], steer: Sequence[LineSteering]) -> dict[str, int]:
+    """How far outputs ``texts`` (detokenised) kept their lines' steering: prefixes asked and
+    kept (the output starts with the prefix's text), constraints asked and placed (the phrase's
+    text occurs in the output), glossary terms hit and placed, and the lines with a hit."""
+    asked = [(t, s) for t, s in zip(texts, steer, strict=True)]
+    prefixed = [(t, s.prefix.strip()) for t, s in asked if s.prefix.strip()]
+    phrases = [(t, c.strip()) for t, s in asked for c in s.constraints if c.strip()]
+    terms = [(t, target.strip()) for t, s in asked for _, target in s.terms]
+    return {
+        "prefixes": len(prefixed),
+        "prefixes_kept": sum(t.startswith(p) for t, p in prefixed),
+        "constraints": len(phrases),
+        "constraints_placed": sum(c in t for t, c in phrases),
+        "terms": len(terms),
+        "terms_placed": sum(target in t for t, target in terms),
+        "terms_lines": sum(bool(s.terms) for _, s in asked),
+    }

@@ -1,0 +1,77 @@
+"""The files a user steers decoding with, read once: ``prefix=`` (a target prefix per input
+line), ``constraints=`` (tab-separated target phrases per input line) and ``terms=`` (a glossary,
+source phrase TAB target phrase), turned into each input line's `LineSteering`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from seq2seq_lite.steering import LineSteering, constraint_lines, read_glossary, steer_lines
+
+from seq2seq.data.stream import decode_text
+from seq2seq.errors import Seq2SeqError
+
+
+def _lines(key: str, path: str) -> list[str]:
+    """The lines of the file ``path`` given as ``key=`` (without their line ends)."""
+    try:
+        block = Path(path).read_bytes()
+    except OSError as e:
+        raise Seq2SeqError(f"cannot read {key}={path}: {e.strerror or e}") from None
+    lines = decode_text(block, path).removesuffix("\n").split("\n") if block else []
+    return [line.removesuffix("\r") for line in lines]
+
+
+@dataclass
+class SteeringFiles:
+    """The files read: per-line prefixes and constraint lists (None: not given), the glossary's
+    entries, and the keys and paths that name them in messages."""
+
+    prefixes: list[str] | None
+    constraints: list[list[str]] | None
+    glossary: list[tuple[str, str]]
+    given: dict[str, str]
+
+    @classmethod
+    def read(
+        cls, prefix: str | None, constraints: str | None, terms: str | None
+    ) -> SteeringFiles | None:
+        """Read the files given (None: not given); None where none is."""
+        files = (("prefix", prefix), ("constraints", constraints), ("terms", terms))
+        given = {key: path for key, path in files if path}
+        if not given:
+            return None
+        prefixes = _lines("prefix", prefix) if prefix else None
+        phrases = constraint_lines(_lines("constraints", constraints)) if constraints else None
+        glossary = []
+        if terms:
+            try:
+                glossary = read_glossary("\n".join(_lines("terms", terms)), terms)
+            except ValueError as e:
+                raise Seq2SeqError(str(e)) from None
+        return cls(prefixes, phrases, glossary, given)
+
+    def lines(self) -> int | None:
+        """The line count of the per-line files (the shortest); None: only a glossary."""
+        counts = [len(x) for x in (self.prefixes, self.constraints) if x is not None]
+        return min(counts) if counts else None
+
+    def check_count(self, count: int | str, input_name: str) -> None:
+        """Refuse, in one line, a per-line file of another line count than the input's."""
+        for key, lines in (("prefix", self.prefixes), ("constraints", self.constraints)):
+            if lines is not None and (not isinstance(count, int) or len(lines) != count):
+                raise Seq2SeqError(
+                    f"{key}={self.given[key]} has {len(lines)} lines, {input_name} has {count}: "
+                    f"give one line per input line (an empty line: none)"
+                )
+
+    def for_lines(self, lines: Sequence[str], start: int = 0) -> list[LineSteering]:
+        """The steering of input ``lines``, the input's lines ``start`` on."""
+        return steer_lines(lines, self.prefixes, self.constraints, self.glossary, start)
+
+    def for_input(self, lines: Sequence[str], input_name: str) -> list[LineSteering]:
+        """The steering of a whole input, after its line count is checked."""
+        self.check_count(len(lines), input_name)
+        return self.for_lines(lines)

@@ -1,0 +1,114 @@
+"""A glossary (issue 53): source phrases found in a line as whole words, case aside, the longest
+first; their target phrases become the line's constraints; the files that steer evaluate and
+translate read and counted in one place; and end to end on the smoke model, terms that must
+appear appear, reported per line and in the result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from seq2seq_lite.steering import (
+    LineSteering,
+    glossary_hits,
+    read_glossary,
+    steering_report,
+    with_glossary,
+)
+
+from seq2seq.data.steering import SteeringFiles
+from seq2seq.errors import Seq2SeqError
+
+GLOSSARY = "# product names\nHund\tdog\nroter Hund\tred hound\n\nWiese\tmeadow\n"
+
+
+def test_the_glossary_is_read_longest_first_and_a_bad_line_is_named() -> None:
+    entries = read_glossary(GLOSSARY, "terms.tsv")
+    assert entries == [("roter Hund", "red hound"), ("Wiese", "meadow"), ("Hund", "dog")]
+    with pytest.raises(ValueError, match=r"^terms.tsv, line 2: want 'source phrase<TAB>"):
+        read_glossary("a\tb\nonly one field\n", "terms.tsv")
+
+
+def test_source_phrases_match_whole_words_case_aside_longest_first() -> None:
+    entries = read_glossary(GLOSSARY, "terms.tsv")
+    assert glossary_hits("Ein ROTER hund läuft über die Wiese.", entries) == [
+        ("roter Hund", "red hound"),
+        ("Wiese", "meadow"),
+    ]
+    assert glossary_hits("Der Hund, die Hundehütte.", entries) == [("Hund", "dog")]
+    assert glossary_hits("Hundehütte und Wiesen", entries) == []
+    steered = with_glossary(LineSteering("A", ["dog"]), "Ein Hund auf der Wiese", entries)
+    assert steered.constraints == ["dog"] and steered.prefix == "A"
+    assert steered.terms == [("Hund", "dog"), ("Wiese", "meadow")]
+
+
+def test_the_target_takes_the_case_of_where_its_source_was_found() -> None:
+    entries = read_glossary("zwei\ttwo\nFünf\tFive\nHund\tdog\n", "terms.tsv")
+    assert glossary_hits("Zwei Hunde, fünf Katzen", entries) == [("zwei", "Two"), ("Fünf", "five")]
+    assert glossary_hits("„Hund“ und zwei", entries) == [("Hund", "Dog"), ("zwei", "two")]
+    assert glossary_hits("Der Hund", entries) == [("Hund", "dog")]
+    assert glossary_hits("Fünf", entries) == [("Fünf", "Five")]
+
+
+def test_steering_files_are_read_counted_and_reported(tmp_path) -> None:
+    (tmp_path / "c.tsv").write_text("a cat\tthe dog\n\nsnow\n")
+    (tmp_path / "terms.tsv").write_text(GLOSSARY)
+    files = SteeringFiles.read(None, str(tmp_path / "c.tsv"), str(tmp_path / "terms.tsv"))
+    files.check_count(3, "test.de")
+    with pytest.raises(Seq2SeqError, match=r"^constraints=\S+ has 3 lines, test.de has 2"):
+        files.check_count(2, "test.de")
+    steer = files.for_lines(["Ein Hund", "Eine Wiese", "Schnee"])
+    assert [s.constraints for s in steer] == [["a cat", "the dog"], [], ["snow"]]
+    assert [s.terms for s in steer] == [[("Hund", "dog")], [("Wiese", "meadow")], []]
+    report = steering_report(["the dog and a cat", "a field", "snow"], steer)
+    assert report == {
+        "prefixes": 0,
+        "prefixes_kept": 0,
+        "constraints": 3,
+        "constraints_placed": 3,
+        "terms": 2,
+        "terms_placed": 1,
+        "terms_lines": 2,
+    }
+    assert SteeringFiles.read(None, None, None) is None
+    (tmp_path / "bad.tsv").write_text("Hund\n")
+    with pytest.raises(Seq2SeqError, match="bad.tsv, line 1"):
+        SteeringFiles.read(None, None, str(tmp_path / "bad.tsv"))
+    with pytest.raises(Seq2SeqError, match="cannot read terms="):
+        SteeringFiles.read(None, None, str(tmp_path / "missing.tsv"))
+
+
+def test_evaluate_places_constraints_and_glossary_terms(smoke_run, tmp_path) -> None:
+    """The smoke model, beam 3, on the first lines of test_2016_flickr: every phrase asked
+    appears in its output; the hits are in the result and in the .terms.jsonl file."""
+    from run_helpers import command
+
+    src, ref = tmp_path / "src.de", tmp_path / "ref.en"
+    lines = ["Ein Hund läuft über eine Wiese.", "Zwei Männer spielen Fußball.", "Eine Frau."]
+    src.write_text("".join(line + "\n" for line in lines))
+    ref.write_text("A dog runs.\nTwo men play soccer.\nA woman.\n")
+    (tmp_path / "c.tsv").write_text("grass\n\nsmiling woman\n")
+    (tmp_path / "terms.tsv").write_text("Fußball\tfootball\nHund\tpuppy\n")
+    proc = command(
+        "evaluate",
+        f"run_dir={smoke_run}",
+        f"input={src}",
+        f"reference={ref}",
+        "beam_size=3",
+        f"constraints={tmp_path / 'c.tsv'}",
+        f"terms={tmp_path / 'terms.tsv'}",
+        f"out={tmp_path / 'eval'}",
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    steering = result["steering"]
+    assert steering["constraints"] == 2 and steering["constraints_placed"] == 2
+    assert steering["terms"] == 2 and steering["terms_placed"] == 2
+    assert steering["terms_lines"] == 2
+    assert result["hypotheses"].endswith(".beam3.constraints-c.tsv.terms-terms.tsv.hyp")
+    hyps = Path(result["hypotheses"]).read_text().splitlines()
+    assert "grass" in hyps[0] and "puppy" in hyps[0] and "football" in hyps[1]
+    assert "smiling woman" in hyps[2]
+    terms = [json.loads(line) for line in Path(result["term_hits"]).read_text().splitlines()]
+    assert terms == [[["Hund", "puppy"]], [["Fußball", "football"]], []]

@@ -1,0 +1,51 @@
+"""Steered requests (issue 53) on both backends: "prefixes" and "constraints" per sentence and
+the served glossary (terms=) give what seq2seq-translate gives with the same files, the hits in
+each answer; malformed ones are refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from serve_helpers import SENTENCES, cli_translations, export, post, server
+
+PREFIXES = ["A", None, "", None]
+CONSTRAINTS = [["grass"], [], ["smiling woman", "bench"], ["beach"]]
+GLOSSARY = "Männer\tguys\n"
+
+
+@pytest.fixture(scope="module")
+def onnx_release(smoke_run: Path, tmp_path_factory) -> Path:
+    return export(smoke_run, tmp_path_factory.mktemp("release") / "de-en", "onnx=true")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_steered_requests_answer_as_translate_does(onnx_release, backend, tmp_path) -> None:
+    (tmp_path / "terms.tsv").write_text(GLOSSARY)
+    (tmp_path / "prefix.txt").write_text("".join((p or "") + "\n" for p in PREFIXES))
+    (tmp_path / "c.tsv").write_text("".join("\t".join(c) + "\n" for c in CONSTRAINTS))
+    expected = cli_translations(
+        onnx_release,
+        SENTENCES,
+        "beam_size=3",
+        f"prefix={tmp_path / 'prefix.txt'}",
+        f"constraints={tmp_path / 'c.tsv'}",
+        f"terms={tmp_path / 'terms.tsv'}",
+    )
+    with server(onnx_release, f"backend={backend}", f"terms={tmp_path / 'terms.tsv'}") as (url, _):
+        request = {"sentences": SENTENCES, "beam_size": 3}
+        status, data = post(url, {**request, "prefixes": PREFIXES, "constraints": CONSTRAINTS})
+        assert status == 200, data
+        found = [item["translation"] for item in data["translations"]]
+        assert found == expected
+        assert found[0].startswith("A") and "grass" in found[0] and "guys" in found[1]
+        assert data["translations"][1]["terms"] == [["Männer", "guys"]]
+        assert "terms" not in data["translations"][0]
+        for bad, says in (
+            ({"prefixes": ["A"]}, "prefixes must be a list of 4 strings"),
+            ({"constraints": [["a"], [], [], "b"]}, "constraints must be a list of 4 lists"),
+            ({"constraints": CONSTRAINTS, "beam_size": 1}, "constraints need beam search"),
+        ):
+            status, data = post(url, {**request, **bad})
+            assert status == 422 and says in data["error"], data
