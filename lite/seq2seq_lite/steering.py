@@ -166,33 +166,27 @@ def read_glossary(text: str, where: str) -> list[tuple[str, str]]:
 
 
 def glossary_hits(line: str, glossary: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The entries whose source phrase occurs in ``line`` as whole words, case aside ("Hund"
-    matches "hund," not "Hundehütte"), in the order they occur; a longer phrase wins over a
-    shorter one inside it, and each entry counts once. The target's first letter follows the
-    occurrence (`cased`)."""
+    """The entries whose source phrase occurs in ``line`` as whole words and as written ("Hund"
+    matches "Hund," not "Hundehütte"; "junge" not the noun "Junge"), but for the first letter of
+    the line's first word; in the order they occur; a longer phrase wins over a shorter one
+    inside it, and each entry counts once. At the line's start the target's first letter is a
+    capital ("zwei -> two": "Zwei Hunde" gives "Two")."""
     taken: list[tuple[int, int]] = []
     hits = []
     for source, target in glossary:  # longest first
-        pattern = r"(?<!\w)" + re.escape(source) + r"(?!\w)"
-        for m in re.finditer(pattern, line, flags=re.IGNORECASE):
+        first = "(?:" + "|".join(re.escape(c) for c in {source[:1].lower(), source[:1].upper()})
+        pattern = r"(?<!\w)" + first + ")" + re.escape(source[1:]) + r"(?!\w)"
+        for m in re.finditer(pattern, line):
+            starts = not line[: m.start()].strip(OPENING)
+            if m.group()[:1] != source[:1] and not starts:
+                continue  # another case inside the line: another word
             if all(m.end() <= a or m.start() >= b for a, b in taken):
                 taken.append((m.start(), m.end()))
-                first = not line[: m.start()].strip(OPENING)
-                hits.append((m.start(), source, cased(target, source, m.group(), first)))
+                hits.append(
+                    (m.start(), source, target[:1].upper() + target[1:] if starts else target)
+                )
                 break
     return [(s, t) for _, s, t in sorted(hits)]
-
-
-def cased(target: str, source: str, found: str, first: bool) -> str:
-    """The target phrase as a translator writes it where its source phrase was ``found``: a
-    capital first letter at the start of the line ("zwei" -> "two": "Zwei Hunde" -> "Two"),
-    a small one where the entry's capital source was found in small letters ("Fünf" -> "Five":
-    "fünf" -> "five"), else as the glossary gives it."""
-    if first:
-        return target[:1].upper() + target[1:]
-    if source[:1].isupper() and found[:1].islower():
-        return target[:1].lower() + target[1:]
-    return target
 
 
 def with_glossary(
