@@ -19,7 +19,8 @@ Groups = dict[tuple[str, str], list[Any]]  # (direction, row): its runs (attenti
 
 
 def picture_curves(grouped: Groups, path: Path) -> None:
-    """Validation BLEU over updates, the mean over seeds of each row, a panel per direction."""
+    """Validation BLEU over updates, the mean over seeds of each row and the band of their
+    range, a panel per direction."""
     directions = sorted({direction for direction, _ in grouped})
     fig = Figure(figsize=(7 * len(directions), 4.5), dpi=100)
     for i, direction in enumerate(directions):
@@ -29,13 +30,17 @@ def picture_curves(grouped: Groups, path: Path) -> None:
             if where != direction:
                 continue
             steps = sorted(set.intersection(*(set(r.curve) for r in group)))
-            ax.plot(
+            (line,) = ax.plot(
                 steps,
                 [statistics.fmean(r.curve[s] for r in group) for s in steps],
                 marker=".",
-                label=row,
+                label=f"{row} ({len(group)} seeds)" if len(group) > 1 else row,
             )
-        ax.set_title(f"{direction}: validation BLEU (greedy), mean over seeds")
+            if len(group) > 1:  # the seeds' range around their mean
+                low = [min(r.curve[s] for r in group) for s in steps]
+                high = [max(r.curve[s] for r in group) for s in steps]
+                ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.15, lw=0)
+        ax.set_title(f"{direction}: validation BLEU (greedy), mean and range over seeds")
         ax.set_xlabel("updates")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -98,7 +98,7 @@ step ours "${OURS_S:-300}" "
 
 # the best German->English recipe for the time given (validated at the end), one run per seed,
 # then its test BLEU (best.pt, beam 5); RECIPE_OVERRIDES adds to it, e.g.
-# "model.attention.conditional=true"
+# "model/attention=bahdanau" (the default before issue 54 measured Luong first)
 step recipe "${RECIPE_S:-330}" "
   set -e
   for seed in ${RECIPE_SEEDS:-1 2}; do

@@ -46,7 +46,7 @@ def test_each_command_names_the_key_a_typo_meant(config: str) -> None:
 
 def test_a_key_of_another_attention_or_reader_says_which_has_it() -> None:
     assert refusal("config", "+model.attention.heads=8") == (
-        "model.attention.heads: no such key with model/attention=bahdanau; "
+        "model.attention.heads: no such key with model/attention=luong; "
         "heads is a key of model/attention=multihead"
     )
     check_command_line("config", ["model/attention=multihead", "model.attention.heads=8"])

@@ -110,7 +110,7 @@ def test_init_optimizer_keeps_the_optimizer(smoke_run, data, tmp_path) -> None:
 def test_what_cannot_start_from_the_folder_is_refused_in_one_line(smoke_run, data, tmp_path):
     release = export(smoke_run, tmp_path / "release")
     for overrides, says in (
-        (["model/attention=luong"], "model.attention.name (luong here, bahdanau there)"),
+        (["model/attention=multihead"], "model.attention.name (multihead here, bahdanau there)"),
         (["model.hidden_size=32"], "model.hidden_size (32 here, 64 there)"),
         (["train.init_optimizer=true"], "a release keeps none"),
     ):

@@ -31,7 +31,7 @@ log = logging.getLogger("seq2seq.train")
 # model keys a run may set otherwise than the folder it starts from: no weight's shape depends
 # on them
 FREE_KEYS = {"dropout"}
-DEFAULT_ATTENTION = "bahdanau"  # configs/config.yaml's model/attention (a test holds them equal)
+DEFAULT_ATTENTION = "luong"  # configs/config.yaml's model/attention (a test holds them equal)
 
 
 def adopt_model(cfg: DictConfig) -> None:
