@@ -22,7 +22,7 @@ from seq2seq.commands.configs import EvaluateConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import DecodeConfig, Precision
 from seq2seq.data.corpus import read_parallel
-from seq2seq.data.steering import SteeringFiles
+from seq2seq.data.steering import read_steering
 from seq2seq.decoding.alignment import alignment_record, attention_samples, pharaoh
 from seq2seq.decoding.inference import (
     InputTooLong,
@@ -184,7 +184,6 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     if (cfg.input is None) != (cfg.reference is None):
         raise Seq2SeqError("input=<source file> and reference=<reference file> go together")
     settings, facts = _settings_part(cfg), search_facts(cfg)
-    files = SteeringFiles.read(cfg.prefix, cfg.constraints, cfg.terms)  # counted below
     members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
     out = Path(cfg.out) if cfg.out is not None else None
     engine, run = open_model(cfg, "evaluate")
@@ -197,7 +196,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         split, src_path, ref_path = run_split(run, cfg.data_source, cfg.split, out_dir)
     name = Path(split).name if split is not None else src_path.name
     sources, references = read_parallel(src_path, ref_path)
-    steer = None if files is None else files.for_input(sources, name)
+    steer = read_steering(cfg.prefix, cfg.constraints, cfg.terms, sources, name)
     translations, seconds = _translate(translator, run, device, sources, src_path, steer)
     texts = [translator.best_text(t) for t in translations]
     result_scores = score(texts, references, tokenize)

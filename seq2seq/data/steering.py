@@ -43,15 +43,13 @@ class SteeringFiles:
         given = {key: path for key, path in files if path}
         if not given:
             return None
-        prefixes = _lines("prefix", prefix) if prefix else None
-        phrases = constraint_lines(_lines("constraints", constraints)) if constraints else None
-        glossary = []
-        if terms:
-            try:
-                glossary = read_glossary("\n".join(_lines("terms", terms)), terms)
-            except ValueError as e:
-                raise Seq2SeqError(str(e)) from None
-        return cls(prefixes, phrases, glossary, given)
+        read = {key: _lines(key, path) for key, path in given.items()}  # every file first
+        phrases = constraint_lines(read["constraints"]) if constraints else None
+        try:
+            glossary = read_glossary("\n".join(read["terms"]), terms) if terms else []
+        except ValueError as e:
+            raise Seq2SeqError(str(e)) from None
+        return cls(read.get("prefix"), phrases, glossary, given)
 
     def lines(self) -> int | None:
         """The line count of the per-line files (the shortest); None: only a glossary."""
@@ -75,3 +73,16 @@ class SteeringFiles:
         """The steering of a whole input, after its line count is checked."""
         self.check_count(len(lines), input_name)
         return self.for_lines(lines)
+
+
+def read_steering(
+    prefix: str | None,
+    constraints: str | None,
+    terms: str | None,
+    lines: Sequence[str],
+    input_name: str,
+) -> list[LineSteering] | None:
+    """The steering of a whole input ``lines`` from the files given (None: none given), each
+    per-line file counted against it."""
+    files = SteeringFiles.read(prefix, constraints, terms)
+    return None if files is None else files.for_input(lines, input_name)
