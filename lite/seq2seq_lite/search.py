@@ -223,14 +223,16 @@ class _Beam:
         log_probs, state, weights = self.graphs.step(self.prev, self.state, self.memory)
         self.history.append(weights.mean(1))
         at_limit = self.limit[self.sent] == t
-        log_probs = restrict(log_probs, np.repeat(at_limit, width), self.ids, t == 0)
-        sent = np.repeat(self.sent, width)
+        row_limit = np.repeat(at_limit, width)  # [rows]
+        log_probs = restrict(log_probs, row_limit, self.ids, t == 0)
+        steered = self.steering is not None or self.constraints is not None
+        sent = np.repeat(self.sent, width) if steered else None
         if self.steering is not None:
             log_probs = self.steering.apply(log_probs, t, sent, self.seqs)
         short = None  # with constraints: rows that cannot end before their limit
         if self.constraints is not None:
             short = ~self.constraints.complete(sent, self.progress)
-            log_probs[short & ~np.repeat(at_limit, width), eos] = NEG_INF
+            log_probs[short & ~row_limit, eos] = NEG_INF
         vocab = log_probs.shape[1]
         candidates = (self.scores[:, :, None] + log_probs.reshape(n, width, vocab)).reshape(n, -1)
         top_idx = _top(candidates, 2 * k)  # [n, 2k]

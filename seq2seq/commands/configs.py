@@ -5,7 +5,7 @@ with the training schema when a command starts, so that importing the library re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
@@ -33,6 +33,9 @@ class SteeringKeys:
     prefix: Optional[str] = None  # one target prefix per input line ("": none): output starts so
     constraints: Optional[str] = None  # per input line, tab-separated phrases the output holds
     terms: Optional[str] = None  # a glossary: source phrase<TAB>target phrase, a line each
+
+
+STEERING_FILES = tuple(f.name for f in fields(SteeringKeys))  # prefix, constraints, terms
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 
 from seq2seq_lite.steering import LineSteering, steering_report
 
-from seq2seq.commands.configs import EvaluateConfig
+from seq2seq.commands.configs import STEERING_FILES, EvaluateConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import DecodeConfig, Precision
 from seq2seq.data.corpus import read_parallel
@@ -42,7 +42,6 @@ from seq2seq.runtime.run_folder import TrainedRun
 from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR
 
 log = logging.getLogger("seq2seq.evaluate")
-STEERING_FILES = ("prefix", "constraints", "terms")
 
 
 def _write(path: Path, lines: Sequence[str]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM
 
+from seq2seq.commands.configs import STEERING_FILES
 from seq2seq.config import Precision, ScheduleName
 from seq2seq.config_choices import Pick
 from seq2seq.errors import Seq2SeqError
@@ -193,9 +194,7 @@ def _steering_problems(cfg: Any, queue: int | None) -> list[str]:
         problems.append(
             f"seq2seq-serve has no {steered[0]}=: its searches take alpha and the length rule alone"
         )
-    files = [
-        k for k in ("prefix", "constraints", "terms") if OmegaConf.select(cfg, k, default=None)
-    ]
+    files = [k for k in STEERING_FILES if OmegaConf.select(cfg, k, default=None)]
     per_line = [k for k in files if k != "terms"]  # the server's requests carry their own
     if per_line and queue is not None:
         problems.append(

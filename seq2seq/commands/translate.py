@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from seq2seq.commands.configs import TranslateConfig
+from seq2seq.commands.configs import STEERING_FILES, TranslateConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.data.steering import SteeringFiles
 from seq2seq.data.stream import decode_text
@@ -185,7 +185,7 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
 
 def run_app(cfg: TranslateConfig) -> None:
     """Load the run named by `run_dir` and translate the terminal's or the pipe's lines."""
-    given = [k for k in ("prefix", "constraints", "terms") if getattr(cfg, k) is not None]
+    given = [k for k in STEERING_FILES if getattr(cfg, k) is not None]
     if given and sys.stdin.isatty():
         raise Seq2SeqError(f"{given[0]}=<file> is for piped input: it steers the lines piped in")
     engine, run = open_model(cfg, "translate with")

@@ -143,14 +143,15 @@ class _BeamSearch:
         self.history[t, : n * width] = weights.float()
         attended, penalty = self._coverage(weights, width)
         at_limit = self.limit[beams.sent] == t  # [n]
-        log_probs = restrict(log_probs, at_limit.repeat_interleave(width), look, t == 0)
+        row_limit = at_limit.repeat_interleave(width)  # [rows]
+        log_probs = restrict(log_probs, row_limit, look, t == 0)
         sent = beams.sent.repeat_interleave(width) if self.steering or self.constraints else None
         if self.steering is not None:
             log_probs = self.steering.apply(log_probs, t, sent, beams.fed)
         short = None  # [rows] with constraints: rows that have not placed every phrase
         if self.constraints is not None:  # they cannot end before their limit
             short = ~self.constraints.complete(sent, beams.progress)
-            log_probs[:, EOS].masked_fill_(short & ~at_limit.repeat_interleave(width), -math.inf)
+            log_probs[:, EOS].masked_fill_(short & ~row_limit, -math.inf)
         vocab = log_probs.size(1)
         candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
         top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]
