@@ -28,6 +28,17 @@ step() { # name seconds command...: one step, its output in $out/name.log
   if ! timeout "$limit" bash -c "$*" >"$out/$name.log" 2>&1; then failed+=("$name"); fi
   tail -n 25 "$out/$name.log"
 }
+# inside a step: one command whose failure does not stop the step. Its lines matching SHOW are
+# printed (its last 20 when it fails), its whole output added to $out/parts.log; the step fails at
+# its end if any part did
+part() {
+  local show=$1; shift
+  echo "-- $*" >>"$out/parts.log"
+  if "$@" >"$out/part.out" 2>&1; then grep -E -- "$show" "$out/part.out" | tail -n 8
+  else echo "FAILED: ${*:1:6} ..."; tail -n 20 "$out/part.out"; touch "$out/part.failed"; fi
+  cat "$out/part.out" >>"$out/parts.log"
+}
+export -f part; export out
 
 site=/tmp/seq2seq-site
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" \
@@ -39,7 +50,7 @@ export PYTHONSAFEPATH=1
 step machine 60 'nvidia-smi; python3 -c "import torch, seq2seq; print(torch.__version__, \
 torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.is_bf16_supported())"; lscpu | head -20'
 
-step tests "${TESTS_S:-240}" python3 -m pytest -m gpu -q -x -p no:cacheprovider tests/test_gpu.py
+step tests "${TESTS_S:-240}" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=8 tests/test_gpu.py
 
 # OpenNMT-py 3.5.1 on this GPU: the CPU side-by-side's model and batches (../shared/peers/opennmt)
 peer=$bundle/peer
@@ -74,27 +85,30 @@ open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for
     train_steps=100 save_checkpoint_steps=100 report_every=10 save_model=\$b/model
   python3 $peer/timev.py \$b/train.time python3 -m onmt.bin.train -config \$b/train.yaml \
     >\$b/train.out 2>&1 || { tail -30 \$b/train.out; exit 1; }
-  echo 'large batches (8192 tokens):'; python3 $peer/summarize.py \$b \$d 2>&1 | tail -1"
+  echo 'large batches (8192 tokens):'
+  python3 $peer/summarize.py \$b \$d 2>&1 | grep -E '"steady|logged|^ +[0-9.]+,?$|peer='"
 
 # ours, the same shape and budget (graphed, as train.cuda_graphs=auto takes on CUDA, then eager),
 # then the benchmark: the peer shape eager and graphed at its batch and at 8,192 tokens, the
 # reference model graphed at 8,192 and 16,000 tokens in fp32 and bf16 (with peak memory), and
 # the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency)
 step ours "${OURS_S:-300}" "
-  set -e
+  rm -f $out/part.failed
   peer='model.emb_size=256 model.encoder_size=256 model/attention=luong model.attention.score=concat
     train.max_steps=300 train.batch_tokens=1100 train.label_smoothing=0 device=cuda precision=fp32
     log.progress=false data.source=$bundle/multi30k'
-  python3 -m seq2seq.commands.train \$peer hydra.run.dir=/tmp/peer300 | grep -E 'tok/s|finished' | tail -4
-  python3 -m seq2seq.commands.train \$peer train.cuda_graphs=false hydra.run.dir=/tmp/peer300_eager \
-    | grep -E 'tok/s|finished' | tail -2
+  part 'tok/s|finished' python3 -m seq2seq.commands.train \$peer hydra.run.dir=/tmp/peer300
+  part 'tok/s|finished' python3 -m seq2seq.commands.train \$peer train.cuda_graphs=false \
+    hydra.run.dir=/tmp/peer300_eager
   b='python3 scripts/benchmark.py --data-source $bundle/multi30k --device cuda --repeats 3'
-  \$b --measure training --model peer --batch peer,8192 --precision fp32 --cuda-graphs false,true
-  \$b --measure training --model reference --attention bahdanau --batch 8192,16000 \
+  part '^[^{]' \$b --measure training --model peer --batch peer,8192 --precision fp32 \
+    --cuda-graphs false,true
+  part '^[^{]' \$b --measure training --model reference --attention bahdanau --batch 8192,16000 \
     --precision fp32,bf16 --cuda-graphs true
-  \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32,bf16
-  \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32 --decode-batch 1 \
-    --test-limit 100 --repeats 2"
+  part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32,bf16
+  part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32 \
+    --decode-batch 1 --test-limit 100 --repeats 2
+  [ ! -e $out/part.failed ]"
 
 # the best German->English recipe for the time given (validated at the end), one run per seed,
 # then its test BLEU (best.pt, beam 5); RECIPE_OVERRIDES adds to it, e.g.

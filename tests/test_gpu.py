@@ -140,12 +140,35 @@ def test_graphed_updates_equal_eager_updates(no_tf32, name: str) -> None:
     for got, want in zip(resolve(pending), expected, strict=True):
         assert float(got.loss_sum) == pytest.approx(float(want.loss_sum), rel=1e-4)
         assert got.grad_norm == pytest.approx(want.grad_norm, rel=1e-3)
+    # Adam's first steps are about lr times the gradient's sign: rounding in a gradient near 0
+    # (the padded shapes sum in another order) can move an element by up to lr: a tenth of it here
     for a, b in zip(graphed.module.parameters(), eager.module.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
     # its checkpoint state continues on the CPU, eagerly
     on_cpu = Updater(Engine.create("cpu"), tiny_model(**SETUPS[name]).train(), tcfg)
     on_cpu.load_state_dict(graphed.state_dict())
     assert on_cpu.step([hand_batch(0)], hand_batch(0).ntokens).applied
+
+
+def test_graphs_are_captured_again_when_the_parameters_move(no_tf32) -> None:
+    """A parameter given new memory after capture (as ``.to()`` or cuDNN's flattening does) makes
+    the graphs be captured again: the updates stay the eager ones."""
+    engine = Engine.create("cuda")
+    tcfg = TrainConfig(label_smoothing=0.1, lr=1e-2)
+    batch = engine.to_device(hand_batch(0, 3))
+    eager = Updater(engine, tiny_model(**SETUPS["bahdanau"]).train(), tcfg)
+    graphed = StaticUpdater(engine, tiny_model(**SETUPS["bahdanau"]).train(), tcfg)
+    expected = [eager.step([batch], batch.ntokens) for _ in range(6)]
+    pending = []
+    for i in range(6):
+        if i == 3:  # a graph replays from step 2 on
+            for p in graphed.module.parameters():
+                p.data = p.data.clone()
+        pending.append(graphed.step([batch], batch.ntokens))
+    for got, want in zip(resolve(pending), expected, strict=True):
+        assert float(got.loss_sum) == pytest.approx(float(want.loss_sum), rel=1e-4)
+    for a, b in zip(graphed.module.parameters(), eager.module.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
 
 
 @pytest.fixture

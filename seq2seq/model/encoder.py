@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -80,19 +82,14 @@ class Encoder(nn.Module):
 
     def _direction(self, x: Tensor, suffix: str, dtype: torch.dtype | None) -> Tensor:
         """One direction of one layer of ``self.rnn`` as a one-layer forward GRU: [B, S, H]
-        (in ``dtype`` where autocast runs one, as ``forward``)."""
+        (in ``dtype`` where autocast runs one, as ``forward``). ``torch.gru`` on the weights
+        themselves: an nn.GRU given them would move their storage into a flat buffer of its own
+        on CUDA (``flatten_parameters``), which leaves a captured graph reading freed memory."""
         names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-        weights = {f"{n}_l0": getattr(self.rnn, f"{n}_{suffix}") for n in names}
+        weights = [getattr(self.rnn, f"{n}_{suffix}") for n in names]
         if dtype is not None:
-            weights, x = {k: w.to(dtype) for k, w in weights.items()}, x.to(dtype)
-        return torch.func.functional_call(self._one_direction(x.size(-1)), weights, (x,))[0]
-
-    def _one_direction(self, input_size: int) -> nn.GRU:
-        """A weightless one-layer GRU of ``input_size`` (its weights are passed in each call),
-        made once per input size, outside the module tree (no parameters, no random init)."""
-        shells = self.__dict__.setdefault("_shells", {})
-        if input_size not in shells:
-            shells[input_size] = nn.GRU(
-                input_size, self.rnn.hidden_size, batch_first=True, device="meta"
-            )
-        return shells[input_size]
+            weights, x = [w.to(dtype) for w in weights], x.to(dtype)
+        start = x.new_zeros(1, x.size(0), self.rnn.hidden_size)
+        with warnings.catch_warnings():  # cuDNN copies weights of no flat buffer: these are few
+            warnings.filterwarnings("ignore", "RNN module weights are not part")
+            return torch.gru(x, start, weights, True, 1, 0.0, self.training, False, True)[0]

@@ -10,6 +10,7 @@ The loss and gradient norm of each update stay on the device; `resolve` reads ma
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from seq2seq.runtime.engine import Engine
 from seq2seq.training.updater import StepResult, Updater, build_optimizer
 from seq2seq.vocab import EOS
 
+log = logging.getLogger("seq2seq.train")
 WARMUP = 1  # eager updates of a bucket (on a side stream) before its graph is captured
 
 
@@ -153,6 +155,7 @@ class StaticUpdater:
         self.inputs: dict[Bucket, StaticBatch] = {}
         self.graphs: dict[Bucket, tuple[torch.cuda.CUDAGraph, tuple[Tensor, Tensor]]] = {}
         self.seen: Counter[Bucket] = Counter()
+        self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs were captured on
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
 
     def step(self, batches: Sequence[Batch], tokens: int) -> PendingStep:
@@ -163,6 +166,10 @@ class StaticUpdater:
             self.inputs[bucket] = StaticBatch(bucket, self.engine.device, batch.align is not None)
         inputs = self.inputs[bucket]
         inputs.fill(batch, self.engine.world_size / tokens)
+        if self.graphs and self.addresses != self._addresses():
+            log.warning("the parameters moved in memory: the CUDA graphs are captured again")
+            self.graphs.clear()
+            self.seen.clear()
         self.seen[bucket] += 1
         if bucket in self.graphs:
             graph, out = self.graphs[bucket]
@@ -216,8 +223,12 @@ class StaticUpdater:
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             out = self.update(inputs)
         self.graphs[bucket] = (graph, out)
+        self.addresses = self._addresses()
         graph.replay()
         return out
+
+    def _addresses(self) -> tuple[int, ...]:
+        return tuple(p.data_ptr() for p in self.module.parameters())
 
     def state_dict(self) -> dict[str, Any]:
         """As `Updater`'s: the rate a number and the optimizer not capturable, so that an eager
