@@ -105,9 +105,10 @@ step ours "${OURS_S:-300}" "
     --cuda-graphs false,true
   part '^[^{]' \$b --measure training --model reference --attention bahdanau --batch 8192,16000 \
     --precision fp32,bf16 --cuda-graphs true
-  part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32,bf16
+  part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32,bf16 \
+    --cuda-graphs false,true
   part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32 \
-    --decode-batch 1 --test-limit 100 --repeats 2
+    --decode-batch 1 --test-limit 100 --repeats 2 --cuda-graphs false,true
   [ ! -e $out/part.failed ]"
 
 # the best German->English recipe for the time given (validated at the end), one run per seed,

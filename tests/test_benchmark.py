@@ -192,8 +192,9 @@ def test_peer_shape_and_impossible_precision(data_args: list[str]) -> None:
 
 @pytest.mark.slow
 def test_quick_benchmark_times_graphed_updates_and_decoding_batches(data_args: list[str]) -> None:
-    """--cuda-graphs false,true: a row each (on the CPU the fixed-shape update runs eagerly, and
-    no graph is captured); --decode-batch 64,1: a decoding row per batch size."""
+    """--cuda-graphs false,true: a row each (on the CPU the fixed-shape update and greedy search
+    run eagerly, and no graph is captured), the same translations; --decode-batch 64,1: a
+    decoding row per batch size."""
     options = ["--attention", "bahdanau", "--precision", "fp32", "--batch", "peer"]
     options += ["--cuda-graphs", "false,true", "--decode-batch", "64,1", "--search", "greedy"]
     report = report_of(benchmark("--quick", "--threads", "1", *options, *data_args))
@@ -203,6 +204,13 @@ def test_quick_benchmark_times_graphed_updates_and_decoding_batches(data_args: l
         assert_positive(row, TRAINING_FIGURES)
         assert row["graphs"] == 0  # no CUDA here
     rows = report["decoding"]
-    assert [r["batch_size"] for r in rows] == [64, 1]
+    assert [(r["batch_size"], r["cuda_graphs"]) for r in rows] == [
+        (64, "false"),
+        (64, "true"),
+        (1, "false"),
+        (1, "true"),
+    ]
+    assert rows[0]["bleu"] == rows[1]["bleu"] and rows[2]["bleu"] == rows[3]["bleu"]
+    assert [r["shapes"] > 0 for r in rows] == [False, True, False, True]
     for row in rows:
         assert_positive(row, (*DECODING_FIGURES, "ms_per_batch"))

@@ -10,13 +10,23 @@ from dataclasses import replace
 import pytest
 import torch
 from host_reads import HostRead, no_host_reads
-from model_helpers import SETUPS, hand_batch, peaky_model, settings, sources, tiny_model
+from model_helpers import (
+    ATTENTIONS,
+    SETUPS,
+    hand_batch,
+    peaky_model,
+    settings,
+    sources,
+    tiny_model,
+)
 
 from seq2seq.config import TrainConfig
 from seq2seq.data.batching import Batch
 from seq2seq.decoding import beam as beam_module
+from seq2seq.decoding import graphed as graphed_search
 from seq2seq.decoding import search as search_module
-from seq2seq.decoding.search import beam_search, greedy_search
+from seq2seq.decoding.graphed import GreedyGraphs
+from seq2seq.decoding.search import beam_search, decode, greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import Normalizer
 from seq2seq.runtime.engine import Engine
@@ -176,3 +186,48 @@ def test_search_steps_between_looks_read_nothing_back(guarded_steps, name: str) 
                 assert x.tokens == y.tokens
                 assert x.score == pytest.approx(y.score, abs=1e-5)
                 torch.testing.assert_close(x.attention, y.attention)
+
+
+@pytest.fixture
+def guarded_chunks(monkeypatch):
+    """The fixed-shape greedy steps between two looks run under `no_host_reads`."""
+    original = graphed_search._steps
+
+    def steps(*args):
+        with no_host_reads():
+            return original(*args)
+
+    monkeypatch.setattr(graphed_search, "_steps", steps)
+
+
+@pytest.mark.parametrize("name", ATTENTIONS)
+def test_fixed_shape_greedy_equals_greedy_search(guarded_chunks, name: str) -> None:
+    """Padded to a fixed shape with every row kept in the loop, greedy search gives
+    `greedy_search`'s translations, scores and attention, reads nothing back between looks, and
+    a second batch of the same shape reuses the first one's buffers."""
+    model = peaky_model(name)
+    src, lengths = sources()
+    graphs = GreedyGraphs(torch.device("cpu"))
+    for rows in (torch.arange(5), torch.tensor([4, 2, 0, 3, 1])):  # one shape, other contents
+        want = greedy_search(model, src[rows], lengths[rows], settings())
+        got = graphs.search(model, src[rows], lengths[rows], settings())
+        for x, y in zip(got, want, strict=True):
+            assert x.tokens == y.tokens
+            assert x.score == pytest.approx(y.score, abs=1e-5)
+            torch.testing.assert_close(x.attention, y.attention)
+    assert len(graphs.slots) == 1
+    assert sum(len(h.tokens) for h in want) > len(want)  # not all empty
+
+
+def test_decode_takes_the_fixed_shape_greedy_search_only_where_it_applies() -> None:
+    model = peaky_model("luong")
+    src, lengths = sources()
+    for cfg, used in (
+        (settings(), True),
+        (settings(beam_size=2), False),
+        (replace(settings(), no_repeat_ngram=2), False),
+        (replace(settings(), sampling=True), False),
+    ):
+        graphs = GreedyGraphs(torch.device("cpu"))
+        decode(model, src, lengths, cfg, graphs=graphs)
+        assert bool(graphs.slots) == used

@@ -29,6 +29,7 @@ from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
 from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.graphed import GreedyGraphs
 from seq2seq.decoding.inference import score
 from seq2seq.decoding.search import decode_corpus, max_lengths
 from seq2seq.model.seq2seq import Seq2Seq, build_model
@@ -48,22 +49,29 @@ def measure_decoding(
     peak_gflops: float,
     profile: bool = False,
     batch_size: int = DecodeConfig.batch_size,
+    graphs: GreedyGraphs | None = None,
 ) -> dict[str, Any]:
     """Sentences/s of ``decode_corpus`` under the engine's autocast (median over passes after a
     counted warm-up pass) in batches of ``batch_size`` (1: the latency of one sentence), FLOPs
     per sentence, output length in pieces and words, BLEU, peak RSS; with ``profile``, the
-    operators of one more pass (per output piece)."""
+    operators of one more pass (per output piece). ``graphs``: greedy's fixed-shape chunks,
+    recorded in a pass of their own (timed apart) and replayed in the passes, as a server does."""
     cfg = DecodeConfig(beam_size=beam_size, nbest=1, batch_size=batch_size)
     gc.collect()
     reset_peak_rss()
     engine.reset_peak_memory()
-    with flop_counter() as counter, engine.compute():  # also the warm-up
+    with flop_counter() as counter, engine.compute():  # also the warm-up, eager
         hyps = decode_corpus(model, test, cfg)
+    start = time.perf_counter()
+    if graphs is not None:
+        with engine.compute():
+            decode_corpus(model, test, cfg, graphs)  # records each shape's chunk
+    record_s = time.perf_counter() - start
     rates = []
     for _ in range(sizes.passes):
         start = time.perf_counter()
         with engine.compute():
-            decode_corpus(model, test, cfg)  # results on the host after
+            decode_corpus(model, test, cfg, graphs)  # results on the host after
         rates.append(len(test) / (time.perf_counter() - start))
     max_memory = engine.max_memory_allocated()
     outputs = [nbest[0].tokens for nbest in hyps]
@@ -84,6 +92,9 @@ def measure_decoding(
     return {
         "beam_size": beam_size,
         "batch_size": batch_size,
+        "cuda_graphs": "false" if graphs is None else "true",
+        "shapes": 0 if graphs is None else len(graphs.slots),
+        "record_s": record_s,
         "ms_per_batch": 1e3 * batch_size / sentences_per_s,
         "sentences": len(test),
         "sentences_per_s": sentences_per_s,
@@ -166,10 +177,16 @@ def decoding_rows(
     model."""
     models, test, refs, tokenizer = decoding_models(engine, args, trained, data, sizes, tokenizers)
     rows = []
-    for (attention, model, settings), precision, search, products, size in itertools.product(
-        models, args.precision, args.search, args.products, args.decode_batch
+    for (
+        attention,
+        model,
+        settings,
+    ), precision, search, products, size, graphed in itertools.product(
+        models, args.precision, args.search, args.products, args.decode_batch, args.cuda_graphs
     ):
-        name = f"decoding {attention} {precision} {search} (batches of {size})"
+        if graphed == "true" and search != "greedy":
+            continue  # greedy search alone replays graphs
+        name = f"decoding {attention} {precision} {search} (batches of {size}, graphs {graphed})"
         name += f" {products}" if len(args.products) > 1 else ""
         progress(f"{name} ...")
         at = Engine(engine.device, Precision(precision), engine.topology, products=products)
@@ -186,6 +203,7 @@ def decoding_rows(
             peaks[precision],
             args.profile,
             size,
+            GreedyGraphs(at.device) if graphed == "true" else None,
         )
         rows.append(
             {

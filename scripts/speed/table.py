@@ -31,6 +31,7 @@ DECODING_COLUMNS = (
     ("attention", "<19", lambda r: r["attention"]),
     ("search", "<7", lambda r: r["search"]),
     ("batch", ">5", lambda r: r.get("batch_size", DecodeConfig.batch_size)),
+    ("graphs", ">7", lambda r: r.get("cuda_graphs", "false")),
     ("ms/batch", ">9", lambda r: f"{r.get('ms_per_batch', float('nan')):.1f}"),
     ("prec", "<5", lambda r: r["precision"]),
     ("products", "<9", lambda r: r["products"]),

@@ -139,6 +139,28 @@ def steering(
     return Steering(cfg.no_repeat_ngram, min_len, None if prefix is None else prefix.to(device))
 
 
+def greedy_results(
+    tokens: Tensor,
+    attention: Tensor,
+    scores: Tensor,
+    lengths: Tensor,
+    src_lengths: Tensor,
+    alpha: float,
+) -> list[Hypothesis]:
+    """Each row's translation from host tensors (tokens [B, W], attention [B, W, heads, S],
+    score sums and lengths with EOS [B]), scored over ``alpha``'s length penalty as beam search
+    scores."""
+    return [
+        make_hypothesis(
+            tokens[i, : lengths[i] - 1],
+            float(scores[i]) / rules.length_penalty(int(lengths[i]), alpha),
+            attention[i, : lengths[i]],
+            n,
+        )
+        for i, n in enumerate(src_lengths.tolist())
+    ]
+
+
 def make_hypothesis(tokens: Tensor, score: float, attention: Tensor, src_len: int) -> Hypothesis:
     """Build a result from host ids [L] and attention [L + 1, heads, S] cut to the real source."""
     attention = attention[:, :, :src_len].float()  # [L + 1, heads, src_len]

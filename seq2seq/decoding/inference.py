@@ -18,6 +18,7 @@ from seq2seq_lite.steering import LineSteering, SteeringIds, decode_steered, enc
 
 from seq2seq.config import DecodeConfig, InferenceConfig
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decoding.graphed import GreedyGraphs
 from seq2seq.decoding.search import Hypothesis, decode_sources
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
@@ -99,6 +100,9 @@ class Translator:
             raise Seq2SeqError(problem)
         self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
         self.search, self.engine = search, engine
+        # plain greedy search replays CUDA graphs, kept for later batches (not with compile=true)
+        on_gpu = engine is not None and engine.device.type == "cuda" and not engine.compiled
+        self.graphs = GreedyGraphs(engine.device) if on_gpu else None
 
     @classmethod
     def from_run(
@@ -130,7 +134,7 @@ class Translator:
         def decode(lines: list[int], given: Sequence[SteeringIds] | None) -> list[list[Hypothesis]]:
             sources = [results[i].source_ids for i in lines]
             wanted = None if given is None else [given[i] for i in lines]
-            return decode_sources(self.model, sources, self.search, seed, wanted)
+            return decode_sources(self.model, sources, self.search, seed, wanted, self.graphs)
 
         with self.engine.compute() if self.engine else contextlib.nullcontext():
             nbest = decode_steered(decode, todo, targets)

@@ -18,12 +18,13 @@ from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.beam import beam_search
+from seq2seq.decoding.graphed import GreedyGraphs
 from seq2seq.decoding.hypothesis import (
     BatchSteering,
     Hypothesis,
     check_interval,
+    greedy_results,
     looks_at,
-    make_hypothesis,
     max_lengths,
     restrict,
     steering,
@@ -164,15 +165,7 @@ class _Greedy:
         tokens, attention, scores, lengths = (
             x.cpu() for x in (self.tokens, self.attention, self.scores, self.lengths)
         )
-        return [
-            make_hypothesis(
-                tokens[i, : lengths[i] - 1],
-                float(scores[i]) / length_penalty(int(lengths[i]), alpha),
-                attention[i, : lengths[i]],
-                n,
-            )
-            for i, n in enumerate(src_lengths.tolist())
-        ]
+        return greedy_results(tokens, attention, scores, lengths, src_lengths, alpha)
 
 
 def decode(
@@ -181,12 +174,16 @@ def decode(
     src_lengths: Tensor,
     cfg: DecodeConfig,
     steer: BatchSteering | None = None,
+    graphs: GreedyGraphs | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best lists for a padded batch; beam_size 1 is greedy search; sampling draws ``nbest``
     translations of each sentence, best first; ``steer``: the sentences' prefixes and
-    constraints (constraints: beam search only)."""
+    constraints (constraints: beam search only); ``graphs``: where plain greedy search replays
+    (CUDA) or records its fixed-shape chunks."""
     if steer is not None and steer.phrases is not None and (cfg.sampling or cfg.beam_size < 2):
         raise Seq2SeqError(CONSTRAINTS_NEED_BEAM)
+    if graphs is not None and steer is None and graphs.applies(model, cfg):
+        return [[h] for h in graphs.search(model, src, src_lengths, cfg)]
     if cfg.sampling:
         return sample(model, src, src_lengths, cfg, steer=steer)
     if cfg.beam_size == 1:
@@ -225,10 +222,12 @@ def decode_sources(
     cfg: DecodeConfig,
     seed: int | None = None,
     steer: Sequence[SteeringIds] | None = None,
+    graphs: GreedyGraphs | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept.
     Sampling draws batch ``b`` with seed ``seed + b`` (default ``cfg.seed + b``). ``steer``:
-    each source's target prefix and constraints (one per source; None: none)."""
+    each source's target prefix and constraints (one per source; None: none); ``graphs``: see
+    `decode`."""
     first_seed = cfg.seed if seed is None else seed
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     results: list[list[Hypothesis]] = [[] for _ in sources]
@@ -246,12 +245,15 @@ def decode_sources(
                 model, src_ids, torch.from_numpy(lengths), cfg, first_seed + batch, steered
             )
         else:
-            nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg, steered)
+            nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg, steered, graphs)
         for i, hyps in zip(chunk, nbest, strict=True):
             results[i] = hyps
     return results
 
 
-def decode_corpus(model: Seq2Seq, corpus, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def decode_corpus(
+    model: Seq2Seq, corpus, cfg: DecodeConfig, graphs: GreedyGraphs | None = None
+) -> list[list[Hypothesis]]:
     """Decode every source of a ``TokenizedCorpus`` (anything with len and ``src(i)``)."""
-    return decode_sources(model, [corpus.src(i) for i in range(len(corpus))], cfg)
+    sources = [corpus.src(i) for i in range(len(corpus))]
+    return decode_sources(model, sources, cfg, graphs=graphs)

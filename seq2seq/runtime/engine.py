@@ -122,6 +122,7 @@ class Engine(ProcessGroup):
         super().__init__(topology, host_group)
         self.device, self.precision = device, Precision(precision)
         self.kernels = Kernels(Products(products), Int8Engine(int8_engine))
+        self.compiled = False  # the search step compiled (decoding's compile=true)
 
     @classmethod
     def create(
@@ -304,6 +305,7 @@ class Engine(ProcessGroup):
         (every batch size and source length share one compiled unit); the first batches pay for
         compiling."""
         model.compile_steps(lambda fn: torch.compile(fn, dynamic=True))
+        self.compiled = True
 
 
 def engine_choices(engine: Engine) -> dict[str, Any]:

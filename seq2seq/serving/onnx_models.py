@@ -37,7 +37,7 @@ class OnnxTranslator(Translator):
     def __init__(self, lite: Any, src_tok: Tokenizer, tgt_tok: Tokenizer, search: DecodeConfig):
         # the base class's texts and pieces read the tokenizers alone; its model is lite's graphs
         self.lite, self.src_tok, self.tgt_tok, self.search = lite, src_tok, tgt_tok, search
-        self.model, self.engine = None, None
+        self.model, self.engine, self.graphs = None, None, None
 
     def translate(  # type: ignore[override]
         self, lines: list[str], steer: Sequence[LineSteering | None] | None = None
