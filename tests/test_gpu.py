@@ -1,7 +1,7 @@
 """On a CUDA GPU: smoke training in each precision, the same translations as on the CPU,
 checkpoints that move between devices, training updates replayed from CUDA graphs (the eager
 updates' results, also after a change of bucket), search steps that never synchronise, and
-greedy search replayed from CUDA graphs.
+greedy and beam search replayed from CUDA graphs.
 Marked ``gpu``; skipped where torch finds no CUDA."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding import beam as beam_module
 from seq2seq.decoding import search as search_module
-from seq2seq.decoding.graphed import GreedyGraphs
+from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
-from seq2seq.decoding.search import beam_search, greedy_search
+from seq2seq.decoding.search import beam_search, decode, greedy_search
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
 from seq2seq.training.graphed import StaticUpdater, resolve
@@ -207,19 +207,22 @@ def test_search_steps_never_synchronise(steps_never_synchronise, name: str) -> N
 
 
 @pytest.mark.parametrize("name", ["bahdanau", "luong", "multihead", "local_p"])
-def test_graphed_greedy_equals_greedy_search(name: str) -> None:
-    """Greedy search's fixed-shape chunks, run eagerly once, then captured and replayed for
-    later batches of the shape, give `greedy_search`'s translations."""
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_graphed_search_equals_the_search(name: str, beam_size: int) -> None:
+    """The fixed-shape chunks of greedy and beam search, run eagerly once, then captured and
+    replayed for later batches of the shape, give `decode`'s n-best lists."""
     model = peaky_model(name).cuda()
     src, lengths = sources()
-    graphs = GreedyGraphs(torch.device("cuda"))
+    cfg = settings(beam_size, nbest=beam_size)
+    graphs = SearchGraphs(torch.device("cuda"))
     orders = [torch.arange(5), torch.tensor([4, 2, 0, 3, 1]), torch.tensor([1, 0, 4, 3, 2])]
     for rows in orders:
-        want = greedy_search(model, src[rows].cuda(), lengths[rows], settings())
-        got = graphs.search(model, src[rows].cuda(), lengths[rows], settings())
-        for x, y in zip(got, want, strict=True):
+        want = decode(model, src[rows].cuda(), lengths[rows], cfg)
+        got = graphs.search(model, src[rows].cuda(), lengths[rows], cfg)
+        assert [len(n) for n in got] == [len(n) for n in want]
+        for x, y in zip(sum(got, []), sum(want, []), strict=True):
             assert x.tokens == y.tokens
             assert x.score == pytest.approx(y.score, abs=1e-5)
             torch.testing.assert_close(x.attention, y.attention)
-    (slots,) = graphs.slots.values()
-    assert slots.graph is not None
+    (chunks,) = [*graphs.greedy.values(), *graphs.beam.values()]
+    assert chunks.graphs  # captured and replayed

@@ -25,7 +25,7 @@ from seq2seq.data.batching import Batch
 from seq2seq.decoding import beam as beam_module
 from seq2seq.decoding import graphed as graphed_search
 from seq2seq.decoding import search as search_module
-from seq2seq.decoding.graphed import GreedyGraphs
+from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.search import beam_search, decode, greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import Normalizer
@@ -190,44 +190,51 @@ def test_search_steps_between_looks_read_nothing_back(guarded_steps, name: str) 
 
 @pytest.fixture
 def guarded_chunks(monkeypatch):
-    """The fixed-shape greedy steps between two looks run under `no_host_reads`."""
-    original = graphed_search._steps
+    """The fixed-shape steps between two looks run under `no_host_reads`."""
+    original = graphed_search.SearchGraphs._chunk
 
-    def steps(*args):
-        with no_host_reads():
-            return original(*args)
+    def chunk(self, chunks, key, run):
+        def guarded():
+            with no_host_reads():
+                run()
 
-    monkeypatch.setattr(graphed_search, "_steps", steps)
+        return original(self, chunks, key, guarded)
+
+    monkeypatch.setattr(graphed_search.SearchGraphs, "_chunk", chunk)
 
 
 @pytest.mark.parametrize("name", ATTENTIONS)
-def test_fixed_shape_greedy_equals_greedy_search(guarded_chunks, name: str) -> None:
-    """Padded to a fixed shape with every row kept in the loop, greedy search gives
-    `greedy_search`'s translations, scores and attention, reads nothing back between looks, and
-    a second batch of the same shape reuses the first one's buffers."""
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_fixed_shape_search_equals_the_search(guarded_chunks, name: str, beam_size: int) -> None:
+    """Padded to a fixed shape with every sentence kept in the loop, greedy and beam search give
+    `decode`'s n-best lists (tokens, scores, attention), read nothing back between looks, and a
+    second batch of the shape reuses the first one's buffers."""
     model = peaky_model(name)
     src, lengths = sources()
-    graphs = GreedyGraphs(torch.device("cpu"))
+    cfg = settings(beam_size, nbest=beam_size)
+    graphs = SearchGraphs(torch.device("cpu"))
     for rows in (torch.arange(5), torch.tensor([4, 2, 0, 3, 1])):  # one shape, other contents
-        want = greedy_search(model, src[rows], lengths[rows], settings())
-        got = graphs.search(model, src[rows], lengths[rows], settings())
-        for x, y in zip(got, want, strict=True):
+        want = decode(model, src[rows], lengths[rows], cfg)
+        got = graphs.search(model, src[rows], lengths[rows], cfg)
+        assert [len(n) for n in got] == [len(n) for n in want]
+        for x, y in zip(sum(got, []), sum(want, []), strict=True):
             assert x.tokens == y.tokens
             assert x.score == pytest.approx(y.score, abs=1e-5)
             torch.testing.assert_close(x.attention, y.attention)
-    assert len(graphs.slots) == 1
-    assert sum(len(h.tokens) for h in want) > len(want)  # not all empty
+    assert graphs.shapes == 1
+    assert sum(len(n[0].tokens) for n in want) > len(want)  # not all empty
 
 
-def test_decode_takes_the_fixed_shape_greedy_search_only_where_it_applies() -> None:
+def test_decode_takes_the_fixed_shape_search_only_where_it_applies() -> None:
     model = peaky_model("luong")
     src, lengths = sources()
     for cfg, used in (
         (settings(), True),
-        (settings(beam_size=2), False),
+        (settings(beam_size=2), True),
+        (settings(beam_size=2, coverage_penalty=0.2), False),
         (replace(settings(), no_repeat_ngram=2), False),
         (replace(settings(), sampling=True), False),
     ):
-        graphs = GreedyGraphs(torch.device("cpu"))
+        graphs = SearchGraphs(torch.device("cpu"))
         decode(model, src, lengths, cfg, graphs=graphs)
-        assert bool(graphs.slots) == used
+        assert bool(graphs.shapes) == used

@@ -180,8 +180,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--cuda-graphs",
         type=comma_list(("false", "true")),
         default=["false"],
-        help="training updates and greedy search eager (false) or fixed-shape and, on CUDA, "
-        "graphed (true)",
+        help="training updates and searches eager (false) or fixed-shape and, on CUDA, graphed",
     )
     parser.add_argument(
         "--decode-batch",

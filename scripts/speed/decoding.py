@@ -29,7 +29,7 @@ from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
 from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.graphed import GreedyGraphs
+from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import score
 from seq2seq.decoding.search import decode_corpus, max_lengths
 from seq2seq.model.seq2seq import Seq2Seq, build_model
@@ -49,12 +49,12 @@ def measure_decoding(
     peak_gflops: float,
     profile: bool = False,
     batch_size: int = DecodeConfig.batch_size,
-    graphs: GreedyGraphs | None = None,
+    graphs: SearchGraphs | None = None,
 ) -> dict[str, Any]:
     """Sentences/s of ``decode_corpus`` under the engine's autocast (median over passes after a
     counted warm-up pass) in batches of ``batch_size`` (1: the latency of one sentence), FLOPs
     per sentence, output length in pieces and words, BLEU, peak RSS; with ``profile``, the
-    operators of one more pass (per output piece). ``graphs``: greedy's fixed-shape chunks,
+    operators of one more pass (per output piece). ``graphs``: the search's fixed-shape chunks,
     recorded in a pass of their own (timed apart) and replayed in the passes, as a server does."""
     cfg = DecodeConfig(beam_size=beam_size, nbest=1, batch_size=batch_size)
     gc.collect()
@@ -93,7 +93,7 @@ def measure_decoding(
         "beam_size": beam_size,
         "batch_size": batch_size,
         "cuda_graphs": "false" if graphs is None else "true",
-        "shapes": 0 if graphs is None else len(graphs.slots),
+        "shapes": 0 if graphs is None else graphs.shapes,
         "record_s": record_s,
         "ms_per_batch": 1e3 * batch_size / sentences_per_s,
         "sentences": len(test),
@@ -184,8 +184,6 @@ def decoding_rows(
     ), precision, search, products, size, graphed in itertools.product(
         models, args.precision, args.search, args.products, args.decode_batch, args.cuda_graphs
     ):
-        if graphed == "true" and search != "greedy":
-            continue  # greedy search alone replays graphs
         name = f"decoding {attention} {precision} {search} (batches of {size}, graphs {graphed})"
         name += f" {products}" if len(args.products) > 1 else ""
         progress(f"{name} ...")
@@ -203,7 +201,7 @@ def decoding_rows(
             peaks[precision],
             args.profile,
             size,
-            GreedyGraphs(at.device) if graphed == "true" else None,
+            SearchGraphs(at.device) if graphed == "true" else None,
         )
         rows.append(
             {

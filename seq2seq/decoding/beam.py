@@ -87,16 +87,16 @@ class _BeamSearch:
         src_lengths: Tensor,
         cfg: DecodeConfig,
         steer: BatchSteering | None = None,
+        steps: int | None = None,
     ) -> None:
         self.model, self.k, self.alpha = model, cfg.beam_size, cfg.alpha
         self.beta = cfg.coverage_penalty
         self.nbest = min(cfg.nbest, cfg.beam_size)  # a sentence finishes at most k hypotheses
-        k = self.k
-        batch, src_len = src.shape
+        k, (batch, src_len) = self.k, src.shape
         device = src.device
         limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
         limit_host = limit_host if steer is None else steer.limits(limit_host)
-        self.steps = int(limit_host.max()) + 1
+        self.steps = int(limit_host.max()) + 1 if steps is None else steps  # buffers' steps
         self.limit = limit_host.to(device)
         # [B] the largest penalty a hypothesis of each sentence can get: EOS at its length limit
         self.best_penalty = length_penalty(limit_host.double() + 1, self.alpha).float().to(device)

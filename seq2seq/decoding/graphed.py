@@ -1,16 +1,20 @@
-"""Greedy search replayed from CUDA graphs: the batch is padded to a fixed shape (rows to a
-power of two, the source to a multiple of `SOURCE_STEP`), every row stays in the loop until the
-last one ends, the step number lives on the device, and the `CHUNK` steps between two looks are
-recorded once per shape and replayed for every later chunk and batch of that shape. The first
-chunk of a shape runs eagerly, as on the CPU, where nothing is captured (how the tests run it).
+"""Greedy and beam search replayed from CUDA graphs. Each batch is padded to a fixed shape (rows
+to a power of two, the source to a multiple of `SOURCE_STEP`), every sentence stays in the loop
+until the last one ends, and the `CHUNK` steps between two looks at the device are recorded
+once per shape (greedy: one graph, its step number on the device; beam: one per chunk of steps)
+and replayed for every later batch of that shape. A chunk's first run is eager, its second is
+captured; on the CPU every chunk runs eagerly (how the tests run them).
 
-It gives `greedy_search`'s translations for the plain search: no sampling, bans or prefixes.
+They give `greedy_search`'s and `beam_search`'s n-best lists for the plain searches: no
+sampling, bans, prefixes, constraints or coverage penalty (`SearchGraphs.applies`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -19,12 +23,27 @@ from seq2seq_lite import rules
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decoding.beam import _BeamSearch
 from seq2seq.decoding.hypothesis import Hypothesis, greedy_results, max_lengths, restrict
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD
 
 CHUNK = 8  # steps per graph, and between two looks at the device (as `check_interval` on a GPU)
 SOURCE_STEP = 16  # source lengths are padded up to a multiple of this: few shapes
+# what a beam search holds per batch besides its beams, refilled for each batch of a shape
+BEAM_BUFFERS = (
+    "limit",
+    "best_penalty",
+    "src_lengths",
+    "parents",
+    "fed",
+    "history",
+    "ended_score",
+    "ended_step",
+    "ended_row",
+    "ended",
+    "ended_short",
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +56,37 @@ class Shape:
     dtype: torch.dtype | None
 
 
+@dataclass
+class Padded:
+    """A batch padded to its shape: src [R, S] on the device, lengths and limits [R] on the host
+    (extra rows: a one-token source with a limit of 0, ended at their first step)."""
+
+    shape: Shape
+    rows: int  # the real ones, first
+    src: Tensor
+    lengths: Tensor
+    limit: Tensor
+
+    @classmethod
+    def of(cls, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, first: int) -> Padded:
+        """``first``: the step that the first chunk starts at (greedy 0, beam 1)."""
+        rows, src_len = src.shape
+        padded_len = -(-src_len // SOURCE_STEP) * SOURCE_STEP
+        longest = int(max_lengths(torch.tensor([padded_len]), cfg.max_len_a, cfg.max_len_b)[0])
+        width = first + -(-(longest + 1 - first) // CHUNK) * CHUNK  # steps 0..longest
+        device = src.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        shape = Shape(1 << (rows - 1).bit_length(), padded_len, width, dtype)
+        padded = torch.full((shape.rows, padded_len), PAD, dtype=torch.long, device=src.device)
+        padded[:rows, :src_len] = src
+        padded[rows:, 0] = EOS
+        lengths = torch.ones(shape.rows, dtype=torch.long)
+        lengths[:rows] = src_lengths
+        limit = torch.zeros(shape.rows, dtype=torch.long)
+        limit[:rows] = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)
+        return cls(shape, rows, padded, lengths, limit)
+
+
 def _cloned(tensors: Any) -> Any:
     """A copy of a dataclass of tensors (`EncoderOutput`, `DecoderState`) in new memory."""
     return replace(tensors, **{f.name: _clone(getattr(tensors, f.name)) for f in fields(tensors)})
@@ -47,16 +97,28 @@ def _clone(x: Tensor | None) -> Tensor | None:
 
 
 def _copy_into(mine: Any, theirs: Any) -> None:
-    """Every tensor of dataclass ``theirs`` copied into ``mine``'s, in place."""
+    """Every tensor of dataclass ``theirs`` (nested ones too) copied into ``mine``'s, in place."""
     for f in fields(mine):
-        if (tensor := getattr(mine, f.name)) is not None:
-            tensor.copy_(getattr(theirs, f.name))
+        a, b = getattr(mine, f.name), getattr(theirs, f.name)
+        if dataclasses.is_dataclass(a):
+            _copy_into(a, b)
+        elif a is not None and a is not b:
+            a.copy_(b)
 
 
-class _Slots:
-    """One shape's search state on the device; a captured chunk reads and writes it in place."""
+class _Chunks:
+    """A shape's graphs by chunk key, and how often each chunk ran before it was captured."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.runs: Counter[int] = Counter()
+
+
+class _Slots(_Chunks):
+    """One shape's greedy search state on the device; its graph reads and writes it in place."""
 
     def __init__(self, shape: Shape, enc: Any, state: Any, heads: int) -> None:
+        super().__init__()
         rows, device = shape.rows, enc.memory.device
         self.enc, self.state = _cloned(enc), _cloned(state)
         self.prev = torch.full((rows,), BOS, dtype=torch.long, device=device)
@@ -67,8 +129,6 @@ class _Slots:
         self.lengths = torch.zeros(rows, dtype=torch.long, device=device)  # EOS included
         self.running = torch.ones(rows, dtype=torch.bool, device=device)
         self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.chunks = 0  # chunks run before the graph was captured
 
     def fill(self, enc: Any, state: Any, limit: Tensor) -> None:
         """A new batch's start, copied in (device work only)."""
@@ -82,93 +142,122 @@ class _Slots:
         self.running.fill_(True)
 
 
-class GreedyGraphs:
-    """Captured greedy chunks by batch shape, kept by their owner (a `Translator`, a benchmark)
+class _BeamShape(_Chunks):
+    """One shape's beam search: the first batch's `_BeamSearch`, whose tensors the graphs read
+    and write, refilled for each later batch after its eager first step."""
+
+    def __init__(self, search: _BeamSearch) -> None:
+        super().__init__()
+        self.search, self.beams = search, search.beams
+
+    def load(self, fresh: _BeamSearch) -> None:
+        """A new batch, after its first step, copied in (device work only)."""
+        if fresh is self.search:
+            return
+        for name in BEAM_BUFFERS:
+            getattr(self.search, name).copy_(getattr(fresh, name))
+        _copy_into(self.beams, fresh.beams)
+        self.search.beams = self.beams
+
+    def steps(self, first: int) -> None:
+        """`CHUNK` steps from ``first``, the beams left in the static ones."""
+        for t in range(first, first + CHUNK):
+            self.search.step(t, False)
+        _copy_into(self.beams, self.search.beams)
+        self.search.beams = self.beams
+
+
+class SearchGraphs:
+    """Captured search chunks by batch shape, kept by their owner (a `Translator`, a benchmark)
     so that later batches replay them; on the CPU the same fixed-shape steps run eagerly."""
 
     def __init__(self, device: torch.device) -> None:
         self.capture = device.type == "cuda"
-        self.slots: dict[Shape, _Slots] = {}
+        self.greedy: dict[Shape, _Slots] = {}
+        self.beam: dict[Shape, _BeamShape] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
+
+    @property
+    def shapes(self) -> int:
+        return len(self.greedy) + len(self.beam)
 
     @staticmethod
     def applies(model: Any, cfg: DecodeConfig) -> bool:
-        """Whether this search is the plain greedy one these graphs run."""
-        bans = cfg.no_repeat_ngram or cfg.min_len_a or cfg.min_len_b
-        return isinstance(model, Seq2Seq) and cfg.beam_size == 1 and not cfg.sampling and not bans
+        """Whether the search ``cfg`` asks for is a plain one these graphs run."""
+        bans = cfg.no_repeat_ngram or cfg.min_len_a or cfg.min_len_b or cfg.coverage_penalty
+        return isinstance(model, Seq2Seq) and not cfg.sampling and not bans
 
     @torch.inference_mode()
     def search(
         self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig
-    ) -> list[Hypothesis]:
-        """`greedy_search`'s translations of src [B, S] (src_lengths [B] on the host)."""
-        rows, src_len = src.shape
-        padded_len = -(-src_len // SOURCE_STEP) * SOURCE_STEP
-        longest = int(max_lengths(torch.tensor([padded_len]), cfg.max_len_a, cfg.max_len_b)[0])
-        shape = Shape(
-            1 << (rows - 1).bit_length(),
-            padded_len,
-            -(-(longest + 1) // CHUNK) * CHUNK,
-            torch.get_autocast_dtype(src.device.type)
-            if torch.is_autocast_enabled(src.device.type)
-            else None,
-        )
-        padded = torch.full((shape.rows, padded_len), PAD, dtype=torch.long, device=src.device)
-        padded[:rows, :src_len] = src
-        padded[rows:, 0] = EOS  # extra rows: a one-token source, ended at their first step
-        lengths = torch.ones(shape.rows, dtype=torch.long)
-        lengths[:rows] = src_lengths
-        limit = torch.zeros(shape.rows, dtype=torch.long)
-        limit[:rows] = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)
-        enc = model.encode(padded, lengths)
+    ) -> list[list[Hypothesis]]:
+        """`decode`'s n-best lists of src [B, S] (src_lengths [B] on the host)."""
+        if cfg.beam_size == 1:
+            return [[h] for h in self._greedy(model, Padded.of(src, src_lengths, cfg, 0), cfg)]
+        return self._beam(model, Padded.of(src, src_lengths, cfg, 1), cfg)
+
+    def _greedy(self, model: Seq2Seq, p: Padded, cfg: DecodeConfig) -> list[Hypothesis]:
+        enc = model.encode(p.src, p.lengths)
         state = model.decoder.init_state(enc)
-        if shape not in self.slots:
-            self.slots[shape] = _Slots(shape, enc, state, model.decoder.heads)
-        slots = self.slots[shape]
-        slots.fill(enc, state, limit.to(src.device))
-        for _ in range(shape.width // CHUNK):
-            self._chunk(model, slots)
+        if p.shape not in self.greedy:
+            self.greedy[p.shape] = _Slots(p.shape, enc, state, model.decoder.heads)
+        slots = self.greedy[p.shape]
+        slots.fill(enc, state, p.limit.to(p.src.device))
+        for _ in range(p.shape.width // CHUNK):
+            self._chunk(slots, 0, lambda: _greedy_steps(model, slots))
             if not slots.running.any():  # the look: one read per chunk
                 break
-        tokens, attention, scores, lengths = (
-            x[:rows].cpu() for x in (slots.tokens, slots.attention, slots.scores, slots.lengths)
-        )
+        found = (slots.tokens, slots.attention, slots.scores, slots.lengths)
+        tokens, attention, scores, lengths = (x[: p.rows].cpu() for x in found)
+        src_lengths = p.lengths[: p.rows]
         return greedy_results(tokens, attention, scores, lengths, src_lengths, cfg.alpha)
 
-    def _chunk(self, model: Seq2Seq, slots: _Slots) -> None:
-        """`CHUNK` steps: replayed where captured; eagerly on the CPU and for a shape's first
-        chunk (a warm-up); captured, then replayed, at its second."""
-        if slots.graph is not None:
-            slots.graph.replay()
+    def _beam(self, model: Seq2Seq, p: Padded, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+        fresh = _BeamSearch(model, p.src, p.lengths, cfg, steps=p.shape.width)
+        fresh.limit.copy_(p.limit)  # the extra rows end at once
+        fresh.step(0, False)  # one row per sentence: then k, the shape the chunks keep
+        if p.shape not in self.beam:
+            self.beam[p.shape] = _BeamShape(fresh)
+        entry = self.beam[p.shape]
+        entry.load(fresh)
+        for chunk in range((p.shape.width - 1) // CHUNK):
+            self._chunk(entry, chunk, lambda c=chunk: entry.steps(1 + c * CHUNK))
+            if bool(entry.beams.done.all()):  # the look
+                break
+        return entry.search.results(p.lengths)[: p.rows]
+
+    def _chunk(self, chunks: _Chunks, key: int, run: Callable[[], None]) -> None:
+        """One chunk: replayed where captured; eagerly on the CPU and at its first run (a
+        warm-up); captured, then replayed, at its second."""
+        if (graph := chunks.graphs.get(key)) is not None:
+            graph.replay()
             return
-        slots.chunks += 1
-        if not self.capture or slots.chunks == 1:
-            _steps(model, slots)
+        chunks.runs[key] += 1
+        if not self.capture or chunks.runs[key] == 1:
+            run()
             return
         graph = torch.cuda.CUDAGraph()
         with (
-            _uncached_autocast(slots),
+            _uncached_autocast(),
             torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"),
         ):
-            _steps(model, slots)
-        slots.graph = graph
+            run()
+        chunks.graphs[key] = graph
         graph.replay()
 
 
 @contextlib.contextmanager
-def _uncached_autocast(slots: _Slots) -> Iterator[None]:
-    """Autocast as it is, without its cache of cast weights: a graph must cast them itself,
-    since a cached copy is freed when the caller's autocast ends."""
-    device = slots.t.device.type
-    if not torch.is_autocast_enabled(device):
+def _uncached_autocast() -> Iterator[None]:
+    """CUDA's autocast as it is, without its cache of cast weights: a graph must cast them
+    itself, since a cached copy is freed when the caller's autocast ends."""
+    if not torch.is_autocast_enabled("cuda"):
         yield
         return
-    dtype = torch.get_autocast_dtype(device)
-    with torch.autocast(device, dtype=dtype, cache_enabled=False):
+    with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False):
         yield
 
 
-def _steps(model: Seq2Seq, s: _Slots) -> None:
+def _greedy_steps(model: Seq2Seq, s: _Slots) -> None:
     """`CHUNK` greedy steps of every row, as `greedy_search`'s; only device work, in place."""
     state, prev = s.state, s.prev
     for _ in range(CHUNK):

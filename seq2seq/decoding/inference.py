@@ -18,7 +18,7 @@ from seq2seq_lite.steering import LineSteering, SteeringIds, decode_steered, enc
 
 from seq2seq.config import DecodeConfig, InferenceConfig
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.graphed import GreedyGraphs
+from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.search import Hypothesis, decode_sources
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
@@ -100,9 +100,9 @@ class Translator:
             raise Seq2SeqError(problem)
         self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
         self.search, self.engine = search, engine
-        # plain greedy search replays CUDA graphs, kept for later batches (not with compile=true)
+        # plain searches replay CUDA graphs, kept for later batches (not with compile=true)
         on_gpu = engine is not None and engine.device.type == "cuda" and not engine.compiled
-        self.graphs = GreedyGraphs(engine.device) if on_gpu else None
+        self.graphs = SearchGraphs(engine.device) if on_gpu else None
 
     @classmethod
     def from_run(

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.beam import beam_search
-from seq2seq.decoding.graphed import GreedyGraphs
+from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.hypothesis import (
     BatchSteering,
     Hypothesis,
@@ -174,16 +174,16 @@ def decode(
     src_lengths: Tensor,
     cfg: DecodeConfig,
     steer: BatchSteering | None = None,
-    graphs: GreedyGraphs | None = None,
+    graphs: SearchGraphs | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best lists for a padded batch; beam_size 1 is greedy search; sampling draws ``nbest``
     translations of each sentence, best first; ``steer``: the sentences' prefixes and
-    constraints (constraints: beam search only); ``graphs``: where plain greedy search replays
+    constraints (constraints: beam search only); ``graphs``: where a plain search replays
     (CUDA) or records its fixed-shape chunks."""
     if steer is not None and steer.phrases is not None and (cfg.sampling or cfg.beam_size < 2):
         raise Seq2SeqError(CONSTRAINTS_NEED_BEAM)
     if graphs is not None and steer is None and graphs.applies(model, cfg):
-        return [[h] for h in graphs.search(model, src, src_lengths, cfg)]
+        return graphs.search(model, src, src_lengths, cfg)
     if cfg.sampling:
         return sample(model, src, src_lengths, cfg, steer=steer)
     if cfg.beam_size == 1:
@@ -222,7 +222,7 @@ def decode_sources(
     cfg: DecodeConfig,
     seed: int | None = None,
     steer: Sequence[SteeringIds] | None = None,
-    graphs: GreedyGraphs | None = None,
+    graphs: SearchGraphs | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept.
     Sampling draws batch ``b`` with seed ``seed + b`` (default ``cfg.seed + b``). ``steer``:
@@ -252,7 +252,7 @@ def decode_sources(
 
 
 def decode_corpus(
-    model: Seq2Seq, corpus, cfg: DecodeConfig, graphs: GreedyGraphs | None = None
+    model: Seq2Seq, corpus, cfg: DecodeConfig, graphs: SearchGraphs | None = None
 ) -> list[list[Hypothesis]]:
     """Decode every source of a ``TokenizedCorpus`` (anything with len and ``src(i)``)."""
     sources = [corpus.src(i) for i in range(len(corpus))]
