@@ -73,7 +73,11 @@ def test_bucket_sizes_are_few_and_tight() -> None:
     sizes = [bucket_size(n) for n in range(1, 257)]
     assert all(n <= s <= max(n + 1, n * 1.125 + 1) for n, s in enumerate(sizes, start=1))
     assert len(set(sizes)) <= 45  # shapes to capture for every length up to 256
-    assert Bucket.of(hand_batch(0)) == Bucket(4, 6, 8)
+    # the longer side (7 target pieces) rounds up to 8; 8 is the bucket of lengths 7 and 8, and
+    # a 2,000-token budget gives length 7 at most 285 rows: row counts share the bucket
+    assert Bucket.of(hand_batch(0), 2000) == Bucket(285, 8, 8)
+    assert Bucket.of(hand_batch(0, rows=2), 2000) == Bucket(285, 8, 8)
+    assert Bucket.of(hand_batch(0), 10) == Bucket(3, 8, 8)  # never fewer rows than the batch
 
 
 def updates(updater, batches: list[Batch]) -> list:

@@ -84,7 +84,7 @@ def measure_training(
     order = list(itertools.islice(itertools.cycle(epoch), needed))
     start = time.perf_counter()
     if isinstance(updater, StaticUpdater):  # every bucket's graph captured before timing
-        run_updates(engine, updater, train, bucket_warmup(train, epoch))
+        run_updates(engine, updater, train, bucket_warmup(train, epoch, tcfg.batch_tokens))
     capture_s = time.perf_counter() - start
     run_updates(engine, updater, train, order[: sizes.warmup])
     windows = [order[i : i + sizes.window] for i in range(sizes.warmup, needed, sizes.window)]
@@ -125,11 +125,13 @@ def measure_training(
     }
 
 
-def bucket_warmup(corpus: TokenizedCorpus, epoch: Sequence[np.ndarray]) -> list[np.ndarray]:
+def bucket_warmup(
+    corpus: TokenizedCorpus, epoch: Sequence[np.ndarray], budget: int
+) -> list[np.ndarray]:
     """Two batches of each bucket of ``epoch``: a warm-up and a capture for the graphed update."""
     seen: dict[Bucket, list[np.ndarray]] = {}
     for ids in epoch:
-        taken = seen.setdefault(Bucket.of(collate(corpus, ids)), [])
+        taken = seen.setdefault(Bucket.of(collate(corpus, ids), budget), [])
         if len(taken) < 2:
             taken.append(ids)
     return [ids for taken in seen.values() for ids in taken]
