@@ -177,7 +177,7 @@ def test_graphs_are_captured_again_when_the_parameters_move(no_tf32) -> None:
 @pytest.fixture
 def steps_never_synchronise(monkeypatch):
     """Greedy's and beam's steps between two looks run in CUDA's sync debug mode "error"."""
-    for cls in (beam_module._BeamSearch, search_module._Greedy):
+    for cls in (beam_module.BeamSearch, search_module._Greedy):
         original = cls.step
 
         def step(self, t: int, look: bool, original=original) -> None:

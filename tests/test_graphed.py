@@ -158,7 +158,7 @@ def test_when_the_static_update_runs() -> None:
 @pytest.fixture
 def guarded_steps(monkeypatch):
     """The search steps between two looks at the device run under `no_host_reads`."""
-    for cls in (beam_module._BeamSearch, search_module._Greedy):
+    for cls in (beam_module.BeamSearch, search_module._Greedy):
         original = cls.step
 
         def step(self, t: int, look: bool, original=original) -> None:

@@ -75,7 +75,7 @@ def coverage_penalty(attended: Tensor, real: Tensor, beta: float) -> Tensor:
     return beta * torch.where(real, capped, 0.0).sum(-1)
 
 
-class _BeamSearch:
+class BeamSearch:
     """The device state of one batch's beam search (k beams per sentence): the live beams, the
     finished hypotheses, and every step's back-pointers and attention, followed back at the end.
     """
@@ -302,7 +302,7 @@ def beam_search(
     ``check_every`` steps (None: `check_interval` of the device). ``steer``: each sentence's
     target prefix, forced in all its beams first, and its constraints (`constraints`).
     """
-    search = _BeamSearch(model, src, src_lengths, cfg, steer)
+    search = BeamSearch(model, src, src_lengths, cfg, steer)
     every = check_interval(src.device) if check_every is None else check_every
     for t in range(search.steps):
         look = looks_at(t, search.steps, every)

@@ -23,7 +23,7 @@ from seq2seq_lite import rules
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.beam import _BeamSearch
+from seq2seq.decoding.beam import BeamSearch
 from seq2seq.decoding.hypothesis import Hypothesis, greedy_results, max_lengths, restrict
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD
@@ -143,14 +143,14 @@ class _Slots(_Chunks):
 
 
 class _BeamShape(_Chunks):
-    """One shape's beam search: the first batch's `_BeamSearch`, whose tensors the graphs read
+    """One shape's beam search: the first batch's `BeamSearch`, whose tensors the graphs read
     and write, refilled for each later batch after its eager first step."""
 
-    def __init__(self, search: _BeamSearch) -> None:
+    def __init__(self, search: BeamSearch) -> None:
         super().__init__()
         self.search, self.beams = search, search.beams
 
-    def load(self, fresh: _BeamSearch) -> None:
+    def load(self, fresh: BeamSearch) -> None:
         """A new batch, after its first step, copied in (device work only)."""
         if fresh is self.search:
             return
@@ -213,7 +213,7 @@ class SearchGraphs:
         return greedy_results(tokens, attention, scores, lengths, src_lengths, cfg.alpha)
 
     def _beam(self, model: Seq2Seq, p: Padded, cfg: DecodeConfig) -> list[list[Hypothesis]]:
-        fresh = _BeamSearch(model, p.src, p.lengths, cfg, steps=p.shape.width)
+        fresh = BeamSearch(model, p.src, p.lengths, cfg, steps=p.shape.width)
         fresh.limit.copy_(p.limit)  # the extra rows end at once
         fresh.step(0, False)  # one row per sentence: then k, the shape the chunks keep
         if p.shape not in self.beam:
