@@ -227,6 +227,10 @@ def test_fixed_shape_search_equals_the_search(guarded_chunks, name: str, beam_si
             torch.testing.assert_close(x.attention, y.attention)
     assert graphs.shapes == 1
     assert sum(len(n[0].tokens) for n in want) > len(want)  # not all empty
+    other = settings(beam_size + 1, alpha=1.0, nbest=2)  # the same batch, other settings
+    got, want = graphs.search(model, src, lengths, other), decode(model, src, lengths, other)
+    assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in want]
+    assert graphs.shapes == 2
 
 
 def test_decode_takes_the_fixed_shape_search_only_where_it_applies() -> None:

@@ -48,12 +48,14 @@ BEAM_BUFFERS = (
 
 @dataclass(frozen=True)
 class Shape:
-    """A padded batch: rows, source length, steps the buffers hold, autocast dtype (None: off)."""
+    """A padded batch: rows, source length, steps the buffers hold, autocast dtype (None: off),
+    and the settings a graph holds fixed (beam size, n-best, length penalty)."""
 
     rows: int
     src_len: int
     width: int
     dtype: torch.dtype | None
+    settings: tuple[int, int, float]
 
 
 @dataclass
@@ -76,7 +78,8 @@ class Padded:
         width = first + -(-(longest + 1 - first) // CHUNK) * CHUNK  # steps 0..longest
         device = src.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-        shape = Shape(1 << (rows - 1).bit_length(), padded_len, width, dtype)
+        settings = (cfg.beam_size, cfg.nbest, cfg.alpha)
+        shape = Shape(1 << (rows - 1).bit_length(), padded_len, width, dtype, settings)
         padded = torch.full((shape.rows, padded_len), PAD, dtype=torch.long, device=src.device)
         padded[:rows, :src_len] = src
         padded[rows:, 0] = EOS
