@@ -246,3 +246,19 @@ def test_decode_takes_the_fixed_shape_search_only_where_it_applies() -> None:
         graphs = SearchGraphs(torch.device("cpu"))
         decode(model, src, lengths, cfg, graphs=graphs)
         assert bool(graphs.shapes) == used
+
+
+def test_a_search_whose_recording_fails_runs_without_graphs(caplog) -> None:
+    """Where CUDA refuses to record a chunk (here: no CUDA at all), the search warns once and
+    runs the chunk as it is: the same n-best lists, and no graph tried again."""
+    model = peaky_model("bahdanau")
+    src, lengths = sources()
+    for cfg in (settings(), settings(3, nbest=3)):
+        graphs = SearchGraphs(torch.device("cpu"))
+        graphs.capture = True  # as on CUDA: the first run of a chunk eager, the second recorded
+        want = decode(model, src, lengths, cfg)
+        with caplog.at_level("WARNING", logger="seq2seq.decoding"):
+            for _ in range(2):
+                got = graphs.search(model, src, lengths, cfg)
+                assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in want]
+        assert "runs without CUDA graphs" in caplog.text and not graphs.capture

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
@@ -28,6 +29,7 @@ from seq2seq.decoding.hypothesis import Hypothesis, greedy_results, max_lengths,
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.vocab import BOS, EOS, PAD
 
+log = logging.getLogger("seq2seq.decoding")
 CHUNK = 8  # steps per graph, and between two looks at the device (as `check_interval` on a GPU)
 SOURCE_STEP = 16  # source lengths are padded up to a multiple of this: few shapes
 # what a beam search holds per batch besides its beams, refilled for each batch of a shape
@@ -163,7 +165,8 @@ class _BeamShape(_Chunks):
         self.search.beams = self.beams
 
     def steps(self, first: int) -> None:
-        """`CHUNK` steps from ``first``, the beams left in the static ones."""
+        """`CHUNK` steps from ``first``, from and back into the static beams."""
+        self.search.beams = self.beams
         for t in range(first, first + CHUNK):
             self.search.step(t, False)
         _copy_into(self.beams, self.search.beams)
@@ -239,12 +242,18 @@ class SearchGraphs:
         if not self.capture or chunks.runs[key] == 1:
             run()
             return
-        graph = torch.cuda.CUDAGraph()
-        with (
-            _uncached_autocast(),
-            torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"),
-        ):
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with (
+                _uncached_autocast(),
+                torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"),
+            ):
+                run()
+        except RuntimeError as error:  # nothing ran while recording: run the chunk as it is
+            log.warning("the search runs without CUDA graphs: recording failed (%s)", error)
+            self.capture = False
             run()
+            return
         chunks.graphs[key] = graph
         graph.replay()
 
