@@ -202,6 +202,35 @@ def write_run(run_dir: Path, heads: int, seed: int) -> None:
             monitor.hparams(step, params, {"hparams/best_valid_bleu": bleu})
 
 
+def test_heatmaps_drawn_on_the_monitors_thread_are_all_written_by_close(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wait=False (a training's validations) writes the images wait=True writes, once closed; a
+    heatmap that cannot be drawn is said in the log, not raised."""
+    rng = np.random.default_rng(0)
+    samples = [
+        AttentionSample("s", "r", "h", pieces(6, "s"), pieces(4, "t"), normalised(rng, 2, 4, 6))
+    ]
+    for wait in (True, False):
+        with Monitor(tmp_path / str(wait)) as monitor:
+            for step in STEPS:
+                monitor.attention(step, samples, wait=wait)
+    drawn, waited = events(tmp_path / "False"), events(tmp_path / "True")
+    assert drawn.Tags()["images"] == waited.Tags()["images"]
+    for tag in waited.Tags()["images"]:
+        got = [(e.step, e.encoded_image_string) for e in drawn.Images(tag)]
+        assert got == [(e.step, e.encoded_image_string) for e in waited.Images(tag)]
+        assert [step for step, _ in got] == list(STEPS)
+
+    def broken(*args):
+        raise RuntimeError("no fonts")
+
+    monkeypatch.setattr(_Heatmap, "render", broken)
+    with Monitor(tmp_path / "broken") as monitor, caplog.at_level("WARNING"):
+        monitor.attention(STEPS[0], samples, wait=False)
+    assert "were not drawn: no fonts" in caplog.text
+
+
 @pytest.fixture(scope="module")
 def multirun(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A multirun parent: a single-head and a two-head run; run 0 later gets a test BLEU."""

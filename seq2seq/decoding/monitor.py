@@ -11,6 +11,7 @@ import contextlib
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,7 @@ class Monitor:
         self.log_dir = Path(run_dir) / TENSORBOARD_DIR
         self.writer: SummaryWriter | None = None
         self._hparams_written = False
+        self._drawing: ThreadPoolExecutor | None = None  # heatmaps drawn while training goes on
         from torch.utils.tensorboard import SummaryWriter
 
         quiet_event_writer_threads()
@@ -129,8 +131,27 @@ class Monitor:
             with self._writing():
                 self.writer.add_scalar(tag, float(value), step)
 
-    def attention(self, step: int, samples: Sequence[AttentionSample], split: str = "val") -> None:
-        """One heatmap per sample as ``attention/<split>_<i>``; multi-head adds ``.../head_<h>``."""
+    def attention(
+        self, step: int, samples: Sequence[AttentionSample], split: str = "val", wait: bool = True
+    ) -> None:
+        """One heatmap per sample as ``attention/<split>_<i>``; multi-head adds ``.../head_<h>``.
+        ``wait=False``: drawn on the monitor's own thread, so that the caller goes on (a
+        training's validation: about a second on a GPU); `close` waits for them."""
+        if wait:
+            self._draw(step, samples, split)
+            return
+        if self._drawing is None:
+            self._drawing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="heatmaps")
+        self._drawing.submit(self._draw_or_say, step, samples, split)
+
+    def _draw_or_say(self, step: int, samples: Sequence[AttentionSample], split: str) -> None:
+        try:
+            self._draw(step, samples, split)
+            self.flush()  # a running TensorBoard shows them once drawn
+        except Exception as e:  # on the drawing thread: said, not raised into nothing
+            log.warning("the attention heatmaps of step %d were not drawn: %s", step, e)
+
+    def _draw(self, step: int, samples: Sequence[AttentionSample], split: str) -> None:
         from seq2seq.decoding.heatmap import Heatmap
 
         for i, sample in enumerate(samples):
@@ -192,7 +213,10 @@ class Monitor:
                 self.writer.flush()
 
     def close(self) -> None:
-        """Flush and close the event file."""
+        """Wait for heatmaps being drawn, then flush and close the event file."""
+        if self._drawing is not None:
+            self._drawing.shutdown(wait=True)
+            self._drawing = None
         if self.writer is not None:
             with self._writing():
                 self.writer.close()

@@ -140,7 +140,8 @@ class Report:
         monitor = self.monitor
         monitor.scalars(p.step, {f"valid/{name}": v for name, v in result.metrics.items()})
         if result.samples:
-            monitor.attention(p.step, result.samples)
+            # on a GPU the host has cores to spare: drawn there while training goes on
+            monitor.attention(p.step, result.samples, wait=self.engine.device.type != "cuda")
             monitor.samples_table(p.step, result.samples)
         final = {"hparams/best_valid_bleu": p.best_bleu}
         if "aer" in result.metrics:  # the latest validation's: the last one's when training ends
