@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+from dataclasses import astuple
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.data.batching import TokenBatchSampler
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.training.graphed import bucket_size
+from seq2seq.training.graphed import Bucket, bucket_size
 
 
 def lengths(tokenizer: Tokenizer, path: Path) -> np.ndarray:
@@ -27,14 +28,6 @@ def lengths(tokenizer: Tokenizer, path: Path) -> np.ndarray:
     with gzip.open(path, "rt", encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
     return np.array([len(ids) + 1 for ids in tokenizer.encode_batch(lines)])
-
-
-def shortest(length: int) -> int:
-    """The smallest length that `bucket_size` rounds up to ``length``."""
-    n = length
-    while n > 1 and bucket_size(n - 1) == length:
-        n -= 1
-    return n
 
 
 def main() -> None:
@@ -62,8 +55,7 @@ def main() -> None:
                 if rule == "rows rounded":
                     key = (bucket_size(len(ids)), bucket_size(s), bucket_size(t))
                 else:
-                    side = bucket_size(max(s, t))
-                    key = (max(len(ids), budget // shortest(side)), side, side)
+                    key = astuple(Bucket.fitting(len(ids), s, t, budget))
                 first.setdefault(key, i)
                 real, padded = real + int(tgt[ids].sum()), padded + key[0] * key[2]
             early = sum(i < 300 for i in first.values())

@@ -215,7 +215,7 @@ def test_graphed_search_equals_the_search(name: str, beam_size: int) -> None:
     model = peaky_model(name).cuda()
     src, lengths = sources()
     cfg = settings(beam_size, nbest=beam_size)
-    graphs = SearchGraphs(torch.device("cuda"))
+    graphs = SearchGraphs(Engine.create("cuda"))
     orders = [torch.arange(5), torch.tensor([4, 2, 0, 3, 1]), torch.tensor([1, 0, 4, 3, 2])]
     for rows in orders:
         want = decode(model, src[rows].cuda(), lengths[rows], cfg)

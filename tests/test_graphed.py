@@ -216,7 +216,7 @@ def test_fixed_shape_search_equals_the_search(guarded_chunks, name: str, beam_si
     model = peaky_model(name)
     src, lengths = sources()
     cfg = settings(beam_size, nbest=beam_size)
-    graphs = SearchGraphs(torch.device("cpu"))
+    graphs = SearchGraphs(Engine.create("cpu"))
     for rows in (torch.arange(5), torch.tensor([4, 2, 0, 3, 1])):  # one shape, other contents
         want = decode(model, src[rows], lengths[rows], cfg)
         got = graphs.search(model, src[rows], lengths[rows], cfg)
@@ -243,7 +243,7 @@ def test_decode_takes_the_fixed_shape_search_only_where_it_applies() -> None:
         (replace(settings(), no_repeat_ngram=2), False),
         (replace(settings(), sampling=True), False),
     ):
-        graphs = SearchGraphs(torch.device("cpu"))
+        graphs = SearchGraphs(Engine.create("cpu"))
         decode(model, src, lengths, cfg, graphs=graphs)
         assert bool(graphs.shapes) == used
 
@@ -254,7 +254,7 @@ def test_a_search_whose_recording_fails_runs_without_graphs(caplog) -> None:
     model = peaky_model("bahdanau")
     src, lengths = sources()
     for cfg in (settings(), settings(3, nbest=3)):
-        graphs = SearchGraphs(torch.device("cpu"))
+        graphs = SearchGraphs(Engine.create("cpu"))
         graphs.capture = True  # as on CUDA: the first run of a chunk eager, the second recorded
         want = decode(model, src, lengths, cfg)
         with caplog.at_level("WARNING", logger="seq2seq.decoding"):

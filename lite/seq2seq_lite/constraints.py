@@ -69,6 +69,36 @@ class Constraints:
         placed = progress.placed | (column & whole[:, None])
         return Progress(np.where(whole, -1, current), np.where(whole, 0, matched), placed)
 
+    def candidates(
+        self,
+        log_probs: np.ndarray,
+        top: tuple,
+        sent: np.ndarray,
+        scores: np.ndarray,
+        progress: Progress,
+        eos: int,
+    ) -> tuple:
+        """A step's candidates [n, m], as torch's `candidates`: the ``top`` ones (scores, rows,
+        tokens [n, 2k]), then each row's advancing tokens, best token and EOS; their scores,
+        rows, tokens, whether each can be chosen, their banks and their progress [n * m]."""
+        n, width = scores.shape
+        best = log_probs.argmax(1)[:, None]
+        extra = np.concatenate([self.wanted(sent, progress), best, np.full_like(best, eos)], 1)
+        extra_scores = scores.reshape(-1, 1) + np.take_along_axis(log_probs, extra, 1)
+        extra_rows = np.broadcast_to(np.arange(n * width)[:, None], extra.shape)
+        scores, rows, tokens = (
+            np.concatenate([a, b.reshape(n, -1)], 1)
+            for a, b in zip(top, (extra_scores, extra_rows, extra), strict=True)
+        )
+        key = rows * log_probs.shape[1] + tokens
+        m = key.shape[1]
+        before = np.tril(np.ones((m, m), dtype=bool), -1)
+        repeated = ((key[:, :, None] == key[:, None, :]) & before).any(2)
+        flat = rows.reshape(-1)
+        after = self.advance(sent[flat], progress.index(flat), tokens.reshape(-1))
+        banks = self.met(sent[flat], after).reshape(n, m)
+        return scores, rows, tokens, np.isfinite(scores) & ~repeated, banks, after
+
 
 def allocate(
     scores: np.ndarray, banks: np.ndarray, valid: np.ndarray, k: int, count: int

@@ -271,25 +271,10 @@ class _Beam:
     ) -> tuple:
         """The next beams under constraints, as torch's `_allocate` chooses them (and ends
         hypotheses): rows and tokens [n * k], scores [n, k]; the chosen beams' progress is kept."""
-        n, width = self.scores.shape
         c, eos = self.constraints, self.ids["eos"]
-        best = log_probs.argmax(1)[:, None]
-        ends = np.full_like(best, eos)
-        extra = np.concatenate([c.wanted(sent, self.progress), best, ends], 1)  # [n * w, C + 2]
-        extra_scores = self.scores.reshape(-1, 1) + np.take_along_axis(log_probs, extra, 1)
-        extra_rows = np.broadcast_to(np.arange(n * width)[:, None], extra.shape)
-        scores, rows, tokens = (
-            np.concatenate([a, b.reshape(n, -1)], 1)
-            for a, b in zip(top, (extra_scores, extra_rows, extra), strict=True)
-        )
-        key = rows * log_probs.shape[1] + tokens
-        m = key.shape[1]
-        before = np.tril(np.ones((m, m), dtype=bool), -1)
-        repeated = ((key[:, :, None] == key[:, None, :]) & before).any(2)
-        valid = np.isfinite(scores) & ~repeated
-        flat = rows.reshape(-1)
-        progress = c.advance(sent[flat], self.progress.index(flat), tokens.reshape(-1))
-        banks = c.met(sent[flat], progress).reshape(n, m)
+        found = c.candidates(log_probs, top, sent, self.scores, self.progress, eos)
+        scores, rows, tokens, valid, banks, progress = found
+        n, m = scores.shape
         first = allocate(scores, banks, valid, self.k, c.banks)  # [n, k] EOS here ends
         picked = np.zeros_like(valid)
         np.put_along_axis(picked, first, True, 1)

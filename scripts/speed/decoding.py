@@ -201,7 +201,7 @@ def decoding_rows(
             peaks[precision],
             args.profile,
             size,
-            SearchGraphs(at.device) if graphed == "true" else None,
+            SearchGraphs(at) if graphed == "true" else None,
         )
         rows.append(
             {

@@ -265,16 +265,10 @@ class BeamSearch:
         """Each sentence's ``nbest`` best finished hypotheses, on the host."""
         k = self.k
         ended = self.ended_score[:, :k], self.ended_step[:, :k], self.ended_row[:, :k]
-        found = _backtrack(
-            *ended,
-            self.parents,
-            self.fed,
-            self.history,
-            src_lengths,
-            self.nbest,
-            self.ended_short[:, :k] if self.constraints is not None else None,
+        short = self.ended_short[:, :k] if self.constraints is not None else None
+        return _backtrack(
+            *ended, self.parents, self.fed, self.history, src_lengths, self.nbest, short
         )
-        return found
 
 
 @torch.inference_mode()
@@ -331,8 +325,7 @@ def _backtrack(
     if short is not None:  # one that placed every phrase: none that did not
         complete = (~short & scores.isfinite()).any(1, keepdim=True)  # [B, 1]
         scores = scores.masked_fill(short & complete, float("-inf"))
-    best = scores.argsort(dim=1, descending=True, stable=True)  # [B, k]
-    best = best[:, :nbest]
+    best = scores.argsort(dim=1, descending=True, stable=True)[:, :nbest]  # [B, nbest]
     best_scores = scores.gather(1, best)
     end, row = ends.gather(1, best).view(-1), rows.gather(1, best).view(-1)  # [H]
     longest = int(end.max())

@@ -58,15 +58,10 @@ class Constraints:
         """[rows, C] the tokens that advance each row: the next token of the phrase in progress
         (in column 0), else the first token of every phrase not yet placed; PAD: none."""
         phrases = self.phrases[sent]  # [rows, C, L]
-        going = progress.current >= 0
-        c = progress.current.clamp(min=0)
-        rows = torch.arange(len(sent), device=sent.device)
-        at = progress.matched.clamp(max=phrases.size(2) - 1)
-        next_token = phrases[rows, c, at]  # [rows]
         starts = phrases[:, :, 0].masked_fill(progress.placed, PAD)  # [rows, C]
-        going_row = torch.full_like(starts, PAD)
-        going_row[:, 0] = next_token
-        return torch.where(going.unsqueeze(1), going_row, starts)
+        going = torch.full_like(starts, PAD)
+        going[:, 0] = _next(phrases, progress)
+        return torch.where((progress.current >= 0).unsqueeze(1), going, starts)
 
     def advance(self, sent: Tensor, progress: Progress, tokens: Tensor) -> Progress:
         """The progress of rows [m] (sentences ``sent``) after each takes ``tokens`` [m]: the
@@ -74,9 +69,7 @@ class Constraints:
         that begins a phrase not yet placed starts it (the first such phrase)."""
         phrases, lengths = self.phrases[sent], self.lengths[sent]  # [m, C, L], [m, C]
         rows = torch.arange(len(sent), device=sent.device)
-        c = progress.current.clamp(min=0)
-        at = progress.matched.clamp(max=phrases.size(2) - 1)
-        goes_on = (progress.current >= 0) & (phrases[rows, c, at] == tokens)
+        goes_on = (progress.current >= 0) & (_next(phrases, progress) == tokens)
         begins = (phrases[:, :, 0] == tokens.unsqueeze(1)) & ~progress.placed & (lengths > 0)
         starts = begins.any(1) & ~goes_on
         current = torch.where(
@@ -119,6 +112,13 @@ class Constraints:
         after = self.advance(sent[flat], progress.index(flat), tokens.view(-1))
         banks = self.met(sent[flat], after).view(n, m)
         return scores, rows, tokens, scores.isfinite() & ~repeated, banks, after
+
+
+def _next(phrases: Tensor, progress: Progress) -> Tensor:
+    """[rows] the next token of each row's phrase in progress (any token where none is)."""
+    rows = torch.arange(len(phrases), device=phrases.device)
+    at = progress.matched.clamp(max=phrases.size(2) - 1)
+    return phrases[rows, progress.current.clamp(min=0), at]
 
 
 def allocate(scores: Tensor, banks: Tensor, valid: Tensor, k: int, count: int) -> Tensor:

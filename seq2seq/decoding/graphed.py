@@ -11,11 +11,10 @@ sampling, bans, prefixes, constraints or coverage penalty (`SearchGraphs.applies
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -25,8 +24,15 @@ from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.beam import BeamSearch
-from seq2seq.decoding.hypothesis import Hypothesis, greedy_results, max_lengths, restrict
+from seq2seq.decoding.hypothesis import (
+    Hypothesis,
+    bans_on,
+    greedy_results,
+    max_lengths,
+    restrict,
+)
 from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.runtime.engine import Engine
 from seq2seq.vocab import BOS, EOS, PAD
 
 log = logging.getLogger("seq2seq.decoding")
@@ -177,8 +183,8 @@ class SearchGraphs:
     """Captured search chunks by batch shape, kept by their owner (a `Translator`, a benchmark)
     so that later batches replay them; on the CPU the same fixed-shape steps run eagerly."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.capture = device.type == "cuda"
+    def __init__(self, engine: Engine) -> None:
+        self.engine, self.capture = engine, engine.device.type == "cuda"
         self.greedy: dict[Shape, _Slots] = {}
         self.beam: dict[Shape, _BeamShape] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
@@ -190,8 +196,8 @@ class SearchGraphs:
     @staticmethod
     def applies(model: Any, cfg: DecodeConfig) -> bool:
         """Whether the search ``cfg`` asks for is a plain one these graphs run."""
-        bans = cfg.no_repeat_ngram or cfg.min_len_a or cfg.min_len_b or cfg.coverage_penalty
-        return isinstance(model, Seq2Seq) and not cfg.sampling and not bans
+        plain = not (cfg.sampling or bans_on(cfg) or cfg.coverage_penalty)
+        return isinstance(model, Seq2Seq) and plain
 
     @torch.inference_mode()
     def search(
@@ -245,7 +251,7 @@ class SearchGraphs:
         try:
             graph = torch.cuda.CUDAGraph()
             with (
-                _uncached_autocast(),
+                self.engine.compute(cache=False),  # the graph casts the weights itself
                 torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"),
             ):
                 run()
@@ -256,17 +262,6 @@ class SearchGraphs:
             return
         chunks.graphs[key] = graph
         graph.replay()
-
-
-@contextlib.contextmanager
-def _uncached_autocast() -> Iterator[None]:
-    """CUDA's autocast as it is, without its cache of cast weights: a graph must cast them
-    itself, since a cached copy is freed when the caller's autocast ends."""
-    if not torch.is_autocast_enabled("cuda"):
-        yield
-        return
-    with torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False):
-        yield
 
 
 def _greedy_steps(model: Seq2Seq, s: _Slots) -> None:

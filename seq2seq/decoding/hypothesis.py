@@ -118,6 +118,11 @@ class BatchSteering:
         return torch.from_numpy(forced_max_lengths(limits.numpy(), *arrays, PAD))
 
 
+def bans_on(cfg: DecodeConfig) -> bool:
+    """Whether a setting of ``cfg`` bans tokens (no_repeat_ngram, min_len_a, min_len_b)."""
+    return bool(cfg.no_repeat_ngram or cfg.min_len_a or cfg.min_len_b)
+
+
 def steering(
     cfg: DecodeConfig,
     src_lengths: Tensor,
@@ -129,7 +134,7 @@ def steering(
     target prefixes (in ``steer``); None where none is on, so that the default search does no
     work for them (not even a host copy)."""
     prefix = None if steer is None else steer.prefix
-    if not (cfg.no_repeat_ngram or cfg.min_len_a or cfg.min_len_b or prefix is not None):
+    if not bans_on(cfg) and prefix is None:
         return None
     lengths, limits = src_lengths.cpu().numpy(), limits.numpy()
     mins = rules.min_lengths(lengths, cfg.min_len_a, cfg.min_len_b, limits)

@@ -102,7 +102,7 @@ class Translator:
         self.search, self.engine = search, engine
         # plain searches replay CUDA graphs, kept for later batches (not with compile=true)
         on_gpu = engine is not None and engine.device.type == "cuda" and not engine.compiled
-        self.graphs = SearchGraphs(engine.device) if on_gpu else None
+        self.graphs = SearchGraphs(engine) if on_gpu else None
 
     @classmethod
     def from_run(

@@ -48,12 +48,18 @@ class Bucket:
 
     @classmethod
     def of(cls, batch: Batch, budget: int) -> Bucket:
-        """``batch``'s bucket: its longer side rounded up by `bucket_size`, both sides padded to
-        it, and as many rows as the token ``budget`` gives the bucket's shortest length (a batch
-        of the sampler holds no more), so that row counts make no buckets of their own. On
-        Multi30k at 1,100 tokens: 17 buckets an epoch instead of 46, the same padding."""
+        """``batch``'s bucket (`fitting`)."""
         rows, src_len = batch.src.shape
-        length = bucket_size(max(src_len, batch.tgt_out.size(1)))
+        return cls.fitting(rows, src_len, batch.tgt_out.size(1), budget)
+
+    @classmethod
+    def fitting(cls, rows: int, src_len: int, tgt_len: int, budget: int) -> Bucket:
+        """The bucket of a batch of that shape: its longer side rounded up by `bucket_size`, both
+        sides padded to it, and as many rows as the token ``budget`` gives the bucket's shortest
+        length (a batch of the sampler holds no more), so that row counts make no buckets of
+        their own. On Multi30k at 1,100 tokens: 17 buckets an epoch instead of 46, the same
+        padding."""
+        length = bucket_size(max(src_len, tgt_len))
         shortest = length
         while shortest > 1 and bucket_size(shortest - 1) == length:
             shortest -= 1
