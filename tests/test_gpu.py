@@ -1,7 +1,7 @@
 """On a CUDA GPU: smoke training in each precision, the same translations as on the CPU,
-checkpoints that move between devices, training updates replayed from CUDA graphs (the eager
-updates' results, also after a change of bucket), search steps that never synchronise, and
-greedy and beam search replayed from CUDA graphs.
+checkpoints that move between devices, the fused GRU cell and the decoder's gradients, training
+updates replayed from CUDA graphs (the eager updates' results, also after a change of bucket),
+search steps that never synchronise, and greedy and beam search replayed from CUDA graphs.
 Marked ``gpu``; skipped where torch finds no CUDA."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from seq2seq.decoding import search as search_module
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
 from seq2seq.decoding.search import beam_search, decode, greedy_search
+from seq2seq.model.recurrence import gru_update
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
 from seq2seq.training.graphed import StaticUpdater, resolve
@@ -151,6 +152,38 @@ def test_graphed_updates_equal_eager_updates(no_tf32, name: str) -> None:
     on_cpu = Updater(Engine.create("cpu"), tiny_model(**SETUPS[name]).train(), tcfg)
     on_cpu.load_state_dict(graphed.state_dict())
     assert on_cpu.step([hand_batch(0)], hand_batch(0).ntokens).applied
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_gru_cell_is_the_composed_one(no_tf32, dtype) -> None:
+    """CUDA's fused GRU cell (`gru_update` on the GPU) against the same gates composed on the
+    CPU: the next state and the gradients of both projections and the state."""
+    gen = torch.Generator().manual_seed(0)
+    gi, gh, h = (torch.randn(5, n, generator=gen) for n in (24, 24, 8))
+    results = []
+    for device in ("cpu", "cuda"):
+        inputs = [x.to(device, dtype).requires_grad_() for x in (gi, gh, h)]
+        out = gru_update(*inputs)
+        out.float().pow(2).sum().backward()
+        results.append([out.float().cpu(), *(x.grad.float().cpu() for x in inputs)])
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    for cpu, cuda in zip(*results, strict=True):
+        torch.testing.assert_close(cuda, cpu, atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("name", ["bahdanau-conditional", "luong-feed", "luong-concat"])
+def test_the_decoders_gradients_on_the_gpu_are_the_cpus(no_tf32, name: str) -> None:
+    """The teacher-forced loop on CUDA (the fused cell, one weight product per loop) gives the
+    CPU's gradients."""
+    grads = []
+    for device in ("cpu", "cuda"):
+        model = tiny_model(**SETUPS[name]).train().to(device)
+        batch = hand_batch(0).to(torch.device(device))
+        loss, _ = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, 0.1)
+        loss.backward()
+        grads.append({n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None})
+    for key, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][key], grad, atol=1e-5, rtol=1e-4, msg=key)
 
 
 def test_graphs_are_captured_again_when_the_parameters_move(no_tf32) -> None:

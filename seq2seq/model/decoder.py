@@ -16,8 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.model.attention import Attention
-from seq2seq.model.autocast import cast, compute_dtype
+from seq2seq.model.autocast import compute_dtype
 from seq2seq.model.linear import Linear, linear
+from seq2seq.model.recurrence import LoopWeight, gru_update
 from seq2seq.vocab import PAD
 
 
@@ -74,16 +75,6 @@ def _next(position: Tensor | None) -> Tensor | None:
     return None if position is None else position + 1
 
 
-def gru_cell(gi: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
-    """One GRU step (``nn.GRU`` gates r, z, n) from the input projection gi [B, 3H]."""
-    size = hidden.size(1)
-    gi_rz, gi_n = gi.split([2 * size, size], dim=1)
-    gh_rz, gh_n = linear(hidden, weight_hh, bias_hh).split([2 * size, size], dim=1)
-    r, z = torch.sigmoid(gi_rz + gh_rz).chunk(2, dim=1)  # [B, H] each
-    n = torch.tanh(torch.addcmul(gi_n, r, gh_n))  # [B, H]
-    return torch.lerp(n, hidden, z)  # (1 - z) * n + z * h
-
-
 class DecoderStep(nn.Module):
     """What both data flows share: the attention module and a one-layer GRU."""
 
@@ -109,9 +100,13 @@ class DecoderStep(nn.Module):
         ``compile=true``): the time-step loop stays in Python, each step one compiled unit."""
         self.step = compiler(self.step)
 
-    def cell(self, gi: Tensor, hidden: Tensor) -> Tensor:
-        """One GRU step from the full input projection gi [B, 3H]."""
-        return gru_cell(gi, hidden, self.rnn.weight_hh_l0, self.rnn.bias_hh_l0)
+    def recurrence(self, dtype: torch.dtype | None = None) -> LoopWeight:
+        """The state's projection W_hh h + b_hh, in ``dtype``, for the steps of one loop."""
+        return LoopWeight(self.rnn.weight_hh_l0, self.rnn.bias_hh_l0, dtype)
+
+    def cell(self, gi: Tensor, hidden: Tensor, recur: LoopWeight | None = None) -> Tensor:
+        """One GRU step from the full input projection gi [B, 3H] (``recur``: the loop's)."""
+        return gru_update(gi, (recur or self.recurrence())(hidden), hidden)
 
     def project_embeddings(self, emb: Tensor) -> Tensor:
         """Embeddings' share of the GRU input projection, all steps: [B, T, E] -> [T, B, 3H]."""
@@ -194,10 +189,11 @@ class BahdanauStep(DecoderStep):
     ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb [B, T, E] -> (readout [B, T, H], weights [B, heads, T, S])."""
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
+        recur = self.recurrences(compute_dtype(emb.device))  # the loop's W_hh, cast once
         hidden, coverage = state.hidden, state.coverage
         states, weights = [], []
         for gi_t in gi_emb:
-            hidden, w, coverage = self._advance(gi_t, hidden, coverage, enc)
+            hidden, w, coverage = self._advance(gi_t, hidden, coverage, enc, recur)
             states.append(hidden)
             weights.append(w)
         weights = torch.stack(weights, 2)  # [B, 1, T, S]
@@ -205,20 +201,31 @@ class BahdanauStep(DecoderStep):
         features = torch.cat([torch.stack(states, 1), contexts, emb], -1)
         return torch.tanh(self.readout(features)), weights
 
+    def recurrences(self, dtype: torch.dtype | None = None) -> tuple[LoopWeight, ...]:
+        """The state projections of the GRU and (conditional) GRU_2, for one loop."""
+        if self.context_rnn is None:
+            return (self.recurrence(dtype),)
+        rnn = self.context_rnn
+        return self.recurrence(dtype), LoopWeight(rnn.weight_hh_l0, rnn.bias_hh_l0, dtype)
+
     def _advance(
-        self, gi_t: Tensor, hidden: Tensor, coverage: Tensor | None, enc: EncoderOutput
+        self,
+        gi_t: Tensor,
+        hidden: Tensor,
+        coverage: Tensor | None,
+        enc: EncoderOutput,
+        recur: tuple[LoopWeight, ...],
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """One step from the word's share of the GRU input gi_t [B, 3H] (its bias included):
         (state s_t, weights [B, 1, S], coverage)."""
-        query = self.cell(gi_t, hidden) if self.conditional else hidden  # s'_t or s_{t-1}
+        query = self.cell(gi_t, hidden, recur[0]) if self.conditional else hidden  # s'_t, s_{t-1}
         weights = self.attention.weigh(query, enc.keys, enc.mask, coverage=coverage)
-        gi_context = torch.bmm(weights, enc.gates).squeeze(1)  # W_ih c_t [B, 3H]
-        if self.context_rnn is None:
-            hidden = self.cell(gi_t + gi_context, hidden)
-        else:  # GRU_2 from s'_t; its input projection, but the bias, is gi_context
-            rnn = self.context_rnn
-            gi = gi_context + rnn.bias_ih_l0
-            hidden = gru_cell(gi, query, rnn.weight_hh_l0, rnn.bias_hh_l0)
+        if self.context_rnn is None:  # gi_t + W_ih c_t [B, 3H]
+            gi = torch.baddbmm(gi_t.unsqueeze(1), weights, enc.gates).squeeze(1)
+            hidden = self.cell(gi, hidden, recur[0])
+        else:  # GRU_2 from s'_t; its input projection, but the bias, is W_ih c_t
+            gi = torch.bmm(weights, enc.gates).squeeze(1) + self.context_rnn.bias_ih_l0
+            hidden = gru_update(gi, recur[1](query), query)
         return hidden, weights, _accumulate(coverage, weights)
 
     def step(
@@ -226,10 +233,20 @@ class BahdanauStep(DecoderStep):
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
         gi = linear(emb, self.rnn.weight_ih_l0[:, : self.emb_size], self.rnn.bias_ih_l0)
-        hidden, weights, coverage = self._advance(gi, state.hidden, state.coverage, enc)
+        recur = self.recurrences()
+        hidden, weights, coverage = self._advance(gi, state.hidden, state.coverage, enc, recur)
         context = self.attention.read(weights.unsqueeze(2), enc.values).squeeze(1)  # [B, C]
         readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
         return readout, DecoderState(hidden, None, coverage), weights
+
+
+@dataclass
+class _FeedLoop:
+    """The weights every step of Luong's input-feeding loop multiplies by."""
+
+    feed: LoopWeight  # the GRU input's columns that read the fed vector [3H, H]
+    recur: LoopWeight  # W_hh, b_hh
+    combine: LoopWeight | None  # W_c (None: the module's own)
 
 
 class LuongStep(DecoderStep):
@@ -253,12 +270,17 @@ class LuongStep(DecoderStep):
         return replace(state, feed=torch.zeros_like(hidden) if self.input_feed else None)
 
     def attentional(
-        self, hidden: Tensor, enc: EncoderOutput, position: Tensor | None
+        self,
+        hidden: Tensor,
+        enc: EncoderOutput,
+        position: Tensor | None,
+        combine: LoopWeight | None = None,
     ) -> tuple[Tensor, Tensor]:
         """States [B, H] or [B, T, H] from target ``position`` on -> (tanh(W_c [c; s]) of the
-        same shape, weights)."""
+        same shape, weights); ``combine``: W_c of the loop a step belongs to."""
         context, weights = self.attention(hidden, enc.keys, enc.values, enc.mask, position)
-        return torch.tanh(self.combine(torch.cat([context, hidden], -1))), weights
+        features = torch.cat([context, hidden], -1)
+        return torch.tanh(self.combine(features) if combine is None else combine(features)), weights
 
     def forward(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
@@ -268,29 +290,22 @@ class LuongStep(DecoderStep):
             states, _ = self.rnn(emb, state.hidden.unsqueeze(0))  # [B, T, H]
             return self.attentional(states, enc, state.position)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
-        w_feed = cast(self.feed_weight(), compute_dtype(emb.device)).contiguous()  # [3H, H], once
+        dtype = compute_dtype(emb.device)  # the loop's weights cast once
+        training = torch.is_grad_enabled()  # int8 inference's W_c is a quantized module
+        loop = _FeedLoop(
+            LoopWeight(self.feed_weight(), dtype=dtype),
+            self.recurrence(dtype),
+            LoopWeight(self.combine.weight, dtype=dtype) if training else None,
+        )
         hidden, feed, position = state.hidden, state.feed, state.position
         outputs, weights = [], []
         for gi_t in gi_emb:
-            hidden, feed, w = self._advance(gi_t, hidden, feed, w_feed, enc, position)
+            hidden = self.cell(loop.feed(feed, gi_t), hidden, loop.recur)  # [B, H]
+            feed, w = self.attentional(hidden, enc, position, loop.combine)  # [B, H]
             position = _next(position)
             outputs.append(feed)
             weights.append(w)
         return torch.stack(outputs, 1), torch.stack(weights, 2)
-
-    def _advance(
-        self,
-        gi_t: Tensor,
-        hidden: Tensor,
-        feed: Tensor,
-        w_feed: Tensor,
-        enc: EncoderOutput,
-        position: Tensor | None,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """One teacher-forced step with input feeding: (state, attentional vector, weights)."""
-        hidden = self.cell(gi_t + linear(feed, w_feed), hidden)  # [B, H]
-        feed, weights = self.attentional(hidden, enc, position)  # [B, H]
-        return hidden, feed, weights
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput

@@ -83,6 +83,22 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return out.view(*x.shape[:-1], weight.size(0))
 
 
+def takes_onednn(x: Tensor, weight: Tensor) -> bool:
+    """Whether `linear` multiplies these operands through oneDNN (decided at the forward; a
+    backward made later takes the same path)."""
+    return _takes(x, weight)
+
+
+def product(a: Tensor, b: Tensor, onednn: bool) -> Tensor:
+    """``a @ b`` of 2-d tensors, through oneDNN or PyTorch's product."""
+    return _onednn(_plain(a), _plain(b.t()), None) if onednn else a @ b
+
+
+def linear_add(add: Tensor, x: Tensor, weight: Tensor, onednn: bool) -> Tensor:
+    """``add + linear(x, weight)`` of 2-d tensors: one ``addmm`` off oneDNN's path."""
+    return add + linear(x, weight) if onednn else torch.addmm(add, x, weight.t())
+
+
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters and state-dict keys) whose product is ``linear``."""
 

@@ -3,7 +3,7 @@ model's linear layers and the encoder's GRU: weights in int8 once, at load; acti
 quantized per product as they come.
 
 The decoder's GRU stays fp32: its recurrence calls the ``nn.GRU`` parameters directly
-(`seq2seq.model.decoder.gru_cell`), which a quantized GRU module does not have.
+(`seq2seq.model.recurrence`), which a quantized GRU module does not have.
 
 PyTorch has several quantized engines for x86 (fbgemm; oneDNN, which reaches Intel's AMX int8
 units; ``x86``, which picks between the two per product); the weights are packed for the engine
