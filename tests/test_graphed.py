@@ -5,6 +5,7 @@ a CUDA graph impossible or the GPU wait)."""
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import replace
 
 import pytest
@@ -20,16 +21,18 @@ from model_helpers import (
     tiny_model,
 )
 
-from seq2seq.config import TrainConfig
+from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.batching import Batch
 from seq2seq.decoding import beam as beam_module
 from seq2seq.decoding import graphed as graphed_search
 from seq2seq.decoding import search as search_module
 from seq2seq.decoding.graphed import SearchGraphs
+from seq2seq.decoding.inference import Translator
 from seq2seq.decoding.search import beam_search, decode, greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import Normalizer
 from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.run_folder import load_run
 from seq2seq.training.graphed import Bucket, StaticUpdater, bucket_size, resolve, use_graphs
 from seq2seq.training.updater import Updater
 from seq2seq.vocab import EOS
@@ -106,6 +109,48 @@ def test_static_updates_equal_eager_updates() -> None:
     assert (
         resolve(updates(static, batches[:1]))[0].applied and updates(eager, batches[:1])[0].applied
     )
+
+
+class _Replay:
+    """A stand-in for a captured graph: counts its replays."""
+
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def replay(self) -> None:
+        self.calls.append("replay")
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_only_the_first_bucket_warms_up_before_its_capture(monkeypatch, refused: bool) -> None:
+    """On CUDA (stood in for here): the first bucket runs an eager warm-up, then is captured;
+    later buckets are captured at once, unless CUDA refuses, when they warm up first."""
+    engine = Engine.create("cpu")
+    updater = StaticUpdater(engine, tiny_model(**SETUPS["bahdanau"]), TRAIN)
+    updater.capture, calls = True, []
+    refuse = {Bucket(400, 6, 6)} if refused else set()  # the one-row batches' bucket, once
+
+    def warm_up(inputs):
+        calls.append("warm-up")
+        updater.optimizer.zero_grad(set_to_none=True)
+        return updater.update(inputs)
+
+    def capture(bucket, inputs):
+        calls.append("capture")
+        if bucket in refuse:
+            refuse.remove(bucket)
+            raise RuntimeError("operation not permitted when stream is capturing")
+        updater.graphs[bucket] = (_Replay(calls), warm_up(inputs))
+        calls.pop()  # the stand-in's update is not a warm-up
+        return updater.graphs[bucket][1]
+
+    monkeypatch.setattr(updater, "_warm_up", warm_up)
+    monkeypatch.setattr(updater, "_capture", capture)
+    monkeypatch.setattr(updater, "_addresses", lambda: ())
+    batches = [hand_batch(i, rows) for i, rows in enumerate([3, 3, 3, 1, 1, 1])]  # 2 buckets
+    assert resolve(updates(updater, batches))[-1].applied
+    second = ["capture", "warm-up", "capture"] if refused else ["capture", "replay"]
+    assert calls == ["warm-up", "capture", "replay", *second, "replay"]
 
 
 @pytest.mark.parametrize("name", SETUPS)
@@ -262,3 +307,37 @@ def test_a_search_whose_recording_fails_runs_without_graphs(caplog) -> None:
                 got = graphs.search(model, src, lengths, cfg)
                 assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in want]
         assert "runs without CUDA graphs" in caplog.text and not graphs.capture
+
+
+def test_search_graphs_are_recorded_anew_for_parameters_elsewhere() -> None:
+    """Weights changed in place keep a shape's buffers (and graphs), as a training's validations
+    do; a model whose parameters moved (or another model) has its shapes recorded anew."""
+    model = peaky_model("luong")
+    src, lengths = sources()
+    graphs = SearchGraphs(Engine.create("cpu"))
+    graphs.search(model, src, lengths, settings())
+    slots = graphs.greedy[next(iter(graphs.greedy))]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.01)
+    got = graphs.search(model, src, lengths, settings())
+    assert graphs.greedy[next(iter(graphs.greedy))] is slots
+    want = decode(model, src, lengths, settings())
+    assert [n[0].tokens for n in got] == [n[0].tokens for n in want]
+    for p in model.parameters():
+        p.data = p.data.clone()
+    graphs.search(model, src, lengths, settings())
+    assert graphs.greedy[next(iter(graphs.greedy))] is not slots
+
+
+def test_a_translator_replays_the_graphs_it_is_given(smoke_run, multi30k_dir) -> None:
+    """A training's validations hand their `Translator` the graphs they keep (`Validator`)."""
+    run = load_run(smoke_run)
+    with gzip.open(multi30k_dir / "val.de.gz", "rt", encoding="utf-8") as f:
+        lines = [next(f).strip() for _ in range(9)]
+    engine, cfg = Engine.create("cpu"), DecodeConfig(beam_size=1, batch_size=4)
+    graphs = SearchGraphs(engine)
+    kept = Translator(run.model, run.src_tok, run.tgt_tok, cfg, engine, graphs).translate(lines)
+    plain = Translator.from_run(run, cfg, engine).translate(lines)
+    assert graphs.shapes >= 1
+    assert [t.hypotheses[0].tokens for t in kept] == [t.hypotheses[0].tokens for t in plain]

@@ -83,21 +83,25 @@ def test_the_gru_update_is_nn_grus() -> None:
     torch.testing.assert_close(gru_update(gi, gh, h), cell(x, h))
 
 
-def model_grads(name: str, monkeypatch, defer: bool) -> dict[str, torch.Tensor]:
+def model_grads(name: str, monkeypatch, defer: bool, bf16: bool) -> dict[str, torch.Tensor]:
     with monkeypatch.context() as patch:
         patch.setattr(decoder_module, "LoopWeight", partial(LoopWeight, defer=defer))
         model = tiny_model(**SETUPS[name]).train()
-        loss, _ = loss_of(model, HandBatch(), 0.1)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, _ = loss_of(model, HandBatch(), 0.1)
         loss.backward()
     return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-autocast"])
 @pytest.mark.parametrize("name", sorted(SETUPS))
-def test_the_models_gradients_equal_a_product_per_step(name: str, monkeypatch) -> None:
-    deferred, plain = model_grads(name, monkeypatch, True), model_grads(name, monkeypatch, False)
+def test_the_models_gradients_equal_a_product_per_step(name: str, bf16: bool, monkeypatch) -> None:
+    """The decoder casts its loop weights to autocast's dtype once; the sums differ in order."""
+    deferred, plain = (model_grads(name, monkeypatch, defer, bf16) for defer in (True, False))
     assert deferred.keys() == plain.keys()
+    tolerance = 3e-2 if bf16 else 1e-5
     for key, grad in plain.items():
-        torch.testing.assert_close(deferred[key], grad, atol=1e-6, rtol=1e-5, msg=key)
+        torch.testing.assert_close(deferred[key], grad, atol=tolerance, rtol=tolerance, msg=key)
 
 
 class _Ops(TorchDispatchMode):

@@ -19,12 +19,12 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import torch
-from seq2seq_lite import rules
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.beam import BeamSearch
 from seq2seq.decoding.hypothesis import (
+    Bans,
     Hypothesis,
     bans_on,
     greedy_results,
@@ -140,6 +140,7 @@ class _Slots(_Chunks):
         self.lengths = torch.zeros(rows, dtype=torch.long, device=device)  # EOS included
         self.running = torch.ones(rows, dtype=torch.bool, device=device)
         self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
+        self.bans: Bans | None = None
 
     def fill(self, enc: Any, state: Any, limit: Tensor) -> None:
         """A new batch's start, copied in (device work only)."""
@@ -188,6 +189,7 @@ class SearchGraphs:
         self.greedy: dict[Shape, _Slots] = {}
         self.beam: dict[Shape, _BeamShape] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
+        self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs read
 
     @property
     def shapes(self) -> int:
@@ -203,7 +205,14 @@ class SearchGraphs:
     def search(
         self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig
     ) -> list[list[Hypothesis]]:
-        """`decode`'s n-best lists of src [B, S] (src_lengths [B] on the host)."""
+        """`decode`'s n-best lists of src [B, S] (src_lengths [B] on the host). A model whose
+        parameters are elsewhere in memory (another one, or moved) has its shapes recorded anew;
+        weights changed in place (training between validations) are read by the same graphs."""
+        addresses = tuple(p.data_ptr() for p in model.parameters())
+        if addresses != self.addresses:
+            self.greedy.clear()
+            self.beam.clear()
+            self.addresses = addresses
         if cfg.beam_size == 1:
             return [[h] for h in self._greedy(model, Padded.of(src, src_lengths, cfg, 0), cfg)]
         return self._beam(model, Padded.of(src, src_lengths, cfg, 1), cfg)
@@ -269,18 +278,15 @@ def _greedy_steps(model: Seq2Seq, s: _Slots) -> None:
     state, prev = s.state, s.prev
     for _ in range(CHUNK):
         log_probs, state, weights = model.decoder.step(prev, state, s.enc)
-        at_limit = s.limit == s.t
-        log_probs = restrict(log_probs, at_limit, False, False)
-        first = rules.eos_banned(True, at_limit) & (s.t == 0)  # the rule's first step, on device
-        log_probs[:, EOS].masked_fill_(first, float("-inf"))
+        s.bans = s.bans or Bans(log_probs.size(1), log_probs.device)  # at the eager first run
+        log_probs = restrict(log_probs, s.limit == s.t, False, s.t == 0, s.bans)
         best, prev = log_probs.max(dim=-1)
         column = s.t.view(1)
         s.tokens.index_copy_(1, column, prev.unsqueeze(1))
         s.attention.index_copy_(1, column, weights.float().unsqueeze(1))
         s.scores.add_(torch.where(s.running, best.float(), 0.0))
-        ended = s.running & (prev == EOS)
-        s.lengths.copy_(torch.where(ended, s.t + 1, s.lengths))
-        s.running.logical_and_(~ended)
+        s.lengths.add_(s.running)  # a step more for rows not yet ended: EOS included
+        s.running.logical_and_(prev != EOS)
         s.t.add_(1)
     _copy_into(s.state, state)
     s.prev.copy_(prev)

@@ -38,21 +38,48 @@ def max_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
     return torch.from_numpy(rules.max_lengths(src_lengths.cpu().numpy(), a, b))
 
 
-def restrict(log_probs: Tensor, at_limit: Tensor, look: bool, first: bool) -> Tensor:
+class Bans:
+    """`restrict`'s rules as rows to add to a step's log-probs (0 or -inf per token), made once
+    per search so that a step adds them in two kernels without looking at the device: a row that
+    goes on bans PAD and BOS (at the first step EOS too: `rules.eos_banned`), a row at its limit
+    everything but EOS."""
+
+    def __init__(self, vocab: int, device: torch.device) -> None:
+        self.going = torch.zeros(vocab, device=device)
+        self.going[PAD].fill_(float("-inf"))  # fill_, not item assignment: no host tensor made
+        self.going[BOS].fill_(float("-inf"))
+        self.first = self.going.clone()
+        self.first[EOS].fill_(float("-inf"))
+        self.at_limit = torch.full((vocab,), float("-inf"), device=device)
+        self.at_limit[EOS].fill_(0.0)
+
+    def rows(self, at_limit: Tensor, first: bool | Tensor) -> Tensor:
+        """[rows, V] for rows ``at_limit`` [rows] at the ``first`` step or not (a host bool, or
+        a 0-d bool on the device where one graph serves every step)."""
+        if isinstance(first, Tensor):
+            going = torch.where(first, self.first, self.going)
+        else:
+            going = self.first if first else self.going
+        return torch.where(at_limit.unsqueeze(1), self.at_limit, going)
+
+
+def restrict(
+    log_probs: Tensor, at_limit: Tensor, look: bool, first: bool | Tensor, bans: Bans | None = None
+) -> Tensor:
     """Forbid PAD and BOS everywhere, EOS at the ``first`` step (no translation is empty, as
     in fairseq and Joey NMT) unless the limit comes first (`rules.eos_banned`), and anything
     but EOS in rows that reached their limit.
 
-    With ``look`` (free on the host) only rows at their limit are touched; without, a masked
-    fill over all rows avoids asking the device whether there are any.
+    With ``look`` (free on the host) only rows at their limit are touched; without, the search's
+    ``bans`` rows are added to every row, which asks the device nothing.
     """
-    log_probs[:, PAD].fill_(float("-inf"))  # fill_, not item assignment: no host tensor made
-    log_probs[:, BOS].fill_(float("-inf"))
-    if (banned := rules.eos_banned(first, at_limit)) is not None:
-        log_probs[:, EOS].masked_fill_(banned, float("-inf"))
     if not look:
-        not_eos = torch.arange(log_probs.size(1), device=log_probs.device) != EOS
-        return log_probs.masked_fill_(at_limit.unsqueeze(1) & not_eos, float("-inf"))
+        bans = bans or Bans(log_probs.size(1), log_probs.device)
+        return log_probs.add_(bans.rows(at_limit, first))
+    log_probs[:, PAD].fill_(float("-inf"))
+    log_probs[:, BOS].fill_(float("-inf"))
+    if (banned := rules.eos_banned(bool(first), at_limit)) is not None:
+        log_probs[:, EOS].masked_fill_(banned, float("-inf"))
     if at_limit.any():
         log_probs[at_limit, :EOS] = float("-inf")
         log_probs[at_limit, EOS + 1 :] = float("-inf")

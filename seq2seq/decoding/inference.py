@@ -94,7 +94,10 @@ class Translator:
         tgt_tok: Tokenizer,
         search: DecodeConfig,
         engine: Engine | None = None,
+        graphs: SearchGraphs | None = None,
     ) -> None:
+        """``graphs``: CUDA graphs of the searches to keep using (a training's validations);
+        by default a new set on a GPU, none elsewhere."""
         keys = ("beam_size", "nbest", "batch_size", "max_source_len", "sampling")
         if problem := rules.search_problem(**{k: getattr(search, k) for k in keys}):
             raise Seq2SeqError(problem)
@@ -102,7 +105,7 @@ class Translator:
         self.search, self.engine = search, engine
         # plain searches replay CUDA graphs, kept for later batches (not with compile=true)
         on_gpu = engine is not None and engine.device.type == "cuda" and not engine.compiled
-        self.graphs = SearchGraphs(engine) if on_gpu else None
+        self.graphs = graphs if graphs is not None else SearchGraphs(engine) if on_gpu else None
 
     @classmethod
     def from_run(

@@ -20,6 +20,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.decoding.beam import beam_search
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.hypothesis import (
+    Bans,
     BatchSteering,
     Hypothesis,
     check_interval,
@@ -132,12 +133,14 @@ class _Greedy:
         self.active = torch.arange(batch, device=device)  # batch rows still in the loop
         self.running = torch.ones(batch, dtype=torch.bool, device=device)  # of those, not ended
         self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
+        self.bans: Bans | None = None  # made at the first step, the vocabulary known
 
     def step(self, t: int, look: bool) -> None:
         """Step ``t`` of every row in the loop; only device work, nothing read back."""
         active, running = self.active, self.running
         log_probs, self.state, weights = self.model.decoder.step(self.prev, self.state, self.enc)
-        log_probs = restrict(log_probs, self.limit[active] == t, look, t == 0)  # [b, V]
+        self.bans = self.bans or Bans(log_probs.size(1), log_probs.device)
+        log_probs = restrict(log_probs, self.limit[active] == t, look, t == 0, self.bans)  # [b, V]
         if self.steering is not None:
             history = self.tokens[active, :t] if self.steering.n else None
             log_probs = self.steering.apply(log_probs, t, active, history)

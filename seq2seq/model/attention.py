@@ -70,7 +70,7 @@ class Attention(nn.Module):
 
     def read(self, weights: Tensor, values: Tensor) -> Tensor:
         """The context c_t = sum_j a_tj v_j: weights [B, 1, T, S], values [B, S, C] -> [B, T, C]."""
-        return torch.bmm(weights[:, 0], values)
+        return torch.bmm(weights.squeeze(1), values)  # a view: no copy in the backward
 
     def weigh(
         self,

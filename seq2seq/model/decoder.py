@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from seq2seq.model.attention import Attention
 from seq2seq.model.autocast import compute_dtype
 from seq2seq.model.linear import Linear, linear
-from seq2seq.model.recurrence import LoopWeight, gru_update
+from seq2seq.model.recurrence import LoopWeight, gru_cell, gru_update
 from seq2seq.vocab import PAD
 
 
@@ -106,7 +106,9 @@ class DecoderStep(nn.Module):
 
     def cell(self, gi: Tensor, hidden: Tensor, recur: LoopWeight | None = None) -> Tensor:
         """One GRU step from the full input projection gi [B, 3H] (``recur``: the loop's)."""
-        return gru_update(gi, (recur or self.recurrence())(hidden), hidden)
+        if recur is None:  # a search step
+            return gru_cell(gi, hidden, self.rnn.weight_hh_l0, self.rnn.bias_hh_l0)
+        return gru_update(gi, recur(hidden), hidden)
 
     def project_embeddings(self, emb: Tensor) -> Tensor:
         """Embeddings' share of the GRU input projection, all steps: [B, T, E] -> [T, B, 3H]."""
@@ -214,18 +216,24 @@ class BahdanauStep(DecoderStep):
         hidden: Tensor,
         coverage: Tensor | None,
         enc: EncoderOutput,
-        recur: tuple[LoopWeight, ...],
+        recur: tuple[LoopWeight, ...] | None = None,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """One step from the word's share of the GRU input gi_t [B, 3H] (its bias included):
-        (state s_t, weights [B, 1, S], coverage)."""
+        (state s_t, weights [B, 1, S], coverage); ``recur``: the loop's (`recurrences`)."""
+        recur = recur or (None, None)
         query = self.cell(gi_t, hidden, recur[0]) if self.conditional else hidden  # s'_t, s_{t-1}
         weights = self.attention.weigh(query, enc.keys, enc.mask, coverage=coverage)
         if self.context_rnn is None:  # gi_t + W_ih c_t [B, 3H]
             gi = torch.baddbmm(gi_t.unsqueeze(1), weights, enc.gates).squeeze(1)
             hidden = self.cell(gi, hidden, recur[0])
         else:  # GRU_2 from s'_t; its input projection, but the bias, is W_ih c_t
-            gi = torch.bmm(weights, enc.gates).squeeze(1) + self.context_rnn.bias_ih_l0
-            hidden = gru_update(gi, recur[1](query), query)
+            rnn = self.context_rnn
+            gi = torch.bmm(weights, enc.gates).squeeze(1)
+            gi = gi + rnn.bias_ih_l0.to(gi.dtype)  # autocast's dtype, as the state's
+            if recur[1] is None:  # a search step
+                hidden = gru_cell(gi, query, rnn.weight_hh_l0, rnn.bias_hh_l0)
+            else:
+                hidden = gru_update(gi, recur[1](query), query)
         return hidden, weights, _accumulate(coverage, weights)
 
     def step(
@@ -233,8 +241,7 @@ class BahdanauStep(DecoderStep):
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
         gi = linear(emb, self.rnn.weight_ih_l0[:, : self.emb_size], self.rnn.bias_ih_l0)
-        recur = self.recurrences()
-        hidden, weights, coverage = self._advance(gi, state.hidden, state.coverage, enc, recur)
+        hidden, weights, coverage = self._advance(gi, state.hidden, state.coverage, enc)
         context = self.attention.read(weights.unsqueeze(2), enc.values).squeeze(1)  # [B, C]
         readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
         return readout, DecoderState(hidden, None, coverage), weights

@@ -114,7 +114,8 @@ class LoopWeight:
         dtype: torch.dtype | None = None,
         defer: bool = True,
     ) -> None:
-        weight, bias = cast(weight, dtype).contiguous(), cast(bias, dtype)
+        weight = cast(weight, dtype).contiguous()
+        bias = None if bias is None else cast(bias, dtype)
         self.steps = None
         if defer and torch.is_grad_enabled() and weight.requires_grad:
             self.steps = _Steps()

@@ -28,7 +28,7 @@ from seq2seq.training.updater import StepResult, Updater, build_optimizer
 from seq2seq.vocab import EOS
 
 log = logging.getLogger("seq2seq.train")
-WARMUP = 1  # eager updates of a bucket (on a side stream) before its graph is captured
+WARMUP = 1  # eager updates (on a side stream) before the first graph is captured
 
 
 def bucket_size(n: int) -> int:
@@ -155,7 +155,7 @@ def make_updater(engine: Engine, model: nn.Module, tcfg: TrainConfig) -> Updater
 class StaticUpdater:
     """`Updater`'s work over fixed-shape buckets with no host read inside an update: the optimizer
     skips a non-finite update on the device (fused Adam's ``found_inf``). On CUDA each bucket's
-    update becomes a graph after ``WARMUP`` eager ones; on the CPU it runs eagerly (tests)."""
+    update becomes a graph (`_record`); on the CPU it runs eagerly (tests)."""
 
     def __init__(self, engine: Engine, model: nn.Module, tcfg: TrainConfig) -> None:
         self.engine, self.tcfg = engine, tcfg
@@ -169,6 +169,7 @@ class StaticUpdater:
         self.inputs: dict[Bucket, StaticBatch] = {}
         self.graphs: dict[Bucket, tuple[torch.cuda.CUDAGraph, tuple[Tensor, Tensor]]] = {}
         self.seen: Counter[Bucket] = Counter()
+        self.refused: set[Bucket] = set()  # captures CUDA refused before a warm-up of their own
         self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs were captured on
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
 
@@ -191,10 +192,8 @@ class StaticUpdater:
         elif not self.capture:
             self.optimizer.zero_grad(set_to_none=True)
             out = self.update(inputs)
-        elif self.seen[bucket] <= WARMUP:
-            out = self._warm_up(inputs)
         else:
-            out = self._capture(bucket, inputs)
+            out = self._record(bucket, inputs)
         return PendingStep(out[0].clone(), out[1].clone())  # before the next replay writes
 
     def update(self, x: StaticBatch) -> tuple[Tensor, Tensor]:
@@ -218,6 +217,21 @@ class StaticUpdater:
         self.optimizer.found_inf.copy_(norm.isfinite().logical_not())
         self.optimizer.step()
         return loss.detach(), norm
+
+    def _record(self, bucket: Bucket, inputs: StaticBatch) -> tuple[Tensor, Tensor]:
+        """A bucket's update before its graph exists: the run's first bucket warms up eagerly
+        first (CUDA's lazy set-up), later ones are captured at once (an eager update less each).
+        A capture CUDA refuses runs the update eagerly instead, and is tried again next time."""
+        if self.seen[bucket] <= WARMUP and not self.graphs:
+            return self._warm_up(inputs)
+        try:
+            return self._capture(bucket, inputs)
+        except RuntimeError as error:  # nothing ran while capturing
+            if bucket in self.refused:
+                raise
+            self.refused.add(bucket)
+            log.info("bucket %s: captured after an eager update (%s)", bucket, error)
+            return self._warm_up(inputs)
 
     def _warm_up(self, inputs: StaticBatch) -> tuple[Tensor, Tensor]:
         """An eager update on a side stream, as capture asks before a graph is recorded."""

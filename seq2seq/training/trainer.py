@@ -24,7 +24,6 @@ from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, wr
 from seq2seq.data.sampling import SubwordSampler
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.monitor import Monitor
-from seq2seq.languages import bleu_tokenizer
 from seq2seq.model.seq2seq import build_model
 from seq2seq.runtime.checkpoint import CheckpointWriter, keep, start_or_resume
 from seq2seq.runtime.engine import Engine
@@ -38,7 +37,6 @@ from seq2seq.storage.rundir import (
     TGT_TOKENIZER,
     RunLock,
 )
-from seq2seq.training.alignment import AlignmentProbe
 from seq2seq.training.graphed import make_updater
 from seq2seq.training.record import choose_and_record
 from seq2seq.training.report import Report, Window
@@ -46,7 +44,7 @@ from seq2seq.training.schedule import LearningRate
 from seq2seq.training.state import Progress, epoch_plan, restore_training, training_state
 from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
 from seq2seq.training.updater import NonFiniteGuard, StepResult
-from seq2seq.training.validation import validate, validation_search
+from seq2seq.training.validation import Validator
 from seq2seq.training.warm_start import adopt_model, start_from
 
 log = logging.getLogger("seq2seq.train")
@@ -163,7 +161,7 @@ class Trainer:
         purge = self.progress.step + 1 if state is not None else None  # hide logs after last.pt
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
         self.report = Report(cfg, engine, self.monitor)
-        self.probe = AlignmentProbe.from_config(cfg.log) if engine.is_main else None
+        self.validator = Validator(cfg, engine) if engine.is_main else None
         self.writer = CheckpointWriter()
         self.non_finite = NonFiniteGuard(engine, tcfg, run_dir)
         parameters = sum(p.numel() for p in model.parameters())
@@ -308,18 +306,8 @@ class Trainer:
         validation of a run that stops anyway does not count as stopping early."""
         start = time.perf_counter()
         result = None
-        if self.engine.is_main:
-            tcfg = self.cfg.train
-            result = validate(
-                self.updater.module,
-                self.data,
-                self.engine,
-                tcfg.batch_tokens,
-                validation_search(tcfg),
-                self.cfg.log.attention_samples,
-                bleu_tokenizer(self.cfg.data.tgt_lang, self.cfg.data.bleu_tokenize),
-                self.probe,
-            )
+        if self.validator is not None:  # rank 0
+            result = self.validator(self.updater.module, self.data)
         bleu = self.engine.broadcast(result.metrics["bleu"] if result else None)
         p = self.progress
         p.validated_step = p.step

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from omegaconf import DictConfig
 
 from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.batching import TokenBatchSampler, collate
@@ -19,7 +20,9 @@ from seq2seq.decoding.alignment import (
     attention_statistics,
     hypothesis_weights,
 )
+from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator, score
+from seq2seq.languages import bleu_tokenizer
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import Engine
 from seq2seq.training.alignment import AlignmentProbe
@@ -49,6 +52,33 @@ def within_limit(tok: Tokenizer, lines: list[str], limit: int) -> tuple[list[str
     return kept, sum(n > limit for n in lengths)
 
 
+class Validator:
+    """Validation as a run repeats it: its settings, read from the run's config once, and on a
+    GPU the search's CUDA graphs, kept from one validation to the next (each batch shape is
+    recorded once; the updates change the weights in place, where the graphs read them)."""
+
+    def __init__(self, cfg: DictConfig, engine: Engine) -> None:
+        self.engine, self.batch_tokens = engine, cfg.train.batch_tokens
+        self.search, self.samples = validation_search(cfg.train), cfg.log.attention_samples
+        self.bleu_tokenize = bleu_tokenizer(cfg.data.tgt_lang, cfg.data.bleu_tokenize)
+        self.probe = AlignmentProbe.from_config(cfg.log)
+        self.graphs = SearchGraphs(engine) if engine.device.type == "cuda" else None
+
+    def __call__(self, model: Seq2Seq, data: TrainingData) -> Validation:
+        """One validation of ``model`` (`validate`)."""
+        return validate(
+            model,
+            data,
+            self.engine,
+            self.batch_tokens,
+            self.search,
+            self.samples,
+            self.bleu_tokenize,
+            self.probe,
+            self.graphs,
+        )
+
+
 @torch.inference_mode()
 def validate(
     model: Seq2Seq,
@@ -59,11 +89,13 @@ def validate(
     samples: int,
     bleu_tokenize: str = "13a",
     probe: AlignmentProbe | None = None,
+    graphs: SearchGraphs | None = None,
 ) -> Validation:
     """Loss and perplexity over ``data.valid``; BLEU (sacreBLEU's ``bleu_tokenize``), chrF and
     attention statistics of ``data.valid_src`` translated with ``search`` (as seq2seq-evaluate
     does), whose first ``samples`` become samples;
-    with a ``probe``, the AER of the model's attention on its gold-aligned pairs."""
+    with a ``probe``, the AER of the model's attention on its gold-aligned pairs; ``graphs``:
+    the search's CUDA graphs to replay (`Validator`)."""
     model.eval()
     loss_sum = nll_sum = 0.0
     ntokens = 0
@@ -76,7 +108,7 @@ def validate(
             loss, nll = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
         loss_sum, nll_sum = loss_sum + float(loss), nll_sum + float(nll)
         ntokens += batch.ntokens
-    translator = Translator(model, data.src_tok, data.tgt_tok, search, engine)
+    translator = Translator(model, data.src_tok, data.tgt_tok, search, engine, graphs)
     sources, blanked = within_limit(data.src_tok, data.valid_src, search.max_source_len)
     if blanked:
         log.warning(
