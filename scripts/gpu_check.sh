@@ -90,7 +90,8 @@ open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for
   python3 $peer/summarize.py \$b \$d 2>&1 | grep -E '\"steady|logged|^ +[0-9.]+,?\$|peer='"
 
 # ours, the same shape and budget (graphed, as train.cuda_graphs=auto takes on CUDA, then eager),
-# then the benchmark: the peer shape eager and graphed at its batch and at 8,192 tokens, the
+# then the benchmark: the peer shape eager and graphed at its batch and at 8,192 tokens (and
+# graphed in bf16 there), the
 # reference model graphed at 8,192 and 16,000 tokens in fp32 and bf16 (with peak memory), and
 # the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency)
 step ours "${OURS_S:-300}" "
@@ -104,6 +105,7 @@ step ours "${OURS_S:-300}" "
   b='python3 scripts/benchmark.py --data-source $bundle/multi30k --device cuda --repeats 3'
   part '^[^{]' \$b --measure training --model peer --batch peer,8192 --precision fp32 \
     --cuda-graphs false,true
+  part '^[^{]' \$b --measure training --model peer --batch 8192 --precision bf16 --cuda-graphs true
   part '^[^{]' \$b --measure training --model reference --attention bahdanau --batch 8192,16000 \
     --precision fp32,bf16 --cuda-graphs true
   part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32,bf16 \

@@ -44,7 +44,8 @@ def test_gpu_check_forms_every_step(tmp_path: Path) -> None:
     assert "batch_type=tokens batch_size=8192" in peer and "large batches" in peer
     parts = (out / "parts.log").read_text()
     assert parts.count("-- python3 -m seq2seq.commands.train") == 2
-    assert parts.count("-- python3 scripts/benchmark.py") == 4
+    assert parts.count("-- python3 scripts/benchmark.py") == 5
+    assert "--model peer --batch 8192 --precision bf16" in parts  # the 4x target in bf16 too
     assert parts.count("--cuda-graphs false,true") >= 3
     # the recipe's first seed trains (the stand-in says it finished), then its log is missing
     assert "experiment=multi30k_de_en device=cuda" in (out / "recipe.log").read_text()

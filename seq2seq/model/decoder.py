@@ -287,7 +287,8 @@ class LuongStep(DecoderStep):
         same shape, weights); ``combine``: W_c of the loop a step belongs to."""
         context, weights = self.attention(hidden, enc.keys, enc.values, enc.mask, position)
         features = torch.cat([context, hidden], -1)
-        return torch.tanh(self.combine(features) if combine is None else combine(features)), weights
+        mixed = self.combine(features) if combine is None else combine(features)  # W_c [c; s]
+        return torch.tanh(mixed), weights
 
     def forward(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
