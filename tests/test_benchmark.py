@@ -214,3 +214,14 @@ def test_quick_benchmark_times_graphed_updates_and_decoding_batches(data_args: l
     assert [r["shapes"] > 0 for r in rows] == [False, True, False, True]
     for row in rows:
         assert_positive(row, (*DECODING_FIGURES, "ms_per_batch"))
+
+
+def test_step_kernels_counts_the_graphed_steps() -> None:
+    """scripts/step_kernels.py: kernels per time step of the update and of both searches, the
+    GRU's gates counted as CUDA's fused cell (once forward, once backward)."""
+    cmd = [sys.executable, "scripts/step_kernels.py", "--model", "peer", "--rows", "4"]
+    proc = subprocess.run([*cmd, "--source", "6"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout.splitlines()[-1])["models"]
+    assert row["update_at_20"] > 20 * row["per_target_step"] > 0
+    assert 0 < row["greedy_per_step"] < row["beam5_per_step"]
