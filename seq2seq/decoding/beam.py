@@ -132,7 +132,7 @@ class BeamSearch:
         self.ended = torch.zeros(batch, dtype=torch.long, device=device)  # finished so far
         self.ended_short = torch.zeros(batch, k + 1, dtype=torch.bool, device=device)  # unmet
         self.slots = torch.arange(2 * k, device=device)  # [2k]
-        self.bans: Bans | None = None  # made at the first step, the vocabulary known
+        self.bans = Bans()  # its rows made at the first step, the vocabulary known
 
     def step(self, t: int, look: bool) -> None:
         """Step ``t`` of every live beam: EOS among the k best candidates of a sentence finishes
@@ -146,7 +146,6 @@ class BeamSearch:
         attended, penalty = self._coverage(weights, width)
         at_limit = self.limit[beams.sent] == t  # [n]
         row_limit = at_limit.repeat_interleave(width)  # [rows]
-        self.bans = self.bans or Bans(log_probs.size(1), log_probs.device)
         log_probs = restrict(log_probs, row_limit, look, t == 0, self.bans)
         sent = beams.sent.repeat_interleave(width) if self.steering or self.constraints else None
         if self.steering is not None:

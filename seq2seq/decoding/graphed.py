@@ -140,7 +140,7 @@ class _Slots(_Chunks):
         self.lengths = torch.zeros(rows, dtype=torch.long, device=device)  # EOS included
         self.running = torch.ones(rows, dtype=torch.bool, device=device)
         self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
-        self.bans: Bans | None = None
+        self.bans = Bans()  # its rows made at the eager first run
 
     def fill(self, enc: Any, state: Any, limit: Tensor) -> None:
         """A new batch's start, copied in (device work only)."""
@@ -278,7 +278,6 @@ def _greedy_steps(model: Seq2Seq, s: _Slots) -> None:
     state, prev = s.state, s.prev
     for _ in range(CHUNK):
         log_probs, state, weights = model.decoder.step(prev, state, s.enc)
-        s.bans = s.bans or Bans(log_probs.size(1), log_probs.device)  # at the eager first run
         log_probs = restrict(log_probs, s.limit == s.t, False, s.t == 0, s.bans)
         best, prev = log_probs.max(dim=-1)
         column = s.t.view(1)

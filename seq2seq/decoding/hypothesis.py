@@ -39,32 +39,40 @@ def max_lengths(src_lengths: Tensor, a: float, b: int) -> Tensor:
 
 
 class Bans:
-    """`restrict`'s rules as rows to add to a step's log-probs (0 or -inf per token), made once
-    per search so that a step adds them in two kernels without looking at the device: a row that
-    goes on bans PAD and BOS (at the first step EOS too: `rules.eos_banned`), a row at its limit
-    everything but EOS."""
+    """`restrict`'s rules as rows to add to a step's log-probs (0 or -inf per token), made at a
+    search's first step so that later steps add them in two kernels without looking at the
+    device: a row that goes on bans PAD and BOS (at the first step EOS too:
+    `rules.eos_banned`), a row at its limit everything but EOS."""
 
-    def __init__(self, vocab: int, device: torch.device) -> None:
-        self.going = torch.zeros(vocab, device=device)
-        self.going[PAD].fill_(float("-inf"))  # fill_, not item assignment: no host tensor made
-        self.going[BOS].fill_(float("-inf"))
-        self.first = self.going.clone()
-        self.first[EOS].fill_(float("-inf"))
-        self.at_limit = torch.full((vocab,), float("-inf"), device=device)
-        self.at_limit[EOS].fill_(0.0)
+    def __init__(self) -> None:
+        self._rows: tuple[Tensor, Tensor, Tensor] | None = None  # going, first, at the limit
 
-    def rows(self, at_limit: Tensor, first: bool | Tensor) -> Tensor:
+    def rows(self, log_probs: Tensor, at_limit: Tensor, first: bool | Tensor) -> Tensor:
         """[rows, V] for rows ``at_limit`` [rows] at the ``first`` step or not (a host bool, or
         a 0-d bool on the device where one graph serves every step)."""
+        if self._rows is None:
+            self._rows = _ban_rows(log_probs.size(1), log_probs.device)
+        going, at_first, only_eos = self._rows
         if isinstance(first, Tensor):
-            going = torch.where(first, self.first, self.going)
-        else:
-            going = self.first if first else self.going
-        return torch.where(at_limit.unsqueeze(1), self.at_limit, going)
+            going = torch.where(first, at_first, going)
+        elif first:
+            going = at_first
+        return torch.where(at_limit.unsqueeze(1), only_eos, going)
+
+
+def _ban_rows(vocab: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+    going = torch.zeros(vocab, device=device)
+    going[PAD].fill_(float("-inf"))  # fill_, not item assignment: no host tensor made
+    going[BOS].fill_(float("-inf"))
+    at_first = going.clone()
+    at_first[EOS].fill_(float("-inf"))
+    only_eos = torch.full((vocab,), float("-inf"), device=device)
+    only_eos[EOS].fill_(0.0)
+    return going, at_first, only_eos
 
 
 def restrict(
-    log_probs: Tensor, at_limit: Tensor, look: bool, first: bool | Tensor, bans: Bans | None = None
+    log_probs: Tensor, at_limit: Tensor, look: bool, first: bool | Tensor, bans: Bans
 ) -> Tensor:
     """Forbid PAD and BOS everywhere, EOS at the ``first`` step (no translation is empty, as
     in fairseq and Joey NMT) unless the limit comes first (`rules.eos_banned`), and anything
@@ -74,8 +82,7 @@ def restrict(
     ``bans`` rows are added to every row, which asks the device nothing.
     """
     if not look:
-        bans = bans or Bans(log_probs.size(1), log_probs.device)
-        return log_probs.add_(bans.rows(at_limit, first))
+        return log_probs.add_(bans.rows(log_probs, at_limit, first))
     log_probs[:, PAD].fill_(float("-inf"))
     log_probs[:, BOS].fill_(float("-inf"))
     if (banned := rules.eos_banned(bool(first), at_limit)) is not None:

@@ -133,13 +133,12 @@ class _Greedy:
         self.active = torch.arange(batch, device=device)  # batch rows still in the loop
         self.running = torch.ones(batch, dtype=torch.bool, device=device)  # of those, not ended
         self.prev = torch.full((batch,), BOS, dtype=torch.long, device=device)
-        self.bans: Bans | None = None  # made at the first step, the vocabulary known
+        self.bans = Bans()  # its rows made at the first step, the vocabulary known
 
     def step(self, t: int, look: bool) -> None:
         """Step ``t`` of every row in the loop; only device work, nothing read back."""
         active, running = self.active, self.running
         log_probs, self.state, weights = self.model.decoder.step(self.prev, self.state, self.enc)
-        self.bans = self.bans or Bans(log_probs.size(1), log_probs.device)
         log_probs = restrict(log_probs, self.limit[active] == t, look, t == 0, self.bans)  # [b, V]
         if self.steering is not None:
             history = self.tokens[active, :t] if self.steering.n else None
