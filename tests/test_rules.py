@@ -91,7 +91,7 @@ def test_the_torch_and_numpy_searches_restrict_alike(look: bool) -> None:
     for first in (True, False):
         log_probs = torch.randn(4, VOCAB, generator=gen).log_softmax(-1)
         want = lite_search.restrict(log_probs.numpy().copy(), at_limit.numpy(), IDS, first)
-        got = hypothesis.restrict(log_probs.clone(), at_limit, look, first)
+        got = hypothesis.restrict(log_probs.clone(), at_limit, look, first, hypothesis.Bans())
         assert np.array_equal(got.numpy(), want)
         banned = rules.eos_banned(first, at_limit)
         expected = [False] * 4 if banned is None else banned.tolist()
