@@ -56,6 +56,33 @@ def repeated_ngrams(tokens: Sequence[Any], n: int) -> int:
     return len(grams) - len(set(grams))
 
 
+def follow_back(
+    parents: Sequence[np.ndarray] | np.ndarray,
+    fed: Sequence[np.ndarray] | np.ndarray,
+    ends: np.ndarray,
+    rows: np.ndarray,
+    pad: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Beam search's back-pointers followed from each hypothesis's EOS (row ``rows[h]`` of step
+    ``ends[h]``) to step 0, all hypotheses at once; step t's ``parents[t]`` and ``fed[t]`` give
+    each row of step t + 1 its row of step t and the token it was fed. Returns the tokens
+    [H, longest] (``pad`` after each hypothesis's end) and each one's row at every step
+    [H, longest + 1] (0 after its end)."""
+    ends = np.asarray(ends, dtype=np.int64)
+    longest = int(ends.max(initial=0))
+    tokens = np.full((len(ends), longest), pad, dtype=np.int64)
+    at = np.zeros((len(ends), longest + 1), dtype=np.int64)
+    row = np.asarray(rows, dtype=np.int64).copy()
+    at[np.arange(len(ends)), ends] = row
+    for t in range(longest - 1, -1, -1):
+        back = t < ends  # hypotheses longer than t: their row of step t + 1 is row
+        here = np.where(back, row, 0)
+        tokens[:, t] = np.where(back, np.asarray(fed[t])[here], pad)
+        row = np.where(back, np.asarray(parents[t])[here], row)
+        at[:, t] = np.where(back, row, at[:, t])
+    return tokens, at
+
+
 def eos_banned(first: bool, at_limit: Any) -> Any | None:
     """Rows whose EOS is forbidden (a numpy or torch bool mask like ``at_limit``; None: none):
     at the ``first`` step every row not at its length limit, so no translation is empty."""

@@ -20,6 +20,7 @@ import numpy as np
 from seq2seq_lite.constraints import Constraints, allocate
 from seq2seq_lite.rules import (
     eos_banned,
+    follow_back,
     length_penalty,
     max_lengths,
     min_lengths,
@@ -318,32 +319,33 @@ class _Beam:
         self.state, self.memory = _rows(self.state, rows), _rows(self.memory, rows)
 
     def results(self, src_lengths: np.ndarray) -> list[list[Hypothesis]]:
-        """Each sentence's ``nbest`` best finished hypotheses, best first."""
-        k, out = self.k, []
-        for b, n in enumerate(src_lengths.tolist()):
-            scores = self.ended_score[b, :k]
-            if self.constraints is not None:  # one that placed every phrase: none that did not
-                short = self.ended_short[b, :k]
-                if (~short & np.isfinite(scores)).any():
-                    scores = np.where(short, NEG_INF, scores)
-            order = np.argsort(-scores, kind="stable")[: self.nbest]
-            hyps = []
-            for j in order:
-                score = float(scores[j])
-                if math.isfinite(score):
-                    end, row = int(self.ended_step[b, j]), int(self.ended_row[b, j])
-                    hyps.append(self._backtrack(end, row, score, n))
-            out.append(hyps)
+        """Each sentence's ``nbest`` best finished hypotheses, best first (`follow_back`)."""
+        scores = self.ended_score[:, : self.k]
+        if self.constraints is not None:  # one that placed every phrase: none that did not
+            short = self.ended_short[:, : self.k]
+            complete = (~short & np.isfinite(scores)).any(1, keepdims=True)
+            scores = np.where(short & complete, NEG_INF, scores)
+        best = np.argsort(-scores, axis=1, kind="stable")[:, : self.nbest]  # [B, nbest]
+        end = np.take_along_axis(self.ended_step, best, 1).reshape(-1)
+        row = np.take_along_axis(self.ended_row, best, 1).reshape(-1)
+        tokens, at = follow_back(self.parents, self.fed, end, row, self.ids["pad"])
+        history = np.zeros(
+            (len(self.history), max(map(len, self.history)), *self.history[0].shape[1:]),
+            dtype=np.float32,
+        )
+        for t, weights in enumerate(self.history):
+            history[t, : len(weights)] = weights
+        attention = history[np.arange(at.shape[1]), at]  # [H, longest + 1, S]
+        out, nbest = [], self.nbest
+        for h, score in enumerate(np.take_along_axis(scores, best, 1).reshape(-1).tolist()):
+            if h % nbest == 0:
+                out.append([])
+            if math.isfinite(score):
+                n, length = int(src_lengths[h // nbest]), int(end[h])
+                out[-1].append(
+                    Hypothesis(tokens[h, :length].tolist(), score, attention[h, : length + 1, :n])
+                )
         return out
-
-    def _backtrack(self, end: int, row: int, score: float, src_len: int) -> Hypothesis:
-        """The tokens and attention of the hypothesis whose EOS is row ``row`` of step ``end``."""
-        tokens, attention = [], [self.history[end][row]]
-        for t in range(end - 1, -1, -1):
-            tokens.append(int(self.fed[t][row]))
-            row = int(self.parents[t][row])
-            attention.append(self.history[t][row])
-        return Hypothesis(tokens[::-1], score, np.stack(attention[::-1])[:, :src_len])
 
 
 def beam(

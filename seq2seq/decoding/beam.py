@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from seq2seq_lite.rules import length_penalty
+from seq2seq_lite.rules import follow_back, length_penalty
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
@@ -24,7 +24,7 @@ from seq2seq.decoding.hypothesis import (
     Hypothesis,
     check_interval,
     looks_at,
-    make_hypothesis,
+    make_hypotheses,
     max_lengths,
     restrict,
     steering,
@@ -62,6 +62,53 @@ class _Beams:
             None if self.fed is None else self.fed[rows],
             None if self.progress is None else self.progress.index(rows),
         )
+
+
+@dataclass
+class Ended:
+    """Each batch sentence's finished hypotheses: k slots, and a last one where the others go."""
+
+    score: Tensor  # [B, k + 1] length-normalised (+ coverage penalty); -inf: none
+    step: Tensor  # [B, k + 1] the step of its EOS
+    row: Tensor  # [B, k + 1] its row at that step
+    count: Tensor  # [B] finished so far
+    short: Tensor  # [B, k + 1] ended without every constraint phrase
+
+    @classmethod
+    def empty(cls, batch: int, k: int, device: torch.device) -> Ended:
+        slots = (batch, k + 1)
+        return cls(
+            torch.full(slots, float("-inf"), device=device),
+            torch.zeros(slots, dtype=torch.long, device=device),
+            torch.zeros(slots, dtype=torch.long, device=device),
+            torch.zeros(batch, dtype=torch.long, device=device),
+            torch.zeros(slots, dtype=torch.bool, device=device),
+        )
+
+    def add(
+        self,
+        sent: Tensor,
+        before: Tensor,
+        found: tuple[Tensor, Tensor, Tensor],
+        ends: Tensor,
+        short: Tensor | None = None,
+    ) -> None:
+        """Write the candidates [n, m] that ``ends`` marks into the slots of their sentences
+        ``sent`` [n] (``before`` [n] finished there so far) while a sentence has room; ``found``:
+        their scores, rows and step (0-d); ``short``: those that end without every phrase."""
+        scores, rows, step = found
+        k = self.score.size(1) - 1
+        ends = ends & scores.isfinite()
+        rank = before.unsqueeze(1) + ends.cumsum(1)  # 1-based slot of each ending
+        accepted = ends & (rank <= k)
+        slot = torch.where(accepted, rank - 1, k)
+        sentence = sent.unsqueeze(1).expand_as(ends)
+        self.score.index_put_((sentence, slot), torch.where(accepted, scores, float("-inf")))
+        self.step.index_put_((sentence, slot), step)
+        self.row.index_put_((sentence, slot), rows)
+        self.count.index_add_(0, sent, accepted.sum(1))
+        if short is not None:
+            self.short.index_put_((sentence, slot), short & accepted)
 
 
 # A source word a hypothesis never attended counts as this much attention in the coverage
@@ -125,14 +172,18 @@ class BeamSearch:
         self.parents = torch.zeros(self.steps, batch * k, dtype=torch.long, device=device)
         self.fed = torch.zeros(self.steps, batch * k, dtype=torch.long, device=device)
         self.history = torch.zeros(self.steps, batch * k, heads, src_len, device=device)
-        # Finished hypotheses per batch sentence: k slots, and a last one where the others go.
-        self.ended_score = torch.full((batch, k + 1), float("-inf"), device=device)
-        self.ended_step = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
-        self.ended_row = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
-        self.ended = torch.zeros(batch, dtype=torch.long, device=device)  # finished so far
-        self.ended_short = torch.zeros(batch, k + 1, dtype=torch.bool, device=device)  # unmet
+        self.ended = Ended.empty(batch, k, device)
         self.slots = torch.arange(2 * k, device=device)  # [2k]
+        self.first_k = self.slots < k
+        self.step_numbers = torch.arange(self.steps, device=device)
+        self.whole = True  # every batch sentence is live, in order: `mine` needs no indexing
+        # row offsets of each sentence's rows, while whole: one row each at first, then k
+        self.offsets = {w: torch.arange(0, batch * w, w, device=device)[:, None] for w in (1, k)}
         self.bans = Bans()  # its rows made at the first step, the vocabulary known
+
+    def mine(self, x: Tensor) -> Tensor:
+        """The rows of a per-sentence tensor [B, ...] that belong to the live sentences [n]."""
+        return x if self.whole else x[self.beams.sent]
 
     def step(self, t: int, look: bool) -> None:
         """Step ``t`` of every live beam: EOS among the k best candidates of a sentence finishes
@@ -144,8 +195,8 @@ class BeamSearch:
         log_probs, state, weights = self.model.decoder.step(beams.prev, beams.state, beams.enc)
         self.history[t, : n * width] = weights.float()
         attended, penalty = self._coverage(weights, width)
-        at_limit = self.limit[beams.sent] == t  # [n]
-        row_limit = at_limit.repeat_interleave(width)  # [rows]
+        at_limit = self.mine(self.limit) == t  # [n]
+        row_limit = at_limit.unsqueeze(1).expand(n, width).reshape(-1)  # [rows]
         log_probs = restrict(log_probs, row_limit, look, t == 0, self.bans)
         sent = beams.sent.repeat_interleave(width) if self.steering or self.constraints else None
         if self.steering is not None:
@@ -157,31 +208,34 @@ class BeamSearch:
         vocab = log_probs.size(1)
         candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
         top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]
-        top_tokens = top_idx % vocab
-        top_rows = top_idx // vocab + (torch.arange(n, device=top_idx.device) * width).unsqueeze(1)
-        is_eos = top_tokens == EOS
+        offsets = self.offsets.get(width) if self.whole else None  # [n, 1]
+        if offsets is None:
+            offsets = torch.arange(0, n * width, width, device=top_idx.device)[:, None]
+        top = top_scores, top_idx // vocab + offsets, top_idx % vocab  # scores, rows, tokens
+        rows, next_tokens = self.parents[t, : n * k], self.fed[t, : n * k]  # [n * k] written
         progress = None
         if self.constraints is None:  # EOS among the k best ends; the k best others go on
-            self._finish(top_scores, top_rows, is_eos & (self.slots < k), t, penalty)
-            order = (is_eos * 2 * k + self.slots).argsort(dim=1)[:, :k]  # [n, k]
-            rows = top_rows.gather(1, order).view(-1)  # [n * k] rows of this step
-            next_tokens = top_tokens.gather(1, order).view(-1)
+            is_eos = top[2] == EOS
+            self._finish(top[:2], is_eos & self.first_k, t, penalty)
+            order = (self.slots + is_eos * (2 * k)).argsort(dim=1)[:, :k]  # [n, k]
+            torch.gather(top[1], 1, order, out=rows.view(n, k))
+            torch.gather(top[2], 1, order, out=next_tokens.view(n, k))
             next_scores = top_scores.gather(1, order)  # [n, k], best first
         else:
-            top = top_scores, top_rows, top_tokens
-            ended = t, penalty, short
-            rows, next_tokens, next_scores, progress = self._allocate(log_probs, top, sent, ended)
+            ending = t, penalty, short
+            chosen, tokens, next_scores, progress = self._allocate(log_probs, top, sent, ending)
+            rows.copy_(chosen)
+            next_tokens.copy_(tokens)
         # [n] the nbest-th finished score of each sentence
-        kept = self.ended_score[beams.sent, :k].topk(self.nbest, dim=1).values[:, -1]
-        best = next_scores.max(1).values / self.best_penalty[beams.sent]
+        kept = self.mine(self.ended.score)[:, :k].topk(self.nbest, dim=1).values[:, -1]
+        best = next_scores.max(1).values / self.mine(self.best_penalty)
         done = (
             beams.done
             | at_limit
-            | (self.ended[beams.sent] >= k)
+            | (self.mine(self.ended.count) >= k)
             | (kept.isfinite() & (kept >= best))
         )
         next_scores = next_scores.masked_fill(done.unsqueeze(1), float("-inf"))
-        self.parents[t, : n * k], self.fed[t, : n * k] = rows, next_tokens
         enc = beams.enc if width == k else beams.enc.index_select(rows)  # k beams each
         attended = None if attended is None else attended[rows]
         fed = None if beams.fed is None else torch.cat([beams.fed[rows], next_tokens[:, None]], 1)
@@ -191,12 +245,12 @@ class BeamSearch:
         )
 
     def _allocate(
-        self, log_probs: Tensor, top: tuple[Tensor, Tensor, Tensor], sent: Tensor, ended: tuple
+        self, log_probs: Tensor, top: tuple[Tensor, Tensor, Tensor], sent: Tensor, ending: tuple
     ) -> tuple[Tensor, Tensor, Tensor, Progress]:
         """The next beams under constraints: the ``top`` candidates (scores, rows, tokens
         [n, 2k]), each row's tokens that advance a constraint, its best token and its EOS, in
         the banks of their met counts. EOS among the k that `allocate` takes from all of them
-        ends a hypothesis (``ended``: `_finish`'s step, penalty and short rows), as EOS among
+        ends a hypothesis (``ending``: `_finish`'s step, penalty and short rows), as EOS among
         the k best does without constraints; the k it takes from the others go on. Rows and
         tokens [n * k], scores [n, k] and the chosen beams' progress."""
         beams, k, constraints = self.beams, self.k, self.constraints
@@ -205,7 +259,7 @@ class BeamSearch:
         n, m = scores.shape
         first = allocate(scores, banks, valid, k, constraints.banks)  # [n, k] EOS here ends
         ends = torch.zeros_like(valid).scatter_(1, first, True) & (tokens == EOS) & valid
-        self._finish(scores, rows, ends, *ended)
+        self._finish((scores, rows), ends, *ending)
         valid = valid & (tokens != EOS)
         pick = allocate(scores, banks, valid, k, constraints.banks)  # [n, k]
         chosen = (pick + (torch.arange(n, device=pick.device) * m).unsqueeze(1)).view(-1)
@@ -225,51 +279,41 @@ class BeamSearch:
 
     def _finish(
         self,
-        top_scores: Tensor,
-        top_rows: Tensor,
+        top: tuple[Tensor, Tensor],
         ends: Tensor,
         t: int,
         penalty: Tensor | None,
         short: Tensor | None = None,
     ) -> None:
-        """Write the candidates [n, m] that ``ends`` marks (EOS at step ``t``) into their
-        sentences' slots while the sentence has room; a score is length-normalised, plus the
-        coverage ``penalty`` [rows] of its row; with constraints, ``short`` [rows] marks the
-        rows that end without every phrase."""
-        sent, k = self.beams.sent, self.k
-        ends = ends & top_scores.isfinite()  # [n, m]
-        before = self.ended[sent].unsqueeze(1)  # [n, 1]
-        rank = before + ends.cumsum(1)  # 1-based slot of each ending
-        accepted = ends & (rank <= k)
-        slot = torch.where(accepted, rank - 1, k)
-        sentence = sent.unsqueeze(1).expand_as(ends)
-        penalised = top_scores / length_penalty(t + 1, self.alpha)
+        """The candidates [n, m] (``top``: scores and rows) that ``ends`` marks (EOS at step
+        ``t``) finish, their scores length-normalised, plus the coverage ``penalty`` [rows] of
+        their row; with constraints, ``short`` [rows] marks the rows that end without every
+        phrase."""
+        scores, rows = top
+        penalised = scores / length_penalty(t + 1, self.alpha)
         if penalty is not None:
-            penalised = penalised + penalty[top_rows]
-        score = torch.where(accepted, penalised, float("-inf"))
-        self.ended_score.index_put_((sentence, slot), score)
-        self.ended_step.index_put_((sentence, slot), torch.full_like(slot, t))
-        self.ended_row.index_put_((sentence, slot), top_rows)
-        self.ended.index_add_(0, sent, accepted.sum(1))
-        if short is not None:
-            self.ended_short.index_put_((sentence, slot), short[top_rows] & accepted)
+            penalised = penalised + penalty[rows]
+        found = penalised, rows, self.step_numbers[t]
+        unmet = None if short is None else short[rows]
+        self.ended.add(self.beams.sent, self.mine(self.ended.count), found, ends, unmet)
 
     def drop_done(self, t: int) -> None:
         """Leave out the sentences that are done: from the live beams and step ``t``'s rows."""
         k = self.k
         keep = (~self.beams.done).nonzero().squeeze(1)
         kept = (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).view(-1)
+        self.beams = self.beams.select(keep, k)  # first: the beams' last tokens view step t's
         self.parents[t, : kept.numel()] = self.parents[t, kept].clone()
         self.fed[t, : kept.numel()] = self.fed[t, kept].clone()
-        self.beams = self.beams.select(keep, k)
+        self.whole = False
 
     def results(self, src_lengths: Tensor) -> list[list[Hypothesis]]:
         """Each sentence's ``nbest`` best finished hypotheses, on the host."""
         k = self.k
-        ended = self.ended_score[:, :k], self.ended_step[:, :k], self.ended_row[:, :k]
-        short = self.ended_short[:, :k] if self.constraints is not None else None
+        finished = self.ended.score[:, :k], self.ended.step[:, :k], self.ended.row[:, :k]
+        short = self.ended.short[:, :k] if self.constraints is not None else None
         return _backtrack(
-            *ended, self.parents, self.fed, self.history, src_lengths, self.nbest, short
+            *finished, self.parents, self.fed, self.history, src_lengths, self.nbest, short
         )
 
 
@@ -322,32 +366,24 @@ def _backtrack(
     nbest: int,
     short: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
-    """Follow the back-pointers of each sentence's ``nbest`` best finished hypotheses (slots
-    [B, k]: scores, the step of their EOS, its row) on the device; then one copy to the host."""
+    """Each sentence's ``nbest`` best finished hypotheses (slots [B, k]: scores, the step of
+    their EOS, its row): chosen on the device, their back-pointers followed on the host
+    (`follow_back`), their attention gathered on the device in one indexing, then copied."""
     if short is not None:  # one that placed every phrase: none that did not
         complete = (~short & scores.isfinite()).any(1, keepdim=True)  # [B, 1]
         scores = scores.masked_fill(short & complete, float("-inf"))
     best = scores.argsort(dim=1, descending=True, stable=True)[:, :nbest]  # [B, nbest]
-    best_scores = scores.gather(1, best)
-    end, row = ends.gather(1, best).view(-1), rows.gather(1, best).view(-1)  # [H]
-    longest = int(end.max())
-    tokens = torch.full((len(end), longest), PAD, dtype=torch.long, device=end.device)
-    attention = torch.zeros(len(end), longest + 1, *history.shape[2:], device=end.device)
-    attention[torch.arange(len(end), device=end.device), end] = history[end, row]  # EOS rows
-    for t in range(longest - 1, -1, -1):
-        back = t < end  # [H] hypotheses that are longer than t
-        tokens[:, t] = torch.where(back, fed[t, row], PAD)
-        row = torch.where(back, parents[t, row], row)
-        attention[:, t] = torch.where(back[:, None, None], history[t, row], attention[:, t])
-    best_scores, end, tokens, attention = (x.cpu() for x in (best_scores, end, tokens, attention))
-    results = []
-    for b, n in enumerate(src_lengths.tolist()):
-        hyps = []
-        for j, score in enumerate(best_scores[b].tolist()):
-            if math.isfinite(score):
-                h, length = b * nbest + j, int(end[b * nbest + j])
-                hyps.append(
-                    make_hypothesis(tokens[h, :length], score, attention[h, : length + 1], n)
-                )
-        results.append(hyps)
-    return results
+    best_scores = scores.gather(1, best).cpu()
+    where = torch.stack([ends.gather(1, best), rows.gather(1, best)]).view(2, -1).cpu()  # [2, H]
+    end, row = where.numpy()
+    longest = int(end.max(initial=0))
+    pointers = torch.stack([parents[:longest], fed[:longest]]).cpu().numpy()  # [2, longest, rows]
+    tokens, at = follow_back(pointers[0], pointers[1], end, row, PAD)
+    steps = torch.arange(longest + 1, device=history.device).expand(len(end), -1)
+    attention = history[steps, torch.from_numpy(at).to(history.device)].cpu()  # [H, T, heads, S]
+    per_hyp = [n for n in src_lengths.tolist() for _ in range(nbest)]
+    hyps = make_hypotheses(tokens, best_scores.view(-1).tolist(), attention, end + 1, per_hyp)
+    return [
+        [h for h in hyps[b * nbest : (b + 1) * nbest] if math.isfinite(h.score)]
+        for b in range(len(src_lengths))
+    ]

@@ -46,11 +46,7 @@ BEAM_BUFFERS = (
     "parents",
     "fed",
     "history",
-    "ended_score",
-    "ended_step",
-    "ended_row",
     "ended",
-    "ended_short",
 )
 
 
@@ -160,14 +156,19 @@ class _BeamShape(_Chunks):
 
     def __init__(self, search: BeamSearch) -> None:
         super().__init__()
-        self.search, self.beams = search, search.beams
+        # the beams' last tokens in memory of their own: the search's view its step's tokens
+        self.search, self.beams = search, replace(search.beams, prev=search.beams.prev.clone())
 
     def load(self, fresh: BeamSearch) -> None:
         """A new batch, after its first step, copied in (device work only)."""
         if fresh is self.search:
             return
         for name in BEAM_BUFFERS:
-            getattr(self.search, name).copy_(getattr(fresh, name))
+            mine, theirs = getattr(self.search, name), getattr(fresh, name)
+            if dataclasses.is_dataclass(mine):
+                _copy_into(mine, theirs)
+            else:
+                mine.copy_(theirs)
         _copy_into(self.beams, fresh.beams)
         self.search.beams = self.beams
 

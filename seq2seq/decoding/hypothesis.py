@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from seq2seq_lite import rules
 from seq2seq_lite.steering import SteeringIds, forced_max_lengths, steering_arrays
@@ -189,22 +190,36 @@ def greedy_results(
     """Each row's translation from host tensors (tokens [B, W], attention [B, W, heads, S],
     score sums and lengths with EOS [B]), scored over ``alpha``'s length penalty as beam search
     scores."""
-    return [
-        make_hypothesis(
-            tokens[i, : lengths[i] - 1],
-            float(scores[i]) / rules.length_penalty(int(lengths[i]), alpha),
-            attention[i, : lengths[i]],
-            n,
-        )
-        for i, n in enumerate(src_lengths.tolist())
+    lengths_host = lengths.tolist()
+    scored = [
+        score / rules.length_penalty(n, alpha)
+        for score, n in zip(scores.tolist(), lengths_host, strict=True)
     ]
+    return make_hypotheses(tokens, scored, attention, lengths_host, src_lengths.tolist())
 
 
-def make_hypothesis(tokens: Tensor, score: float, attention: Tensor, src_len: int) -> Hypothesis:
-    """Build a result from host ids [L] and attention [L + 1, heads, S] cut to the real source."""
-    attention = attention[:, :, :src_len].float()  # [L + 1, heads, src_len]
-    heads = attention.transpose(0, 1).clone() if attention.size(1) > 1 else None
-    return Hypothesis(tokens.tolist(), score, attention.mean(1), heads)
+def make_hypotheses(
+    tokens: Tensor | np.ndarray,
+    scores: Sequence[float],
+    attention: Tensor,
+    lengths: Sequence[int] | np.ndarray,
+    src_lengths: Sequence[int],
+) -> list[Hypothesis]:
+    """Results from host arrays, one per row h: ``tokens`` [H, W] before its EOS, its score, and
+    its attention [H, W + 1, heads, S] over ``lengths[h]`` steps (EOS included) and
+    ``src_lengths[h]`` source positions: the heads' mean, and each head where there are several
+    (copies, so that a result does not hold its batch's buffers)."""
+    rows, mean = tokens.tolist(), attention.float().mean(2)  # [H, W + 1, S]
+    heads = attention.size(2) > 1
+    return [
+        Hypothesis(
+            rows[h][: n - 1],
+            score,
+            mean[h, :n, :src].clone(),
+            attention[h, :n, :, :src].float().transpose(0, 1).clone() if heads else None,
+        )
+        for h, (score, n, src) in enumerate(zip(scores, lengths, src_lengths, strict=True))
+    ]
 
 
 def check_interval(device: torch.device) -> int:
