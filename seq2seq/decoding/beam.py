@@ -211,18 +211,18 @@ class BeamSearch:
         offsets = self.offsets.get(width) if self.whole else None  # [n, 1]
         if offsets is None:
             offsets = torch.arange(0, n * width, width, device=top_idx.device)[:, None]
-        top = top_scores, top_idx // vocab + offsets, top_idx % vocab  # scores, rows, tokens
+        top_rows, top_tokens = top_idx // vocab + offsets, top_idx % vocab
         rows, next_tokens = self.parents[t, : n * k], self.fed[t, : n * k]  # [n * k] written
         progress = None
         if self.constraints is None:  # EOS among the k best ends; the k best others go on
-            is_eos = top[2] == EOS
-            self._finish(top[:2], is_eos & self.first_k, t, penalty)
+            is_eos = top_tokens == EOS
+            self._finish((top_scores, top_rows), is_eos & self.first_k, t, penalty)
             order = (self.slots + is_eos * (2 * k)).argsort(dim=1)[:, :k]  # [n, k]
-            torch.gather(top[1], 1, order, out=rows.view(n, k))
-            torch.gather(top[2], 1, order, out=next_tokens.view(n, k))
+            torch.gather(top_rows, 1, order, out=rows.view(n, k))
+            torch.gather(top_tokens, 1, order, out=next_tokens.view(n, k))
             next_scores = top_scores.gather(1, order)  # [n, k], best first
         else:
-            ending = t, penalty, short
+            top, ending = (top_scores, top_rows, top_tokens), (t, penalty, short)
             chosen, tokens, next_scores, progress = self._allocate(log_probs, top, sent, ending)
             rows.copy_(chosen)
             next_tokens.copy_(tokens)
