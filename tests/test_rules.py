@@ -112,6 +112,18 @@ def test_the_length_rules_take_numbers_arrays_and_tensors() -> None:
         ]
 
 
+def test_back_pointers_are_followed_for_every_hypothesis_at_once() -> None:
+    # step 0 fed tokens 5 and 6 into rows 0 and 1 of step 1; a sentence left the batch there, so
+    # step 2's single row continues row 1 of step 1 with token 7
+    parents, fed = [np.array([0, 0]), np.array([1])], [np.array([5, 6]), np.array([7])]
+    # EOS at step 2 from its row 0; at step 1 from row 1 (step 2 has no row 1), and from row 0
+    tokens, at = rules.follow_back(parents, fed, np.array([2, 1, 1]), np.array([0, 1, 0]), PAD)
+    assert tokens.tolist() == [[6, 7], [6, PAD], [5, PAD]]
+    assert at.tolist() == [[0, 1, 0], [0, 1, 0], [0, 0, 0]]  # each one's row at steps 0..2
+    tokens, at = rules.follow_back(parents, fed, np.array([0]), np.array([3]), PAD)  # EOS first
+    assert tokens.shape == (1, 0) and at.tolist() == [[3]]
+
+
 def test_every_search_reads_the_one_copy() -> None:
     from seq2seq.commands import backtranslate
     from seq2seq.decoding import beam, search
@@ -122,6 +134,7 @@ def test_every_search_reads_the_one_copy() -> None:
     assert lite_search.max_lengths is rules.max_lengths
     assert lite_search.min_lengths is rules.min_lengths
     assert lite_search.ngram_bans is rules.ngram_bans
+    assert beam.follow_back is lite_search.follow_back is rules.follow_back
     assert manifest.damage is rules.damage and manifest.sha256_file is rules.sha256_file
     assert tuple(f.name for f in fields(DecodeConfig)) == settings.SEARCH_KEYS
     assert onnx_models.SEARCH_KEYS is settings.SEARCH_KEYS
