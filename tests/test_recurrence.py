@@ -5,6 +5,7 @@ setup, and the loop's backward no longer grows by a weight product per step."""
 from __future__ import annotations
 
 import collections
+import contextlib
 from functools import partial
 
 import pytest
@@ -86,6 +87,8 @@ def test_the_gru_update_is_nn_grus() -> None:
 def model_grads(name: str, monkeypatch, defer: bool, bf16: bool) -> dict[str, torch.Tensor]:
     with monkeypatch.context() as patch:
         patch.setattr(decoder_module, "LoopWeight", partial(LoopWeight, defer=defer))
+        if not defer:  # the attention's and W_c's layers as they are, outside any loop
+            patch.setattr(decoder_module, "looping", lambda layers, dtype: contextlib.nullcontext())
         model = tiny_model(**SETUPS[name]).train()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss, _ = loss_of(model, HandBatch(), 0.1)

@@ -68,6 +68,12 @@ class Attention(nn.Module):
         attention reads them -> weights [B, heads, T, S]."""
         raise NotImplementedError
 
+    def loop_layers(self) -> list[nn.Module]:
+        """The layers every step of a decoder loop multiplies by (`recurrence.looping`): the
+        query's projections and multi-head's output layer, where the attention has them."""
+        names = ("query_layer", "position_layer", "output_layer")
+        return [layer for name in names if isinstance(layer := getattr(self, name, None), Linear)]
+
     def read(self, weights: Tensor, values: Tensor) -> Tensor:
         """The context c_t = sum_j a_tj v_j: weights [B, 1, T, S], values [B, S, C] -> [B, T, C]."""
         return torch.bmm(weights.squeeze(1), values)  # a view: no copy in the backward

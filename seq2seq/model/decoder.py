@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from seq2seq.model.attention import Attention
 from seq2seq.model.autocast import compute_dtype
 from seq2seq.model.linear import Linear, linear
-from seq2seq.model.recurrence import LoopWeight, gru_cell, gru_update
+from seq2seq.model.recurrence import LoopWeight, gru_cell, gru_update, looping
 from seq2seq.vocab import PAD
 
 
@@ -191,13 +191,15 @@ class BahdanauStep(DecoderStep):
     ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb [B, T, E] -> (readout [B, T, H], weights [B, heads, T, S])."""
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
-        recur = self.recurrences(compute_dtype(emb.device))  # the loop's W_hh, cast once
+        dtype = compute_dtype(emb.device)  # the loop's weights cast once
+        recur = self.recurrences(dtype)  # the loop's W_hh
         hidden, coverage = state.hidden, state.coverage
         states, weights = [], []
-        for gi_t in gi_emb:
-            hidden, w, coverage = self._advance(gi_t, hidden, coverage, enc, recur)
-            states.append(hidden)
-            weights.append(w)
+        with looping(self.attention.loop_layers(), dtype):
+            for gi_t in gi_emb:
+                hidden, w, coverage = self._advance(gi_t, hidden, coverage, enc, recur)
+                states.append(hidden)
+                weights.append(w)
         weights = torch.stack(weights, 2)  # [B, 1, T, S]
         contexts = self.attention.read(weights, enc.values)  # [B, T, C], all steps at once
         features = torch.cat([torch.stack(states, 1), contexts, emb], -1)
@@ -247,15 +249,6 @@ class BahdanauStep(DecoderStep):
         return readout, DecoderState(hidden, None, coverage), weights
 
 
-@dataclass
-class _FeedLoop:
-    """The weights every step of Luong's input-feeding loop multiplies by."""
-
-    feed: LoopWeight  # the GRU input's columns that read the fed vector [3H, H]
-    recur: LoopWeight  # W_hh, b_hh
-    combine: LoopWeight | None  # W_c (None: the module's own)
-
-
 class LuongStep(DecoderStep):
     """Luong flow: GRU input emb (+ previous attentional vector); s_t queries; tanh(W_c[c; s])."""
 
@@ -277,18 +270,13 @@ class LuongStep(DecoderStep):
         return replace(state, feed=torch.zeros_like(hidden) if self.input_feed else None)
 
     def attentional(
-        self,
-        hidden: Tensor,
-        enc: EncoderOutput,
-        position: Tensor | None,
-        combine: LoopWeight | None = None,
+        self, hidden: Tensor, enc: EncoderOutput, position: Tensor | None
     ) -> tuple[Tensor, Tensor]:
         """States [B, H] or [B, T, H] from target ``position`` on -> (tanh(W_c [c; s]) of the
-        same shape, weights); ``combine``: W_c of the loop a step belongs to."""
+        same shape, weights)."""
         context, weights = self.attention(hidden, enc.keys, enc.values, enc.mask, position)
         features = torch.cat([context, hidden], -1)
-        mixed = self.combine(features) if combine is None else combine(features)  # W_c [c; s]
-        return torch.tanh(mixed), weights
+        return torch.tanh(self.combine(features)), weights  # W_c [c; s]
 
     def forward(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
@@ -299,20 +287,17 @@ class LuongStep(DecoderStep):
             return self.attentional(states, enc, state.position)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
         dtype = compute_dtype(emb.device)  # the loop's weights cast once
-        training = torch.is_grad_enabled()  # int8 inference's W_c is a quantized module
-        loop = _FeedLoop(
-            LoopWeight(self.feed_weight(), dtype=dtype),
-            self.recurrence(dtype),
-            LoopWeight(self.combine.weight, dtype=dtype) if training else None,
-        )
+        # the GRU input's columns that read the fed vector [3H, H], and W_hh, b_hh
+        fed, recur = LoopWeight(self.feed_weight(), dtype=dtype), self.recurrence(dtype)
         hidden, feed, position = state.hidden, state.feed, state.position
         outputs, weights = [], []
-        for gi_t in gi_emb:
-            hidden = self.cell(loop.feed(feed, gi_t), hidden, loop.recur)  # [B, H]
-            feed, w = self.attentional(hidden, enc, position, loop.combine)  # [B, H]
-            position = _next(position)
-            outputs.append(feed)
-            weights.append(w)
+        with looping([self.combine, *self.attention.loop_layers()], dtype):  # W_c, the query's
+            for gi_t in gi_emb:
+                hidden = self.cell(fed(feed, gi_t), hidden, recur)  # [B, H]
+                feed, w = self.attentional(hidden, enc, position)  # [B, H]
+                position = _next(position)
+                outputs.append(feed)
+                weights.append(w)
         return torch.stack(outputs, 1), torch.stack(weights, 2)
 
     def step(

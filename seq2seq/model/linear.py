@@ -12,7 +12,7 @@ Small products (``MIN_WORK``), bf16/fp16, autocast, GPUs and torch.compile keep 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 
 import torch
@@ -100,9 +100,14 @@ def linear_add(add: Tensor, x: Tensor, weight: Tensor, onednn: bool) -> Tensor:
 
 
 class Linear(nn.Linear):
-    """``nn.Linear`` (same parameters and state-dict keys) whose product is ``linear``."""
+    """``nn.Linear`` (same parameters and state-dict keys) whose product is ``linear``; inside a
+    teacher-forced loop (`seq2seq.model.recurrence.looping`), the loop's weight's."""
+
+    loop: Callable[[Tensor], Tensor] | None = None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.loop is not None:
+            return self.loop(x)
         return linear(x, self.weight, self.bias)
 
 

@@ -12,8 +12,11 @@ replayed CUDA graph runs about as long as it holds kernels. Two rules cut them p
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from seq2seq.model.autocast import cast
 from seq2seq.model.linear import linear, linear_add, product, takes_onednn
@@ -124,6 +127,24 @@ class LoopWeight:
         self.weight, self.bias = weight, bias
 
     def __call__(self, x: Tensor, add: Tensor | None = None) -> Tensor:
+        if x.dim() != 2:  # [..., in]: a step's products are of rows
+            add = None if add is None else add.reshape(-1, add.size(-1))
+            return self(x.reshape(-1, x.size(-1)), add).view(*x.shape[:-1], -1)
         if self.steps is not None:
             return _Step.apply(x, self.weight, self.bias, add, self.steps)
         return _affine(x, self.weight, self.bias, add, takes_onednn(x, self.weight))
+
+
+@contextlib.contextmanager
+def looping(layers: Iterable[nn.Module], dtype: torch.dtype | None = None) -> Iterator[None]:
+    """Inside, each of these `Linear` layers multiplies by a `LoopWeight` of its weights (in
+    ``dtype``): a teacher-forced loop's steps, one weight-gradient product. Without gradients (a
+    validation's loss, int8 inference) the layers stay as they are."""
+    looped = list(layers) if torch.is_grad_enabled() else []
+    for layer in looped:
+        layer.loop = LoopWeight(layer.weight, layer.bias, dtype)
+    try:
+        yield
+    finally:
+        for layer in looped:
+            layer.loop = None
