@@ -288,12 +288,12 @@ class LuongStep(DecoderStep):
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
         dtype = compute_dtype(emb.device)  # the loop's weights cast once
         # the GRU input's columns that read the fed vector [3H, H], and W_hh, b_hh
-        fed, recur = LoopWeight(self.feed_weight(), dtype=dtype), self.recurrence(dtype)
+        columns, recur = LoopWeight(self.feed_weight(), dtype=dtype), self.recurrence(dtype)
         hidden, feed, position = state.hidden, state.feed, state.position
         outputs, weights = [], []
         with looping([self.combine, *self.attention.loop_layers()], dtype):  # W_c, the query's
             for gi_t in gi_emb:
-                hidden = self.cell(fed(feed, gi_t), hidden, recur)  # [B, H]
+                hidden = self.cell(columns(feed, gi_t), hidden, recur)  # [B, H]
                 feed, w = self.attentional(hidden, enc, position)  # [B, H]
                 position = _next(position)
                 outputs.append(feed)
