@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from seq2seq.decoding import beam as beam_module
 from seq2seq.decoding import search as search_module
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
-from seq2seq.decoding.search import beam_search, decode, greedy_search
+from seq2seq.decoding.search import beam_search, decode, decode_sources, greedy_search
 from seq2seq.model.recurrence import gru_update
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
@@ -260,3 +261,23 @@ def test_graphed_search_equals_the_search(name: str, beam_size: int) -> None:
             torch.testing.assert_close(x.attention, y.attention)
     (chunks,) = [*graphs.greedy.values(), *graphs.beam.values()]
     assert chunks.graphs  # captured and replayed
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_graphed_batches_one_after_another_equal_the_search(beam_size: int) -> None:
+    """`decode_sources` with graphs on CUDA: each batch's results, copied to the host without
+    waiting and made while the next batch runs, equal the search's, batch after batch of one
+    shape (each refilling the buffers the last one's results were copied from)."""
+    model = peaky_model("luong").cuda()
+    gen = torch.Generator().manual_seed(2)
+    lines = [torch.randint(4, 20, (n % 7,), generator=gen).tolist() + [3] for n in range(24)]
+    cfg = replace(settings(beam_size, nbest=beam_size), batch_size=4)
+    graphs = SearchGraphs(Engine.create("cuda"))
+    want = decode_sources(model, lines, cfg)
+    for _ in range(2):  # the second time replayed
+        got = decode_sources(model, lines, cfg, graphs=graphs)
+        assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in want]
+        for x, y in zip(sum(got, []), sum(want, []), strict=True):
+            assert x.score == pytest.approx(y.score, abs=1e-5)
+            torch.testing.assert_close(x.attention, y.attention)
+    assert any(chunks.graphs for chunks in [*graphs.greedy.values(), *graphs.beam.values()])

@@ -28,7 +28,7 @@ from seq2seq.decoding import graphed as graphed_search
 from seq2seq.decoding import search as search_module
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
-from seq2seq.decoding.search import beam_search, decode, greedy_search
+from seq2seq.decoding.search import beam_search, decode, decode_sources, greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import Normalizer
 from seq2seq.runtime.engine import Engine
@@ -276,6 +276,52 @@ def test_fixed_shape_search_equals_the_search(guarded_chunks, name: str, beam_si
     got, want = graphs.search(model, src, lengths, other), decode(model, src, lengths, other)
     assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in want]
     assert graphs.shapes == 2
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_batch_results_are_made_while_the_next_batch_runs(monkeypatch, beam_size: int) -> None:
+    """`decode_sources` with graphs: the same n-best lists as without, batch after batch of one
+    shape (each refilling the buffers the last one's results were copied from), and each
+    batch's results made on the host after the next batch's first chunk is under way."""
+    model = peaky_model("bahdanau")
+    gen = torch.Generator().manual_seed(2)
+    lines = [torch.randint(4, 20, (int(n),), generator=gen).tolist() + [EOS] for n in range(11)]
+    cfg = replace(settings(beam_size, nbest=beam_size), batch_size=3)
+    want = decode_sources(model, lines, cfg)
+    events: list[str] = []
+    original_chunk = graphed_search.SearchGraphs._chunk
+
+    def chunk(self, chunks, key, run):
+        events.append("chunk")
+        return original_chunk(self, chunks, key, run)
+
+    def logged(function):
+        def made(*args, **kwargs):
+            events.append("results")
+            return function(*args, **kwargs)
+
+        return made
+
+    padded = graphed_search.Padded.of
+
+    def batch(*args):
+        events.append("batch")
+        return padded(*args)
+
+    monkeypatch.setattr(graphed_search.Padded, "of", batch)
+    monkeypatch.setattr(graphed_search.SearchGraphs, "_chunk", chunk)
+    monkeypatch.setattr(graphed_search, "greedy_results", logged(graphed_search.greedy_results))
+    monkeypatch.setattr(graphed_search, "backtrack", logged(graphed_search.backtrack))
+    graphs = SearchGraphs(Engine.create("cpu"))
+    got = decode_sources(model, lines, cfg, graphs=graphs)
+    assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in want]
+    for x, y in zip(sum(got, []), sum(want, []), strict=True):
+        assert x.score == pytest.approx(y.score, abs=1e-5)
+        torch.testing.assert_close(x.attention, y.attention)
+    assert len(graphs.beam if beam_size > 1 else graphs.greedy) == 2  # 3 rows (4), then 2
+    made = [i for i, event in enumerate(events) if event == "results"]
+    assert len(made) == events.count("batch") == 4 and made[-1] == len(events) - 1
+    assert all(events[i - 2 : i] == ["batch", "chunk"] for i in made[:-1])
 
 
 def test_decode_takes_the_fixed_shape_search_only_where_it_applies() -> None:

@@ -31,6 +31,7 @@ from seq2seq.decoding.hypothesis import (
 )
 from seq2seq.model.decoder import DecoderState, EncoderOutput
 from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.runtime.engine import HOST
 from seq2seq.vocab import BOS, EOS, PAD
 
 
@@ -309,12 +310,20 @@ class BeamSearch:
 
     def results(self, src_lengths: Tensor) -> list[list[Hypothesis]]:
         """Each sentence's ``nbest`` best finished hypotheses, on the host."""
-        k = self.k
-        finished = self.ended.score[:, :k], self.ended.step[:, :k], self.ended.row[:, :k]
-        short = self.ended.short[:, :k] if self.constraints is not None else None
-        return _backtrack(
-            *finished, self.parents, self.fed, self.history, src_lengths, self.nbest, short
-        )
+        return backtrack(*self.found(), src_lengths, self.nbest)
+
+    def found(self, copy: bool = False, steps: int | None = None) -> tuple[Tensor | None, ...]:
+        """What `results` reads: the finished slots [B, k] (scores, EOS steps, rows, and with
+        constraints which lack a phrase), the back-pointers and the attention of the first
+        ``steps`` (None: all). ``copy``: host copies, queued without waiting for the device
+        (read them once it is through)."""
+        k, ended, run = self.k, self.ended, slice(steps)
+        short = ended.short[:, :k] if self.constraints is not None else None
+        held = (ended.score[:, :k], ended.step[:, :k], ended.row[:, :k], short)
+        held += (self.parents[run], self.fed[run], self.history[run])
+        if not copy:
+            return held
+        return tuple(None if x is None else x.to(HOST, non_blocking=True, copy=True) for x in held)
 
 
 @torch.inference_mode()
@@ -355,20 +364,20 @@ def beam_search(
     return search.results(src_lengths)
 
 
-def _backtrack(
+def backtrack(
     scores: Tensor,
     ends: Tensor,
     rows: Tensor,
+    short: Tensor | None,
     parents: Tensor,
     fed: Tensor,
     history: Tensor,
     src_lengths: Tensor,
     nbest: int,
-    short: Tensor | None = None,
 ) -> list[list[Hypothesis]]:
-    """Each sentence's ``nbest`` best finished hypotheses (slots [B, k]: scores, the step of
-    their EOS, its row): chosen on the device, their back-pointers followed on the host
-    (`follow_back`), their attention gathered on the device in one indexing, then copied."""
+    """Each sentence's ``nbest`` best finished hypotheses (`BeamSearch.found`'s tensors): chosen
+    where the tensors are, their back-pointers followed on the host (`follow_back`), their
+    attention gathered in one indexing, then copied to the host."""
     if short is not None:  # one that placed every phrase: none that did not
         complete = (~short & scores.isfinite()).any(1, keepdim=True)  # [B, 1]
         scores = scores.masked_fill(short & complete, float("-inf"))

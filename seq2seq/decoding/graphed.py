@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.beam import BeamSearch
+from seq2seq.decoding.beam import BeamSearch, backtrack
 from seq2seq.decoding.hypothesis import (
     Bans,
     Hypothesis,
@@ -32,12 +32,13 @@ from seq2seq.decoding.hypothesis import (
     restrict,
 )
 from seq2seq.model.seq2seq import Seq2Seq
-from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.engine import HOST, Engine
 from seq2seq.vocab import BOS, EOS, PAD
 
 log = logging.getLogger("seq2seq.decoding")
 CHUNK = 8  # steps per graph, and between two looks at the device (as `check_interval` on a GPU)
 SOURCE_STEP = 16  # source lengths are padded up to a multiple of this: few shapes
+Work = Callable[[], None]  # host work to do while the device runs a chunk
 # what a beam search holds per batch besides its beams, refilled for each batch of a shape
 BEAM_BUFFERS = (
     "limit",
@@ -202,39 +203,74 @@ class SearchGraphs:
         plain = not (cfg.sampling or bans_on(cfg) or cfg.coverage_penalty)
         return isinstance(model, Seq2Seq) and plain
 
-    @torch.inference_mode()
     def search(
         self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig
     ) -> list[list[Hypothesis]]:
-        """`decode`'s n-best lists of src [B, S] (src_lengths [B] on the host). A model whose
-        parameters are elsewhere in memory (another one, or moved) has its shapes recorded anew;
-        weights changed in place (training between validations) are read by the same graphs."""
-        addresses = tuple(p.data_ptr() for p in model.parameters())
-        if addresses != self.addresses:
-            self.greedy.clear()
-            self.beam.clear()
-            self.addresses = addresses
-        if cfg.beam_size == 1:
-            return [[h] for h in self._greedy(model, Padded.of(src, src_lengths, cfg, 0), cfg)]
-        return self._beam(model, Padded.of(src, src_lengths, cfg, 1), cfg)
+        """`decode`'s n-best lists of src [B, S] (src_lengths [B] on the host)."""
+        (found,) = self.searches(model, [(src, src_lengths)], cfg)
+        return found
 
-    def _greedy(self, model: Seq2Seq, p: Padded, cfg: DecodeConfig) -> list[Hypothesis]:
+    @torch.inference_mode()
+    def searches(
+        self, model: Seq2Seq, batches: Iterable[tuple[Tensor, Tensor]], cfg: DecodeConfig
+    ) -> Iterator[list[list[Hypothesis]]]:
+        """`search` of each batch in turn. The host makes a batch's results while the device
+        runs the next batch's first chunk, so that the device does not wait for them. A model
+        whose parameters are elsewhere in memory (another one, or moved) has its shapes
+        recorded anew; weights changed in place (training between validations) are read by the
+        same graphs."""
+        pending: list[Callable[[], list[list[Hypothesis]]]] = []  # the last batch's results
+        done: list[list[list[Hypothesis]]] = []
+
+        def meanwhile() -> None:
+            done.extend(finish() for finish in pending)
+            pending.clear()
+
+        for src, src_lengths in batches:
+            addresses = tuple(p.data_ptr() for p in model.parameters())
+            if addresses != self.addresses:
+                self.greedy.clear()
+                self.beam.clear()
+                self.addresses = addresses
+            run = self._greedy if cfg.beam_size == 1 else self._beam
+            finish = run(model, src, src_lengths, cfg, meanwhile)
+            meanwhile()  # where the batch had no chunk to wait for
+            yield from done
+            done.clear()
+            pending.append(finish)
+        meanwhile()
+        yield from done
+
+    def _greedy(
+        self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, meanwhile: Work
+    ) -> Callable[[], list[list[Hypothesis]]]:
+        p = Padded.of(src, src_lengths, cfg, 0)
         enc = model.encode(p.src, p.lengths)
         state = model.decoder.init_state(enc)
         if p.shape not in self.greedy:
             self.greedy[p.shape] = _Slots(p.shape, enc, state, model.decoder.heads)
         slots = self.greedy[p.shape]
         slots.fill(enc, state, p.limit.to(p.src.device))
-        for _ in range(p.shape.width // CHUNK):
+        for chunk in range(p.shape.width // CHUNK):
             self._chunk(slots, 0, lambda: _greedy_steps(model, slots))
+            if chunk == 0:
+                meanwhile()
             if not slots.running.any():  # the look: one read per chunk
                 break
         found = (slots.tokens, slots.attention, slots.scores, slots.lengths)
-        tokens, attention, scores, lengths = (x[: p.rows].cpu() for x in found)
-        src_lengths = p.lengths[: p.rows]
-        return greedy_results(tokens, attention, scores, lengths, src_lengths, cfg.alpha)
+        held = [x[: p.rows].to(HOST, non_blocking=True, copy=True) for x in found]
+        copied, lengths = _queued(p.src.device), p.lengths[: p.rows]
 
-    def _beam(self, model: Seq2Seq, p: Padded, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+        def results() -> list[list[Hypothesis]]:
+            copied()
+            return [[h] for h in greedy_results(*held, lengths, cfg.alpha)]
+
+        return results
+
+    def _beam(
+        self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, meanwhile: Work
+    ) -> Callable[[], list[list[Hypothesis]]]:
+        p = Padded.of(src, src_lengths, cfg, 1)
         fresh = BeamSearch(model, p.src, p.lengths, cfg, steps=p.shape.width)
         fresh.limit.copy_(p.limit)  # the extra rows end at once
         fresh.step(0, False)  # one row per sentence: then k, the shape the chunks keep
@@ -242,11 +278,23 @@ class SearchGraphs:
             self.beam[p.shape] = _BeamShape(fresh)
         entry = self.beam[p.shape]
         entry.load(fresh)
+        steps = 1  # run so far
         for chunk in range((p.shape.width - 1) // CHUNK):
             self._chunk(entry, chunk, lambda c=chunk: entry.steps(1 + c * CHUNK))
+            steps += CHUNK
+            if chunk == 0:
+                meanwhile()
             if bool(entry.beams.done.all()):  # the look
                 break
-        return entry.search.results(p.lengths)[: p.rows]
+        held, copied = entry.search.found(copy=True, steps=steps), _queued(p.src.device)
+        # the shape's search holds the first batch's lengths, which later batches refill
+        lengths, nbest = p.lengths.clone(), entry.search.nbest
+
+        def results() -> list[list[Hypothesis]]:
+            copied()
+            return backtrack(*held, lengths, nbest)[: p.rows]
+
+        return results
 
     def _chunk(self, chunks: _Chunks, key: int, run: Callable[[], None]) -> None:
         """One chunk: replayed where captured; eagerly on the CPU and at its first run (a
@@ -290,3 +338,12 @@ def _greedy_steps(model: Seq2Seq, s: _Slots) -> None:
         s.t.add_(1)
     _copy_into(s.state, state)
     s.prev.copy_(prev)
+
+
+def _queued(device: torch.device) -> Callable[[], None]:
+    """A wait for the work queued on ``device`` so far (copies to the host): none on the CPU."""
+    if device.type != "cuda":
+        return lambda: None
+    event = torch.cuda.Event()
+    event.record()
+    return event.synchronize

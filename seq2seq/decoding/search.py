@@ -229,28 +229,59 @@ def decode_sources(
     """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept.
     Sampling draws batch ``b`` with seed ``seed + b`` (default ``cfg.seed + b``). ``steer``:
     each source's target prefix and constraints (one per source; None: none); ``graphs``: see
-    `decode`."""
+    `decode` (unsteered, they run the batches one after another: `SearchGraphs.searches`)."""
     first_seed = cfg.seed if seed is None else seed
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
-    results: list[list[Hypothesis]] = [[] for _ in sources]
+    chunks = [
+        order[start : start + cfg.batch_size] for start in range(0, len(order), cfg.batch_size)
+    ]
     device = next(model.parameters()).device
-    for batch, start in enumerate(range(0, len(order), cfg.batch_size)):
-        chunk = order[start : start + cfg.batch_size]
-        lengths = np.array([len(sources[i]) for i in chunk], dtype=np.int64)
-        src = np.full((len(chunk), lengths.max()), PAD, dtype=np.int64)
-        for row, i in enumerate(chunk):
-            src[row, : lengths[row]] = sources[i]
-        src_ids = torch.from_numpy(src).to(device)
-        steered = BatchSteering.of(steer, chunk)  # rows in the batch's (sorted) order
-        if cfg.sampling:  # each batch its own stream: the same input, the same draws
-            nbest = sample(
-                model, src_ids, torch.from_numpy(lengths), cfg, first_seed + batch, steered
+    if graphs is not None and steer is None and graphs.applies(model, cfg):
+        found = graphs.searches(model, (_batch(sources, c, device) for c in chunks), cfg)
+    else:
+        found = (
+            _decode_batch(
+                model,
+                *_batch(sources, chunk, device),
+                cfg,
+                first_seed + b,
+                BatchSteering.of(steer, chunk),
+                graphs,
             )
-        else:
-            nbest = decode(model, src_ids, torch.from_numpy(lengths), cfg, steered, graphs)
+            for b, chunk in enumerate(chunks)
+        )
+    results: list[list[Hypothesis]] = [[] for _ in sources]
+    for chunk, nbest in zip(chunks, found, strict=True):
         for i, hyps in zip(chunk, nbest, strict=True):
             results[i] = hyps
     return results
+
+
+def _batch(
+    sources: Sequence[Sequence[int]], chunk: Sequence[int], device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Sources ``chunk`` as a padded batch: ids [B, S] on ``device``, lengths [B] on the host."""
+    lengths = np.array([len(sources[i]) for i in chunk], dtype=np.int64)
+    src = np.full((len(chunk), lengths.max()), PAD, dtype=np.int64)
+    for row, i in enumerate(chunk):
+        src[row, : lengths[row]] = sources[i]
+    return torch.from_numpy(src).to(device), torch.from_numpy(lengths)
+
+
+def _decode_batch(
+    model: Seq2Seq,
+    src: Tensor,
+    lengths: Tensor,
+    cfg: DecodeConfig,
+    seed: int,
+    steered: BatchSteering | None,
+    graphs: SearchGraphs | None,
+) -> list[list[Hypothesis]]:
+    """One batch's n-best lists; sampling draws from ``seed``, each batch its own stream (the
+    same input, the same draws)."""
+    if cfg.sampling:
+        return sample(model, src, lengths, cfg, seed, steered)
+    return decode(model, src, lengths, cfg, steered, graphs)
 
 
 def decode_corpus(
