@@ -32,7 +32,11 @@ DECODING_COLUMNS = (
     ("search", "<7", lambda r: r["search"]),
     ("batch", ">5", lambda r: r.get("batch_size", DecodeConfig.batch_size)),
     ("graphs", ">7", lambda r: r.get("cuda_graphs", "false")),
-    ("ms/batch", ">9", lambda r: f"{r.get('ms_per_batch', float('nan')):.1f}"),
+    (
+        "ms/batch ",
+        ">10",
+        lambda r: f"{r.get('ms_per_batch', float('nan')):.1f} ",
+    ),  # a space before prec
     ("prec", "<5", lambda r: r["precision"]),
     ("products", "<9", lambda r: r["products"]),
     ("sent/s", ">8", lambda r: f"{r['sentences_per_s']:,.1f}"),
