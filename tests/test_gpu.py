@@ -30,6 +30,7 @@ from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
 from seq2seq.training.graphed import StaticUpdater, resolve
 from seq2seq.training.updater import Updater
+from seq2seq.vocab import EOS
 
 pytestmark = [
     pytest.mark.gpu,
@@ -270,7 +271,7 @@ def test_graphed_batches_one_after_another_equal_the_search(beam_size: int) -> N
     shape (each refilling the buffers the last one's results were copied from)."""
     model = peaky_model("luong").cuda()
     gen = torch.Generator().manual_seed(2)
-    lines = [torch.randint(4, 20, (n % 7,), generator=gen).tolist() + [3] for n in range(24)]
+    lines = [torch.randint(4, 20, (n % 7,), generator=gen).tolist() + [EOS] for n in range(24)]
     cfg = replace(settings(beam_size, nbest=beam_size), batch_size=4)
     graphs = SearchGraphs(Engine.create("cuda"))
     want = decode_sources(model, lines, cfg)
