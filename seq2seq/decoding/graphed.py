@@ -215,10 +215,7 @@ class SearchGraphs:
         self, model: Seq2Seq, batches: Iterable[tuple[Tensor, Tensor]], cfg: DecodeConfig
     ) -> Iterator[list[list[Hypothesis]]]:
         """`search` of each batch in turn. The host makes a batch's results while the device
-        runs the next batch's first chunk, so that the device does not wait for them. A model
-        whose parameters are elsewhere in memory (another one, or moved) has its shapes
-        recorded anew; weights changed in place (training between validations) are read by the
-        same graphs."""
+        runs the next batch's first chunk, so that the device does not wait for them."""
         pending: list[Callable[[], list[list[Hypothesis]]]] = []  # the last batch's results
         done: list[list[list[Hypothesis]]] = []
 
@@ -227,11 +224,7 @@ class SearchGraphs:
             pending.clear()
 
         for src, src_lengths in batches:
-            addresses = tuple(p.data_ptr() for p in model.parameters())
-            if addresses != self.addresses:
-                self.greedy.clear()
-                self.beam.clear()
-                self.addresses = addresses
+            self._forget_moved(model)
             run = self._greedy if cfg.beam_size == 1 else self._beam
             finish = run(model, src, src_lengths, cfg, meanwhile)
             meanwhile()  # where the batch had no chunk to wait for
@@ -240,6 +233,16 @@ class SearchGraphs:
             pending.append(finish)
         meanwhile()
         yield from done
+
+    def _forget_moved(self, model: Seq2Seq) -> None:
+        """A model whose parameters are elsewhere in memory (another one, or moved) has its
+        shapes recorded anew; weights changed in place (training between validations) are read
+        by the same graphs."""
+        addresses = tuple(p.data_ptr() for p in model.parameters())
+        if addresses != self.addresses:
+            self.greedy.clear()
+            self.beam.clear()
+            self.addresses = addresses
 
     def _greedy(
         self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, meanwhile: Work
