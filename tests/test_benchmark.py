@@ -225,3 +225,16 @@ def test_step_kernels_counts_the_graphed_steps() -> None:
     (row,) = json.loads(proc.stdout.splitlines()[-1])["models"]
     assert row["update_at_20"] > 20 * row["per_target_step"] > 0
     assert 0 < row["greedy_per_step"] < row["beam5_per_step"]
+
+
+def test_search_host_work_times_the_results_of_each_batch(smoke_run: Path, multi30k_dir) -> None:
+    """scripts/search_host_work.py: the host's work on each batch's results in the graphed
+    searches, timed for greedy and beam search over the test split."""
+    cmd = [sys.executable, "scripts/search_host_work.py", str(smoke_run), str(multi30k_dir)]
+    proc = subprocess.run([*cmd, "--beams", "1,2"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["beam 1", "beam 2"]
+    for line in lines:
+        assert "16 batches of 64" in line
+        assert float(line.split("work ")[1].split(" ms")[0]) > 0
