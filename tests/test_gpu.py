@@ -21,6 +21,7 @@ from run_helpers import TRAIN_TIMEOUT, scalars
 from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding import beam as beam_module
+from seq2seq.decoding import graphed as graphed_module
 from seq2seq.decoding import search as search_module
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
@@ -225,6 +226,19 @@ def steps_never_synchronise(monkeypatch):
         monkeypatch.setattr(cls, "step", step)
 
 
+def never_synchronising(function):
+    """``function`` run in CUDA's sync debug mode "error": it raises where it would wait."""
+
+    def run(*args, **kwargs):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return function(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    return run
+
+
 @pytest.mark.parametrize("name", ["bahdanau", "luong", "multihead", "local_p"])
 def test_search_steps_never_synchronise(steps_never_synchronise, name: str) -> None:
     """Looking every 8 steps (the GPU's default), greedy and beam search give the n-best lists
@@ -265,10 +279,13 @@ def test_graphed_search_equals_the_search(name: str, beam_size: int) -> None:
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_graphed_batches_one_after_another_equal_the_search(beam_size: int) -> None:
+def test_graphed_batches_one_after_another_equal_the_search(monkeypatch, beam_size: int) -> None:
     """`decode_sources` with graphs on CUDA: each batch's results, copied to the host without
     waiting and made while the next batch runs, equal the search's, batch after batch of one
-    shape (each refilling the buffers the last one's results were copied from)."""
+    shape (each refilling the buffers the last one's results were copied from); the next
+    batch is collated, copied and started without waiting for the device (sync debug mode)."""
+    for owner, name in ((search_module, "_batch"), (graphed_module._Started, "of")):
+        monkeypatch.setattr(owner, name, never_synchronising(getattr(owner, name)))
     model = peaky_model("luong").cuda()
     gen = torch.Generator().manual_seed(2)
     lines = [torch.randint(4, 20, (n % 7,), generator=gen).tolist() + [EOS] for n in range(24)]

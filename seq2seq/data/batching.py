@@ -28,20 +28,24 @@ class Batch:
     ntokens: int  # non-pad target tokens
     align: torch.Tensor | None = None  # [B, T, S] guided alignment's attention targets
 
-    def to(self, device: torch.device, pin: bool = False) -> Batch:
-        """The token tensors on ``device``, copied from pinned memory without blocking with
-        ``pin``; lengths and ids stay on the host, where packing and bookkeeping read them."""
-
-        def move(t: torch.Tensor) -> torch.Tensor:
-            return (t.pin_memory() if pin else t).to(device, non_blocking=pin)
-
+    def to(self, device: torch.device) -> Batch:
+        """The token tensors on ``device`` (`to_device`); lengths and ids stay on the host,
+        where packing and bookkeeping read them."""
         return replace(
             self,
-            src=move(self.src),
-            tgt_in=move(self.tgt_in),
-            tgt_out=move(self.tgt_out),
-            align=None if self.align is None else move(self.align),
+            src=to_device(self.src, device),
+            tgt_in=to_device(self.tgt_in, device),
+            tgt_out=to_device(self.tgt_out, device),
+            align=None if self.align is None else to_device(self.align, device),
         )
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host tensor ``t`` on ``device``; to a GPU from pinned memory, without the host waiting
+    for the work queued there (a plain copy would wait for it)."""
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def collate(corpus: TokenizedCorpus | _Pairs, ids: np.ndarray) -> Batch:

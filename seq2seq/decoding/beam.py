@@ -17,6 +17,7 @@ from seq2seq_lite.rules import follow_back, length_penalty
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import to_device
 from seq2seq.decoding.constraints import Constraints, Progress, allocate
 from seq2seq.decoding.hypothesis import (
     Bans,
@@ -146,9 +147,10 @@ class BeamSearch:
         limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
         limit_host = limit_host if steer is None else steer.limits(limit_host)
         self.steps = int(limit_host.max()) + 1 if steps is None else steps  # buffers' steps
-        self.limit = limit_host.to(device)
+        self.limit = to_device(limit_host, device)
         # [B] the largest penalty a hypothesis of each sentence can get: EOS at its length limit
-        self.best_penalty = length_penalty(limit_host.double() + 1, self.alpha).float().to(device)
+        best = length_penalty(limit_host.double() + 1, self.alpha).float()
+        self.best_penalty = to_device(best, device)
         # a prefix leaves one finite beam per sentence (the others -inf) until it ends
         self.steering = steering(cfg, src_lengths, limit_host, device, steer)
         phrases = None if steer is None else steer.phrases
@@ -167,7 +169,7 @@ class BeamSearch:
             torch.zeros(batch, 0, dtype=torch.long, device=device) if repeats else None,
             None if self.constraints is None else self.constraints.start(batch),
         )
-        self.src_lengths = src_lengths.to(device)
+        self.src_lengths = to_device(src_lengths, device)
         # Row j of step t + 1 continues row parents[t, j] of step t with token fed[t, j]; the rows
         # of a step are those of its live sentences, so their number shrinks as sentences finish.
         self.parents = torch.zeros(self.steps, batch * k, dtype=torch.long, device=device)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import to_device
 from seq2seq.decoding.beam import BeamSearch, backtrack
 from seq2seq.decoding.hypothesis import (
     Bans,
@@ -143,7 +144,7 @@ class _Slots(_Chunks):
         """A new batch's start, copied in (device work only)."""
         _copy_into(self.enc, enc)
         _copy_into(self.state, state)
-        self.limit.copy_(limit, non_blocking=True)
+        self.limit.copy_(limit)
         self.prev.fill_(BOS)
         self.tokens.fill_(PAD)
         for x in (self.attention, self.scores, self.lengths, self.t):
@@ -182,6 +183,32 @@ class _BeamShape(_Chunks):
         self.search.beams = self.beams
 
 
+@dataclass
+class _Started:
+    """A batch started: padded, encoded, and for beam search its first step taken (one row per
+    sentence; then k, the shape its chunks keep), all in memory of its own."""
+
+    padded: Padded
+    limit: Tensor  # [R] on the device
+    enc: Any = None  # greedy search: the encoder's output and the decoder's first state
+    state: Any = None
+    search: BeamSearch | None = None
+
+    @classmethod
+    def of(cls, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig) -> _Started:
+        """Nothing here waits for the device (copies from pinned memory): it can run while the
+        device runs another batch's chunk."""
+        p = Padded.of(src, src_lengths, cfg, 0 if cfg.beam_size == 1 else 1)
+        limit = to_device(p.limit, src.device)
+        if cfg.beam_size == 1:
+            enc = model.encode(p.src, p.lengths)
+            return cls(p, limit, enc, model.decoder.init_state(enc))
+        search = BeamSearch(model, p.src, p.lengths, cfg, steps=p.shape.width)
+        search.limit.copy_(limit)  # the extra rows end at once
+        search.step(0, False)
+        return cls(p, limit, search=search)
+
+
 class SearchGraphs:
     """Captured search chunks by batch shape, kept by their owner (a `Translator`, a benchmark)
     so that later batches replay them; on the CPU the same fixed-shape steps run eagerly."""
@@ -214,19 +241,25 @@ class SearchGraphs:
     def searches(
         self, model: Seq2Seq, batches: Iterable[tuple[Tensor, Tensor]], cfg: DecodeConfig
     ) -> Iterator[list[list[Hypothesis]]]:
-        """`search` of each batch in turn. The host makes a batch's results while the device
-        runs the next batch's first chunk, so that the device does not wait for them."""
+        """`search` of each batch in turn. While the device runs a batch's first chunk, the host
+        makes the last batch's results and starts the next batch (pads it, queues its encoder
+        and, for beam search, its first step), so that the device waits for neither."""
+        batches = iter(batches)
         pending: list[Callable[[], list[list[Hypothesis]]]] = []  # the last batch's results
         done: list[list[list[Hypothesis]]] = []
+        ahead: list[_Started] = []  # the next batch, started
 
         def meanwhile() -> None:
             done.extend(finish() for finish in pending)
             pending.clear()
+            if not ahead and (batch := next(batches, None)) is not None:
+                ahead.append(_Started.of(model, *batch, cfg))
 
-        for src, src_lengths in batches:
+        meanwhile()
+        while ahead:
             self._forget_moved(model)
             run = self._greedy if cfg.beam_size == 1 else self._beam
-            finish = run(model, src, src_lengths, cfg, meanwhile)
+            finish = run(model, ahead.pop(), cfg, meanwhile)
             meanwhile()  # where the batch had no chunk to wait for
             yield from done
             done.clear()
@@ -245,15 +278,13 @@ class SearchGraphs:
             self.addresses = addresses
 
     def _greedy(
-        self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, meanwhile: Work
+        self, model: Seq2Seq, b: _Started, cfg: DecodeConfig, meanwhile: Work
     ) -> Callable[[], list[list[Hypothesis]]]:
-        p = Padded.of(src, src_lengths, cfg, 0)
-        enc = model.encode(p.src, p.lengths)
-        state = model.decoder.init_state(enc)
+        p, enc, state = b.padded, b.enc, b.state
         if p.shape not in self.greedy:
             self.greedy[p.shape] = _Slots(p.shape, enc, state, model.decoder.heads)
         slots = self.greedy[p.shape]
-        slots.fill(enc, state, p.limit.to(p.src.device))
+        slots.fill(enc, state, b.limit)
         for chunk in range(p.shape.width // CHUNK):
             self._chunk(slots, 0, lambda: _greedy_steps(model, slots))
             if chunk == 0:
@@ -271,12 +302,10 @@ class SearchGraphs:
         return results
 
     def _beam(
-        self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, meanwhile: Work
+        self, model: Seq2Seq, b: _Started, cfg: DecodeConfig, meanwhile: Work
     ) -> Callable[[], list[list[Hypothesis]]]:
-        p = Padded.of(src, src_lengths, cfg, 1)
-        fresh = BeamSearch(model, p.src, p.lengths, cfg, steps=p.shape.width)
-        fresh.limit.copy_(p.limit)  # the extra rows end at once
-        fresh.step(0, False)  # one row per sentence: then k, the shape the chunks keep
+        p, fresh = b.padded, b.search
+        assert fresh is not None
         if p.shape not in self.beam:
             self.beam[p.shape] = _BeamShape(fresh)
         entry = self.beam[p.shape]

@@ -17,6 +17,7 @@ from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM, SteeringIds
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import to_device
 from seq2seq.decoding.beam import beam_search
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.hypothesis import (
@@ -265,7 +266,7 @@ def _batch(
     src = np.full((len(chunk), lengths.max()), PAD, dtype=np.int64)
     for row, i in enumerate(chunk):
         src[row, : lengths[row]] = sources[i]
-    return torch.from_numpy(src).to(device), torch.from_numpy(lengths)
+    return to_device(torch.from_numpy(src), device), torch.from_numpy(lengths)
 
 
 def _decode_batch(

@@ -46,7 +46,10 @@ class Encoder(nn.Module):
         ``final`` is the top layer's [last forward state; first backward state].
         """
         emb = self.dropout(self.embedding(src))  # [B, S, E]
-        packed = pack_padded_sequence(emb, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        lengths = lengths.cpu()
+        # a batch sorted longest first (a search's) is packed as it is: no order to copy over
+        ordered = bool((lengths[:-1] >= lengths[1:]).all())
+        packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=ordered)
         dtype = compute_dtype(src.device)
         if dtype is None:
             output, h_n = self.rnn(packed)  # h_n [layers * 2, B, H]

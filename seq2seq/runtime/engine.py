@@ -255,7 +255,7 @@ class Engine(ProcessGroup):
         """The batch on this device; from pinned memory without blocking on CUDA."""
         if self.device.type == "cpu":
             return batch
-        return batch.to(self.device, pin=self.device.type == "cuda")
+        return batch.to(self.device)
 
     def prefetch(self, items: Iterable[T], prepare: Callable[[T], U]) -> Iterator[U]:
         """``prepare(item)`` for each item, one item ahead of the consumer: on CUDA the next
