@@ -1,10 +1,14 @@
-"""Packed bidirectional encoder: equal to the plain GRU without padding, unaffected by padding."""
+"""Packed bidirectional encoder: equal to the plain GRU without padding, unaffected by padding;
+the GRUs under autocast."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from model_helpers import hand_batch, tiny_model
 
+from seq2seq.model import encoder as encoder_module
+from seq2seq.model.config import LuongConfig
 from seq2seq.model.encoder import Encoder
 
 
@@ -52,3 +56,55 @@ def test_the_unpacked_encoder_equals_the_packed_one(layers: int) -> None:
         packed, unpacked = encoder(src, lengths), encoder.unpacked(src, lengths)
     for a, b in zip(packed, unpacked, strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+
+
+def test_a_batch_sorted_longest_first_is_packed_without_reordering(monkeypatch) -> None:
+    """A search's batch (sorted) is packed as it is, with the memory of any other row order."""
+    enc = encoder(2)
+    src = torch.randint(4, 30, (3, 7), generator=torch.Generator().manual_seed(3))
+    lengths = torch.tensor([7, 4, 1])
+    src[torch.arange(7) >= lengths[:, None]] = 0
+    sorted_as = []
+    pack = encoder_module.pack_padded_sequence
+
+    def packed(*args, enforce_sorted: bool, **kwargs):
+        sorted_as.append(enforce_sorted)
+        return pack(*args, enforce_sorted=enforce_sorted, **kwargs)
+
+    monkeypatch.setattr(encoder_module, "pack_padded_sequence", packed)
+    order = torch.tensor([1, 2, 0])
+    memory, final = enc(src, lengths)
+    shuffled_memory, shuffled_final = enc(src[order], lengths[order])
+    assert sorted_as == [True, False]
+    torch.testing.assert_close(shuffled_memory, memory[order])
+    torch.testing.assert_close(shuffled_final, final[order])
+
+
+def test_the_grus_run_in_autocasts_dtype_with_autocast_off(monkeypatch) -> None:
+    """Under bf16 autocast the encoder's GRU (packed and not) and the decoder's whole-sequence
+    one (Luong without input feeding) get bf16 weights and inputs, with autocast off for the
+    call: CUDA's would run cuDNN's GRU in fp16 (the same code runs there)."""
+    calls = []
+    forward, gru = torch.nn.GRU.forward, torch.gru
+
+    def seen(x, weight):
+        x = x.data if isinstance(x, torch.nn.utils.rnn.PackedSequence) else x
+        calls.append((torch.is_autocast_enabled("cpu"), x.dtype, weight.dtype))
+
+    def recorded_forward(self, x, *args):
+        seen(x, self.weight_hh_l0)
+        return forward(self, x, *args)
+
+    def recorded_gru(x, start, weights, *args):
+        seen(x, weights[0])
+        return gru(x, start, weights, *args)
+
+    monkeypatch.setattr(torch.nn.GRU, "forward", recorded_forward)
+    monkeypatch.setattr(torch, "gru", recorded_gru)
+    model = tiny_model(attention=LuongConfig(size=12, input_feed=False))
+    batch = hand_batch(0)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model.features(batch.src, batch.src_lengths, batch.tgt_in)
+        model.encode(batch.src, batch.src_lengths, packed=False)
+    assert len(calls) == 4  # encoder, decoder, then both directions unpacked
+    assert set(calls) == {(False, torch.bfloat16, torch.bfloat16)}

@@ -26,6 +26,8 @@ from seq2seq.decoding import search as search_module
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
 from seq2seq.decoding.search import beam_search, decode, decode_sources, greedy_search
+from seq2seq.model.autocast import run_rnn
+from seq2seq.model.config import LuongConfig
 from seq2seq.model.recurrence import gru_update
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
@@ -208,6 +210,20 @@ def test_graphs_are_captured_again_when_the_parameters_move(no_tf32) -> None:
         assert float(got.loss_sum) == pytest.approx(float(want.loss_sum), rel=1e-4)
     for a, b in zip(graphed.module.parameters(), eager.module.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_the_grus_run_in_bf16_under_bf16_autocast() -> None:
+    """CUDA's autocast runs cuDNN's GRU in fp16 whatever its dtype; under bf16 autocast the
+    encoder's memory (packed and not) and the decoder's whole-sequence GRU are bf16."""
+    model = tiny_model(attention=LuongConfig(size=12, input_feed=False)).cuda()
+    batch = hand_batch(0)
+    src, lengths = batch.src.cuda(), batch.src_lengths
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        assert model.encode(src, lengths).memory.dtype == torch.bfloat16
+        assert model.encode(src, lengths.cuda(), packed=False).memory.dtype == torch.bfloat16
+        emb, start = torch.randn(3, 5, 8, device="cuda"), torch.zeros(1, 3, 12, device="cuda")
+        states, _ = run_rnn(model.decoder.flow.rnn, torch.bfloat16, emb, start)
+    assert states.dtype == torch.bfloat16
 
 
 @pytest.fixture

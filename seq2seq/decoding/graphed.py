@@ -217,7 +217,7 @@ class SearchGraphs:
         self.engine, self.capture = engine, engine.device.type == "cuda"
         self.greedy: dict[Shape, _Slots] = {}
         self.beam: dict[Shape, _BeamShape] = {}
-        self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
+        self.pool: Any = None  # the graphs' shared memory, from their first capture
         self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs read
 
     @property
@@ -276,6 +276,7 @@ class SearchGraphs:
             self.greedy.clear()
             self.beam.clear()
             self.addresses = addresses
+            self.pool = None  # a new one at the next capture: the old one's blocks may outlive it
 
     def _greedy(
         self, model: Seq2Seq, b: _Started, cfg: DecodeConfig, meanwhile: Work
@@ -339,6 +340,7 @@ class SearchGraphs:
             run()
             return
         try:
+            self.pool = self.pool or torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
             with (
                 self.engine.compute(cache=False),  # the graph casts the weights itself

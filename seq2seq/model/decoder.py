@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.model.attention import Attention
-from seq2seq.model.autocast import compute_dtype
+from seq2seq.model.autocast import compute_dtype, run_rnn
 from seq2seq.model.linear import Linear, linear
 from seq2seq.model.recurrence import LoopWeight, gru_cell, gru_update, looping
 from seq2seq.vocab import PAD
@@ -283,7 +283,8 @@ class LuongStep(DecoderStep):
     ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb [B, T, E] -> (attentional vectors [B, T, H], weights)."""
         if not self.input_feed:  # no feedback: the GRU and the attention each run once
-            states, _ = self.rnn(emb, state.hidden.unsqueeze(0))  # [B, T, H]
+            dtype = compute_dtype(emb.device)
+            states, _ = run_rnn(self.rnn, dtype, emb, state.hidden.unsqueeze(0))  # [B, T, H]
             return self.attentional(states, enc, state.position)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
         dtype = compute_dtype(emb.device)  # the loop's weights cast once

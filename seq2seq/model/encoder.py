@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seq2seq.model.autocast import compute_dtype
+from seq2seq.model.autocast import compute_dtype, run_rnn
 from seq2seq.vocab import PAD
 
 
@@ -50,12 +50,7 @@ class Encoder(nn.Module):
         # a batch sorted longest first (a search's) is packed as it is: no order to copy over
         ordered = bool((lengths[:-1] >= lengths[1:]).all())
         packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=ordered)
-        dtype = compute_dtype(src.device)
-        if dtype is None:
-            output, h_n = self.rnn(packed)  # h_n [layers * 2, B, H]
-        else:  # autocast leaves the GRU in fp32: run it in the low precision too
-            weights = {name: p.to(dtype) for name, p in self.rnn.named_parameters()}
-            output, h_n = torch.func.functional_call(self.rnn, weights, (packed.to(dtype),))
+        output, h_n = run_rnn(self.rnn, compute_dtype(src.device), packed)  # [layers * 2, B, H]
         memory, _ = pad_packed_sequence(output, batch_first=True, total_length=src.size(1))
         final = torch.cat([h_n[-2], h_n[-1]], dim=-1)  # [B, 2H]
         return memory, final
@@ -93,6 +88,7 @@ class Encoder(nn.Module):
         if dtype is not None:
             weights, x = [w.to(dtype) for w in weights], x.to(dtype)
         start = x.new_zeros(1, x.size(0), self.rnn.hidden_size)
-        with warnings.catch_warnings():  # cuDNN copies weights of no flat buffer: these are few
+        with warnings.catch_warnings(), torch.autocast(x.device.type, enabled=False):
+            # cuDNN copies weights of no flat buffer (these are few); autocast off: `run_rnn`
             warnings.filterwarnings("ignore", "RNN module weights are not part")
             return torch.gru(x, start, weights, True, 1, 0.0, self.training, False, True)[0]

@@ -184,6 +184,7 @@ class StaticUpdater:
         if self.graphs and self.addresses != self._addresses():
             log.warning("the parameters moved in memory: the CUDA graphs are captured again")
             self.graphs.clear()
+            self.pool = torch.cuda.graph_pool_handle()  # the old one's blocks may outlive it
             self.seen.clear()
         self.seen[bucket] += 1
         if bucket in self.graphs:
