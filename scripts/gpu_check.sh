@@ -11,10 +11,11 @@
 #   STEPS=compare bash scripts/gpu_check.sh OUT_DIR # English->French rows, a longer budget
 #
 # Every step runs under its own time limit (seconds: TESTS_S, PEER_S, OURS_S, RECIPE_S,
-# COMPARE_S) even when an earlier one failed; each writes its log to OUT_DIR, and the last line
-# says which failed. On an H200 (2026-11-28) tests took 140 s, peer 95 s, ours 200 s and recipe
-# 120 s a seed: on a 15-minute lease, run STEPS="machine tests peer ours" (~8 minutes), then at
-# once on the still warm machine STEPS=recipe (~4 minutes for the two seeds).
+# COMPARE_S) even when an earlier one failed; each writes its log to OUT_DIR. Then the
+# side-by-side table against the targets (scripts/gpu_table.py, also OUT_DIR/table.md), and a
+# last line that says which steps failed. On an H200 (2026-11-28) tests took 140 s, peer 95 s,
+# ours 200 s and recipe 120 s a seed: on a 15-minute lease, run STEPS="machine tests peer ours"
+# (~8 minutes), then at once on the still warm machine STEPS=recipe (~4 minutes for two seeds).
 set -uo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
@@ -80,6 +81,7 @@ step peer "${PEER_S:-150}" "
 open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for l in open('\$w/hyp_\$name.test'))\"
   done
   python3 $peer/summarize.py \$w \$d
+  [ ! -e \$w/summary.json ] || cp \$w/summary.json $out/peer.json
   # its large-batch setting (batch_type tokens, batch_size 8192), 100 updates, side by side
   b=\$w/big; mkdir -p \$b
   python3 $peer/yaml_set.py \$w/train.yaml \$b/train.yaml batch_type=tokens batch_size=8192 \
@@ -87,7 +89,8 @@ open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for
   python3 $peer/timev.py \$b/train.time python3 -m onmt.bin.train -config \$b/train.yaml \
     >\$b/train.out 2>&1 || { tail -30 \$b/train.out; exit 1; }
   echo 'large batches (8192 tokens):'
-  python3 $peer/summarize.py \$b \$d 2>&1 | grep -E '\"steady|logged|^ +[0-9.]+,?\$|peer='"
+  python3 $peer/summarize.py \$b \$d 2>&1 | grep -E '\"steady|logged|^ +[0-9.]+,?\$|peer='
+  [ ! -e \$b/summary.json ] || cp \$b/summary.json $out/peer_8192.json"
 
 # ours, the same shape and budget (graphed, as train.cuda_graphs=auto takes on CUDA, then eager),
 # then the benchmark: the peer shape eager and graphed at its batch and at 8,192 tokens (and
@@ -102,6 +105,7 @@ step ours "${OURS_S:-300}" "
   part 'tok/s|finished' python3 -m seq2seq.commands.train \$peer hydra.run.dir=/tmp/peer300
   part 'tok/s|finished' python3 -m seq2seq.commands.train \$peer train.cuda_graphs=false \
     hydra.run.dir=/tmp/peer300_eager
+  cp /tmp/peer300/train.log $out/ours_train.log; cp /tmp/peer300_eager/train.log $out/ours_eager_train.log
   b='python3 scripts/benchmark.py --data-source $bundle/multi30k --device cuda --repeats 3'
   part '^[^{]' \$b --measure training --model peer --batch peer,8192 --precision fp32 \
     --cuda-graphs false,true
@@ -124,7 +128,8 @@ step recipe "${RECIPE_S:-330}" "
       data.source=$bundle/multi30k hydra.run.dir=/tmp/recipe\$seed train.seed=\$seed \
       train.max_minutes=${RECIPE_MINUTES:-1.5} ${RECIPE_OVERRIDES:-} | grep -E 'finished|BLEU' | tail -2
     cp /tmp/recipe\$seed/train.log $out/recipe\${seed}_train.log
-    python3 -m seq2seq.commands.evaluate run_dir=/tmp/recipe\$seed device=cuda | tail -1
+    python3 -m seq2seq.commands.evaluate run_dir=/tmp/recipe\$seed device=cuda | tail -1 \
+      | tee $out/recipe\${seed}_eval.json
   done"
 
 # the attention comparison's English->French rows side by side on the one GPU, to a longer budget
@@ -144,5 +149,8 @@ step compare "${COMPARE_S:-300}" "
   wait
   grep -H 'valid loss' \$w/*/train.log"
 
+# the side-by-side table against the targets, from what the steps above left in $out
+git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null || true
+python3 scripts/gpu_table.py "$out" | tee "$out/table.md"
 echo "failed: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

@@ -4,8 +4,10 @@ slip inside a step (a whole step is one quoted bash string) fails here, not on t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,3 +51,95 @@ def test_gpu_check_forms_every_step(tmp_path: Path) -> None:
     assert parts.count("--cuda-graphs false,true") >= 3
     # the recipe's first seed trains (the stand-in says it finished), then its log is missing
     assert "experiment=multi30k_de_en device=cuda" in (out / "recipe.log").read_text()
+    assert "scripts/gpu_table.py" in proc.stdout  # the table, last
+
+
+def table(out: Path) -> dict[str, list[str]]:
+    """scripts/gpu_table.py's rows for ``out``, by their first cell."""
+    proc = subprocess.run(
+        [sys.executable, "scripts/gpu_table.py", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| ")]
+    return {row[0].removeprefix("| "): [c.rstrip(" |") for c in row[1:]] for row in rows}
+
+
+def train_log(rates: list[int]) -> str:
+    return "".join(
+        f"[t][seq2seq.train][INFO] - epoch 1, update {50 * (i + 1)}/441 (step {50 * (i + 1)}): "
+        f"loss 4.0, {rate:,} tok/s, lr 0.001\n"
+        for i, rate in enumerate(rates)
+    )
+
+
+def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
+    """What the steps leave, made up: each target's ratio and whether it is met; a figure no
+    step left is "–"."""
+    write = lambda name, text: (tmp_path / name).write_text(text)  # noqa: E731
+    peer = {"steady_tgt_tok_per_s_after_50": 19_000.0, "decode_beam5_sent_per_s": 769.0}
+    write("peer.json", json.dumps({**peer, "decode_greedy_sent_per_s": 1000.0}))
+    write("peer_8192.json", json.dumps({"steady_tgt_tok_per_s_after_50": 75_000.0}))
+    write("ours_train.log", train_log([19_119, 90_000, 100_000, 110_000, 100_000, 100_000]))
+    train = [
+        {
+            "attention": "peer",
+            "batch": "8192",
+            "cuda_graphs": "true",
+            "precision": p,
+            "tokens_per_s": r,
+        }
+        for p, r in (("fp32", 237_372.0), ("bf16", 320_000.0))
+    ] + [
+        {
+            "attention": "bahdanau",
+            "batch": "16000",
+            "cuda_graphs": "true",
+            "precision": "bf16",
+            "tokens_per_s": 423_126.0,
+            "max_memory_allocated_mib": 5_197.0,
+        }
+    ]
+    decode = [
+        {
+            "beam_size": b,
+            "batch_size": n,
+            "cuda_graphs": "true",
+            "precision": "fp32",
+            "sentences_per_s": r,
+            "ms_per_batch": 1000 * n / r,
+        }
+        for b, n, r in ((5, 64, 2_500.0), (1, 64, 7_000.0), (1, 1, 100.0))
+    ]
+    write(
+        "parts.log",
+        "-- python3 ...\n"
+        + json.dumps({"torch": "2.11", "training": train, "decoding": decode})
+        + "\n",
+    )
+    write("recipe1_eval.json", json.dumps({"bleu": 39.59}))
+    write("recipe2_eval.json", json.dumps({"bleu": 37.0}))
+    rows = table(tmp_path)
+    span = rows["training, peer shape and batch: logged tok/s, updates 50–300"]
+    assert span[1:] == ["99,598", "5.24×", "≥ 5×", "yes"]  # 5 / (1/90k + 1/100k x3 + 1/110k)
+    assert rows["peer shape, 8,192-token batches (bf16, step alone)"][2:] == [
+        "4.27×",
+        "≥ 4×",
+        "yes",
+    ]
+    assert rows["reference model, best batch (16000 tokens, bf16)"][-1] == "yes"
+    assert rows["beam 5, batches of 64, sentences/s (graphed, fp32)"][2:] == [
+        "3.25×",
+        "≥ 3×",
+        "yes",
+    ]
+    assert rows["greedy, batches of 64, sentences/s (graphed, fp32)"][2:] == ["7.00×", "≥ 8×", "no"]
+    assert rows["greedy, one sentence at a time (graphed), ms"][1] == "10.0"
+    assert rows["beam 5, batches of 64, sentences/s (eager, –)"][1:] == ["–", "–", "", ""]
+    assert rows["GPU recipe in 1.5 minutes of training, seed 1: test BLEU"][-1] == "yes"
+    assert rows["GPU recipe in 1.5 minutes of training, seed 2: test BLEU"][-1] == "no"
+    nothing = table(tmp_path / "missing")  # no step ran: every figure "–", no error
+    assert nothing["greedy, batches of 64, sentences/s (graphed, –)"][1:] == ["–", "–", "≥ 8×", "–"]

@@ -147,10 +147,9 @@ class BeamSearch:
         limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
         limit_host = limit_host if steer is None else steer.limits(limit_host)
         self.steps = int(limit_host.max()) + 1 if steps is None else steps  # buffers' steps
-        self.limit = to_device(limit_host, device)
         # [B] the largest penalty a hypothesis of each sentence can get: EOS at its length limit
         best = length_penalty(limit_host.double() + 1, self.alpha).float()
-        self.best_penalty = to_device(best, device)
+        self.limit, self.best_penalty = to_device(limit_host, device), to_device(best, device)
         # a prefix leaves one finite beam per sentence (the others -inf) until it ends
         self.steering = steering(cfg, src_lengths, limit_host, device, steer)
         phrases = None if steer is None else steer.phrases

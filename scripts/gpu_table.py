@@ -1,0 +1,170 @@
+"""The side-by-side table of `scripts/gpu_check.sh`, against issue 50's targets: it reads what
+the steps left in OUT_DIR (OpenNMT-py's summaries, our training logs, the benchmark's JSON lines
+in parts.log, the recipe's evaluations) and prints a markdown table, a line per target with the
+ratio and whether it is met; a figure a step did not leave is "–". The last step of
+gpu_check.sh; by hand::
+
+    python scripts/gpu_table.py OUT_DIR
+
+Standard library only: it runs beside the installed package, on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+RECIPE_BLEU = 38.16  # the recipe trained to its end on an H200 (docs/gpu.md), within 0.5
+Row = tuple[str, str, str, str, str, str]  # what, OpenNMT-py, seq2seq, ratio, target, met
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def benchmark_rows(parts: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every training and decoding row of the benchmark's JSON lines in parts.log."""
+    training, decoding = [], []
+    text = parts.read_text(errors="replace") if parts.exists() else ""
+    for line in text.splitlines():
+        if line.startswith('{"torch"'):
+            report = json.loads(line)
+            training += report.get("training", [])
+            decoding += report.get("decoding", [])
+    return training, decoding
+
+
+def logged_rates(log: Path) -> list[float]:
+    """seq2seq-train's tok/s per logged window (every 50 updates), in order."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [float(m.replace(",", "")) for m in re.findall(r"update \d+/.*?([\d,]+) tok/s", text)]
+
+
+def after_first(rates: list[float]) -> tuple[float | None, float | None]:
+    """Over the windows after the first (updates 50 on): their median, and their span's rate
+    (the harmonic mean: the windows hold about as many tokens each)."""
+    later = rates[1:]
+    if not later:
+        return None, None
+    return statistics.median(later), len(later) / sum(1 / r for r in later)
+
+
+def best(rows: list[dict[str, Any]], key: str, **match: Any) -> dict[str, Any]:
+    """The row with the largest ``key`` among those matching every ``match`` field."""
+    found = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    return max(found, key=lambda r: r[key], default={})
+
+
+def number(x: float | None, digits: int = 0) -> str:
+    return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def compared(what: str, peer: float | None, ours: float | None, at_least: float | None) -> Row:
+    """A ratio target: ours / OpenNMT-py's at least ``at_least`` (None: no target)."""
+    target = "" if at_least is None else f"≥ {at_least:g}×"
+    if not peer or ours is None:
+        return what, number(peer), number(ours), "–", target, "" if at_least is None else "–"
+    ratio = ours / peer
+    met = "" if at_least is None else "yes" if ratio >= at_least else "no"
+    return what, number(peer), number(ours), f"{ratio:.2f}×", target, met
+
+
+def training_rows(out: Path, training: list[dict[str, Any]]) -> list[Row]:
+    peer, big = load(out / "peer.json"), load(out / "peer_8192.json")
+    steady = peer.get("steady_tgt_tok_per_s_after_50")
+    median, span = after_first(logged_rates(out / "ours_train.log"))
+    eager_span = after_first(logged_rates(out / "ours_eager_train.log"))[1]
+    large = best(training, "tokens_per_s", attention="peer", batch="8192", cuda_graphs="true")
+    reference = best(training, "tokens_per_s", attention="bahdanau", cuda_graphs="true")
+    largest = best(training, "max_memory_allocated_mib", attention="bahdanau", batch="16000")
+    ref_rate = reference.get("tokens_per_s")
+    return [
+        compared("training, peer shape and batch: logged tok/s, updates 50–300", steady, span, 5),
+        compared("the same, median of the windows after update 50", steady, median, 5),
+        compared(
+            "the same, eager (`train.cuda_graphs=false`), updates 50–300", steady, eager_span, None
+        ),
+        compared(
+            f"peer shape, 8,192-token batches ({large.get('precision', '–')}, step alone)",
+            big.get("steady_tgt_tok_per_s_after_50"),
+            large.get("tokens_per_s"),
+            4,
+        ),
+        (
+            f"reference model, best batch ({reference.get('batch', '–')} tokens, "
+            f"{reference.get('precision', '–')})",
+            "",
+            number(ref_rate),
+            "",
+            "≥ 400,000 tok/s",
+            "–" if ref_rate is None else ("yes" if ref_rate >= 400_000 else "no"),
+        ),
+        (
+            f"reference model, 16,000 tokens, peak memory ({largest.get('precision', '–')})",
+            "",
+            f"{number(largest.get('max_memory_allocated_mib'))} MiB",
+            "",
+            "stated",
+            "",
+        ),
+    ]
+
+
+def decoding_rows(out: Path, decoding: list[dict[str, Any]]) -> list[Row]:
+    peer = load(out / "peer.json")
+    rows = []
+    for search, beam, target in (("beam 5", 5, 3), ("greedy", 1, 8)):
+        key = f"decode_{'beam5' if beam == 5 else 'greedy'}_sent_per_s"
+        for graphs, kind in (("true", "graphed"), ("false", "eager")):
+            found = [
+                r for r in decoding if r.get("cuda_graphs") == graphs and r["beam_size"] == beam
+            ]
+            ours = best(found, "sentences_per_s", batch_size=64)
+            what = f"{search}, batches of 64, sentences/s ({kind}, {ours.get('precision', '–')})"
+            aim = target if graphs == "true" else None  # the targets are the default's
+            rows.append(compared(what, peer.get(key), ours.get("sentences_per_s"), aim))
+            latency = best(found, "sentences_per_s", batch_size=1).get("ms_per_batch")
+            what = f"{search}, one sentence at a time ({kind}), ms"
+            rows.append((what, "", number(latency, 1), "", "stated", ""))
+    return rows
+
+
+def recipe_rows(out: Path) -> list[Row]:
+    rows = []
+    for path in sorted(out.glob("recipe*_eval.json")):
+        seed = path.name[len("recipe") : -len("_eval.json")]
+        bleu = load(path).get("bleu")
+        met = "–" if bleu is None else ("yes" if bleu >= RECIPE_BLEU - 0.5 else "no")
+        what = f"GPU recipe in 1.5 minutes of training, seed {seed}: test BLEU"
+        rows.append((what, "", number(bleu, 2), "", f"≥ {RECIPE_BLEU - 0.5:.2f}", met))
+    return rows or [
+        ("GPU recipe in 1.5 minutes of training: test BLEU", "", "–", "", "two seeds", "–")
+    ]
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit(__doc__.split("\n\n")[0] + "\nusage: python scripts/gpu_table.py OUT_DIR")
+    out = Path(sys.argv[1])
+    machine = (
+        (out / "machine.log").read_text(errors="replace") if (out / "machine.log").exists() else ""
+    )
+    commit = (out / "commit.txt").read_text().strip() if (out / "commit.txt").exists() else "–"
+    torch_line = next((line for line in machine.splitlines() if "+cu" in line), "–")
+    training, decoding = benchmark_rows(out / "parts.log")
+    print(f"GPU, torch: {torch_line}; code: {commit}")
+    print("| | OpenNMT-py | seq2seq | ratio | target | met |")
+    print("|---|---|---|---|---|---|")
+    for row in training_rows(out, training) + decoding_rows(out, decoding) + recipe_rows(out):
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
