@@ -3,9 +3,9 @@ graph replays, `seq2seq.training.graphed`) and of the fixed-shape greedy and bea
 (`seq2seq.decoding.graphed`). A replayed graph runs about as long as it holds kernels at the
 small batches of these models, so this count, made on the CPU, is the GPU work's proxy.
 
-Every operator dispatched is counted, but views; PyTorch's products stand for the CPU's oneDNN
-ones, and the GRU's gates count as CUDA's fused cell does (one kernel forward, one backward).
-From the checkout root::
+Every operator dispatched is counted, but views and those that hand back their input (no
+kernel); PyTorch's products stand for the CPU's oneDNN ones, and the GRU's gates count as
+CUDA's fused cell does (one kernel forward, one backward). From the checkout root::
 
     python scripts/step_kernels.py [--model peer,luong,bahdanau] [--rows 64] [--source 20]
 
@@ -89,10 +89,14 @@ class Kernels(TorchDispatchMode):
         super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
-        if not self.paused and name not in VIEWS:
+        # an out-of-place operator that hands back its input (dropout in eval mode, a cast to
+        # the dtype a tensor has) launches nothing
+        launched = name.endswith("_") or not args or out is not args[0]
+        if not self.paused and name not in VIEWS and launched:
             self.counts[name] += 1
-        return func(*args, **(kwargs or {}))
+        return out
 
     @property
     def total(self) -> int:
@@ -157,20 +161,20 @@ def training(model_name: str, rows: int, source: int) -> dict:
     return {"update_at_20": totals[20], "per_target_step": (totals[30] - totals[20]) / 10}
 
 
-def search(model_name: str, rows: int, source: int, beam_size: int) -> float:
-    """Kernels per step of the fixed-shape search's chunks (CHUNK steps each)."""
+def search(model_name: str, rows: int, source: int, beam_size: int) -> dict[str, float]:
+    """Kernels per step of the fixed-shape search's first chunk (CHUNK steps), by operator."""
     engine = Engine.create("cpu", threads=1, products="pytorch")
     model = build_model(OmegaConf.structured(model_config(model_name, FULL)), VOCAB, VOCAB)
     model.eval()
     graphs = graphed_search.SearchGraphs(engine)
-    chunks: list[int] = []
+    chunks: list[collections.Counter[str]] = []
     original = graphed_search.SearchGraphs._chunk
 
     def chunk(self, entry, key, run):
         def counted():
             with Kernels() as mode:
                 run()
-            chunks.append(mode.total)
+            chunks.append(mode.counts)
 
         original(self, entry, key, counted)
 
@@ -181,7 +185,7 @@ def search(model_name: str, rows: int, source: int, beam_size: int) -> float:
         graphs.search(model, src, torch.full((rows,), source), cfg)
     finally:
         graphed_search.SearchGraphs._chunk = original
-    return chunks[0] / graphed_search.CHUNK
+    return {name: n / graphed_search.CHUNK for name, n in sorted(chunks[0].items())}
 
 
 def main() -> None:
@@ -195,8 +199,9 @@ def main() -> None:
     with products("pytorch"):
         for name in args.model.split(","):
             row = {"model": name, **training(name, args.rows, args.source)}
-            row["greedy_per_step"] = search(name, args.rows, args.source, 1)
-            row["beam5_per_step"] = search(name, args.rows, args.source, 5)
+            for key, beam in (("greedy", 1), ("beam5", 5)):
+                row[f"{key}_ops"] = search(name, args.rows, args.source, beam)
+                row[f"{key}_per_step"] = sum(row[f"{key}_ops"].values())
             rows.append(row)
             print(
                 f"{name:10s} update {row['update_at_20']:5d} kernels (20 target steps), "

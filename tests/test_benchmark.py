@@ -218,13 +218,18 @@ def test_quick_benchmark_times_graphed_updates_and_decoding_batches(data_args: l
 
 def test_step_kernels_counts_the_graphed_steps() -> None:
     """scripts/step_kernels.py: kernels per time step of the update and of both searches, the
-    GRU's gates counted as CUDA's fused cell (once forward, once backward)."""
+    GRU's gates counted as CUDA's fused cell (once forward, once backward), and no operator
+    that launches nothing."""
     cmd = [sys.executable, "scripts/step_kernels.py", "--model", "peer", "--rows", "4"]
     proc = subprocess.run([*cmd, "--source", "6"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout.splitlines()[-1])["models"]
     assert row["update_at_20"] > 20 * row["per_target_step"] > 0
     assert 0 < row["greedy_per_step"] < row["beam5_per_step"]
+    for ops in (row["greedy_ops"], row["beam5_ops"]):  # by operator, per step
+        assert "linear" in ops and "log_softmax" in ops
+        # dropout in eval mode and a cast to a tensor's own dtype hand back their input
+        assert "dropout" not in ops and "to" not in ops
 
 
 def test_search_host_work_times_the_results_of_each_batch(smoke_run: Path, multi30k_dir) -> None:
