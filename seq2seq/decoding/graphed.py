@@ -135,7 +135,6 @@ class _Slots(_Chunks):
         self.tokens = torch.full((rows, shape.width), PAD, dtype=torch.long, device=device)
         self.attention = torch.zeros(rows, shape.width, heads, shape.src_len, device=device)
         self.scores = torch.zeros(rows, device=device)
-        self.lengths = torch.zeros(rows, dtype=torch.long, device=device)  # EOS included
         self.running = torch.ones(rows, dtype=torch.bool, device=device)
         self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
         self.bans = Bans()  # its rows made at the eager first run
@@ -147,7 +146,7 @@ class _Slots(_Chunks):
         self.limit.copy_(limit)
         self.prev.fill_(BOS)
         self.tokens.fill_(PAD)
-        for x in (self.attention, self.scores, self.lengths, self.t):
+        for x in (self.attention, self.scores, self.t):
             x.zero_()
         self.running.fill_(True)
 
@@ -286,19 +285,25 @@ class SearchGraphs:
             self.greedy[p.shape] = _Slots(p.shape, enc, state, model.decoder.heads)
         slots = self.greedy[p.shape]
         slots.fill(enc, state, b.limit)
+        steps = 0  # run so far
         for chunk in range(p.shape.width // CHUNK):
             self._chunk(slots, 0, lambda: _greedy_steps(model, slots))
+            steps += CHUNK
             if chunk == 0:
                 meanwhile()
             if not slots.running.any():  # the look: one read per chunk
                 break
-        found = (slots.tokens, slots.attention, slots.scores, slots.lengths)
+        found = (slots.tokens[:, :steps], slots.attention[:, :steps], slots.scores)
         held = [x[: p.rows].to(HOST, non_blocking=True, copy=True) for x in found]
         copied, lengths = _queued(p.src.device), p.lengths[: p.rows]
 
         def results() -> list[list[Hypothesis]]:
             copied()
-            return [[h] for h in greedy_results(*held, lengths, cfg.alpha)]
+            tokens, attention, scores = held
+            ended = (tokens == EOS).int().argmax(1) + 1  # each row's first EOS: its length
+            return [
+                [h] for h in greedy_results(tokens, attention, scores, ended, lengths, cfg.alpha)
+            ]
 
         return results
 
@@ -367,7 +372,6 @@ def _greedy_steps(model: Seq2Seq, s: _Slots) -> None:
         s.tokens.index_copy_(1, column, prev.unsqueeze(1))
         s.attention.index_copy_(1, column, weights.float().unsqueeze(1))
         s.scores.add_(torch.where(s.running, best.float(), 0.0))
-        s.lengths.add_(s.running)  # a step more for rows not yet ended: EOS included
         s.running.logical_and_(prev != EOS)
         s.t.add_(1)
     _copy_into(s.state, state)
