@@ -2,8 +2,9 @@
 to a power of two, the source to a multiple of `SOURCE_STEP`), every sentence stays in the loop
 until the last one ends, and the `CHUNK` steps between two looks at the device are recorded
 once per shape (greedy: one graph, its step number on the device; beam: one per chunk of steps)
-and replayed for every later batch of that shape. A chunk's first run is eager, its second is
-captured; on the CPU every chunk runs eagerly (how the tests run them).
+and replayed for every later batch of that shape; a batch's first step (the only one that bans
+EOS) runs eagerly as it starts. A chunk's first run is eager, its second is captured; on the CPU
+every chunk runs eagerly (how the tests run them).
 
 They give `greedy_search`'s and `beam_search`'s n-best lists for the plain searches: no
 sampling, bans, prefixes, constraints or coverage penalty (`SearchGraphs.applies`).
@@ -139,16 +140,21 @@ class _Slots(_Chunks):
         self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
         self.bans = Bans()  # its rows made at the eager first run
 
-    def fill(self, enc: Any, state: Any, limit: Tensor) -> None:
-        """A new batch's start, copied in (device work only)."""
+    def fill(self, enc: Any, state: Any, limit: Tensor, first: tuple[Tensor, ...]) -> None:
+        """A new batch, after its ``first`` step (tokens, weights, log-probs), copied in (device
+        work only)."""
+        token, weights, best = first
         _copy_into(self.enc, enc)
         _copy_into(self.state, state)
         self.limit.copy_(limit)
-        self.prev.fill_(BOS)
+        self.prev.copy_(token)
         self.tokens.fill_(PAD)
-        for x in (self.attention, self.scores, self.t):
-            x.zero_()
-        self.running.fill_(True)
+        self.tokens[:, 0] = token
+        self.attention.zero_()
+        self.attention[:, 0] = weights
+        self.scores.copy_(best)
+        torch.ne(token, EOS, out=self.running)
+        self.t.fill_(1)
 
 
 class _BeamShape(_Chunks):
@@ -184,24 +190,29 @@ class _BeamShape(_Chunks):
 
 @dataclass
 class _Started:
-    """A batch started: padded, encoded, and for beam search its first step taken (one row per
-    sentence; then k, the shape its chunks keep), all in memory of its own."""
+    """A batch started: padded, encoded and its first step taken (the only one that bans EOS;
+    for beam search also the one with a row per sentence, then k, the shape its chunks keep),
+    all in memory of its own."""
 
     padded: Padded
     limit: Tensor  # [R] on the device
-    enc: Any = None  # greedy search: the encoder's output and the decoder's first state
+    enc: Any = None  # greedy search: the encoder's output, the state after the first step
     state: Any = None
+    first: tuple[Tensor, ...] = ()  # greedy: its tokens, attention weights and log-probs [R]
     search: BeamSearch | None = None
 
     @classmethod
     def of(cls, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig) -> _Started:
         """Nothing here waits for the device (copies from pinned memory): it can run while the
         device runs another batch's chunk."""
-        p = Padded.of(src, src_lengths, cfg, 0 if cfg.beam_size == 1 else 1)
+        p = Padded.of(src, src_lengths, cfg, 1)
         limit = to_device(p.limit, src.device)
         if cfg.beam_size == 1:
             enc = model.encode(p.src, p.lengths)
-            return cls(p, limit, enc, model.decoder.init_state(enc))
+            prev = torch.full((p.shape.rows,), BOS, dtype=torch.long, device=src.device)
+            log_probs, state, weights = model.decoder.step(prev, model.decoder.init_state(enc), enc)
+            best, token = restrict(log_probs, limit == 0, False, True, Bans()).max(dim=-1)
+            return cls(p, limit, enc, state, (token, weights.float(), best.float()))
         search = BeamSearch(model, p.src, p.lengths, cfg, steps=p.shape.width)
         search.limit.copy_(limit)  # the extra rows end at once
         search.step(0, False)
@@ -284,9 +295,9 @@ class SearchGraphs:
         if p.shape not in self.greedy:
             self.greedy[p.shape] = _Slots(p.shape, enc, state, model.decoder.heads)
         slots = self.greedy[p.shape]
-        slots.fill(enc, state, b.limit)
-        steps = 0  # run so far
-        for chunk in range(p.shape.width // CHUNK):
+        slots.fill(enc, state, b.limit, b.first)
+        steps = 1  # run so far
+        for chunk in range((p.shape.width - 1) // CHUNK):
             self._chunk(slots, 0, lambda: _greedy_steps(model, slots))
             steps += CHUNK
             if chunk == 0:
@@ -366,7 +377,7 @@ def _greedy_steps(model: Seq2Seq, s: _Slots) -> None:
     state, prev = s.state, s.prev
     for _ in range(CHUNK):
         log_probs, state, weights = model.decoder.step(prev, state, s.enc)
-        log_probs = restrict(log_probs, s.limit == s.t, False, s.t == 0, s.bans)
+        log_probs = restrict(log_probs, s.limit == s.t, False, False, s.bans)
         best, prev = log_probs.max(dim=-1)
         column = s.t.view(1)
         s.tokens.index_copy_(1, column, prev.unsqueeze(1))

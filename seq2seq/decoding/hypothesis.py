@@ -48,17 +48,12 @@ class Bans:
     def __init__(self) -> None:
         self._rows: tuple[Tensor, Tensor, Tensor] | None = None  # going, first, at the limit
 
-    def rows(self, log_probs: Tensor, at_limit: Tensor, first: bool | Tensor) -> Tensor:
-        """[rows, V] for rows ``at_limit`` [rows] at the ``first`` step or not (a host bool, or
-        a 0-d bool on the device where one graph serves every step)."""
+    def rows(self, log_probs: Tensor, at_limit: Tensor, first: bool) -> Tensor:
+        """[rows, V] for rows ``at_limit`` [rows] at the ``first`` step or not."""
         if self._rows is None:
             self._rows = _ban_rows(log_probs.size(1), log_probs.device)
         going, at_first, only_eos = self._rows
-        if isinstance(first, Tensor):
-            going = torch.where(first, at_first, going)
-        elif first:
-            going = at_first
-        return torch.where(at_limit.unsqueeze(1), only_eos, going)
+        return torch.where(at_limit.unsqueeze(1), only_eos, at_first if first else going)
 
 
 def _ban_rows(vocab: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
@@ -72,9 +67,7 @@ def _ban_rows(vocab: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]
     return going, at_first, only_eos
 
 
-def restrict(
-    log_probs: Tensor, at_limit: Tensor, look: bool, first: bool | Tensor, bans: Bans
-) -> Tensor:
+def restrict(log_probs: Tensor, at_limit: Tensor, look: bool, first: bool, bans: Bans) -> Tensor:
     """Forbid PAD and BOS everywhere, EOS at the ``first`` step (no translation is empty, as
     in fairseq and Joey NMT) unless the limit comes first (`rules.eos_banned`), and anything
     but EOS in rows that reached their limit.
@@ -86,7 +79,7 @@ def restrict(
         return log_probs.add_(bans.rows(log_probs, at_limit, first))
     log_probs[:, PAD].fill_(float("-inf"))
     log_probs[:, BOS].fill_(float("-inf"))
-    if (banned := rules.eos_banned(bool(first), at_limit)) is not None:
+    if (banned := rules.eos_banned(first, at_limit)) is not None:
         log_probs[:, EOS].masked_fill_(banned, float("-inf"))
     if at_limit.any():
         log_probs[at_limit, :EOS] = float("-inf")
