@@ -22,6 +22,11 @@ RECIPE_BLEU = 38.16  # the recipe trained to its end on an H200 (docs/gpu.md), w
 Row = tuple[str, str, str, str, str, str]  # what, OpenNMT-py, seq2seq, ratio, target, met
 
 
+def text(path: Path) -> str:
+    """The file's text; empty where the step that writes it did not run."""
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def load(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
@@ -32,8 +37,7 @@ def load(path: Path) -> dict[str, Any]:
 def benchmark_rows(parts: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every training and decoding row of the benchmark's JSON lines in parts.log."""
     training, decoding = [], []
-    text = parts.read_text(errors="replace") if parts.exists() else ""
-    for line in text.splitlines():
+    for line in text(parts).splitlines():
         if line.startswith('{"torch"'):
             report = json.loads(line)
             training += report.get("training", [])
@@ -43,8 +47,8 @@ def benchmark_rows(parts: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
 
 def logged_rates(log: Path) -> list[float]:
     """seq2seq-train's tok/s per logged window (every 50 updates), in order."""
-    text = log.read_text(errors="replace") if log.exists() else ""
-    return [float(m.replace(",", "")) for m in re.findall(r"update \d+/.*?([\d,]+) tok/s", text)]
+    found = re.findall(r"update \d+/.*?([\d,]+) tok/s", text(log))
+    return [float(m.replace(",", "")) for m in found]
 
 
 def after_first(rates: list[float]) -> tuple[float | None, float | None]:
@@ -76,8 +80,8 @@ def compared(what: str, peer: float | None, ours: float | None, at_least: float 
     return what, number(peer), number(ours), f"{ratio:.2f}×", target, met
 
 
-def training_rows(out: Path, training: list[dict[str, Any]]) -> list[Row]:
-    peer, big = load(out / "peer.json"), load(out / "peer_8192.json")
+def training_rows(out: Path, peer: dict[str, Any], training: list[dict[str, Any]]) -> list[Row]:
+    big = load(out / "peer_8192.json")
     steady = peer.get("steady_tgt_tok_per_s_after_50")
     median, span = after_first(logged_rates(out / "ours_train.log"))
     eager_span = after_first(logged_rates(out / "ours_eager_train.log"))[1]
@@ -117,11 +121,10 @@ def training_rows(out: Path, training: list[dict[str, Any]]) -> list[Row]:
     ]
 
 
-def decoding_rows(out: Path, decoding: list[dict[str, Any]]) -> list[Row]:
-    peer = load(out / "peer.json")
+def decoding_rows(peer: dict[str, Any], decoding: list[dict[str, Any]]) -> list[Row]:
     rows = []
-    for search, beam, target in (("beam 5", 5, 3), ("greedy", 1, 8)):
-        key = f"decode_{'beam5' if beam == 5 else 'greedy'}_sent_per_s"
+    for search, beam, target, name in (("beam 5", 5, 3, "beam5"), ("greedy", 1, 8, "greedy")):
+        key = f"decode_{name}_sent_per_s"  # OpenNMT-py's summary
         for graphs, kind in (("true", "graphed"), ("false", "eager")):
             found = [
                 r for r in decoding if r.get("cuda_graphs") == graphs and r["beam_size"] == beam
@@ -153,16 +156,17 @@ def main() -> None:
     if len(sys.argv) != 2:
         sys.exit(__doc__.split("\n\n")[0] + "\nusage: python scripts/gpu_table.py OUT_DIR")
     out = Path(sys.argv[1])
-    machine = (
-        (out / "machine.log").read_text(errors="replace") if (out / "machine.log").exists() else ""
+    commit = text(out / "commit.txt").strip() or "–"
+    torch_line = next(
+        (line for line in text(out / "machine.log").splitlines() if "+cu" in line), "–"
     )
-    commit = (out / "commit.txt").read_text().strip() if (out / "commit.txt").exists() else "–"
-    torch_line = next((line for line in machine.splitlines() if "+cu" in line), "–")
     training, decoding = benchmark_rows(out / "parts.log")
+    peer = load(out / "peer.json")
     print(f"GPU, torch: {torch_line}; code: {commit}")
     print("| | OpenNMT-py | seq2seq | ratio | target | met |")
     print("|---|---|---|---|---|---|")
-    for row in training_rows(out, training) + decoding_rows(out, decoding) + recipe_rows(out):
+    rows = training_rows(out, peer, training) + decoding_rows(peer, decoding) + recipe_rows(out)
+    for row in rows:
         print("| " + " | ".join(row) + " |")
 
 

@@ -282,12 +282,11 @@ class LuongStep(DecoderStep):
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
     ) -> tuple[Tensor, Tensor]:
         """Teacher forcing: emb [B, T, E] -> (attentional vectors [B, T, H], weights)."""
+        dtype = compute_dtype(emb.device)  # the GRU's weights cast once
         if not self.input_feed:  # no feedback: the GRU and the attention each run once
-            dtype = compute_dtype(emb.device)
             states, _ = run_rnn(self.rnn, dtype, emb, state.hidden.unsqueeze(0))  # [B, T, H]
             return self.attentional(states, enc, state.position)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
-        dtype = compute_dtype(emb.device)  # the loop's weights cast once
         # the GRU input's columns that read the fed vector [3H, H], and W_hh, b_hh
         columns, recur = LoopWeight(self.feed_weight(), dtype=dtype), self.recurrence(dtype)
         hidden, feed, position = state.hidden, state.feed, state.position
