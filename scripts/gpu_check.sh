@@ -96,7 +96,8 @@ open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for
 # then the benchmark: the peer shape eager and graphed at its batch and at 8,192 tokens (and
 # graphed in bf16 there), the
 # reference model graphed at 8,192 and 16,000 tokens in fp32 and bf16 (with peak memory), and
-# the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency)
+# the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency); last, the
+# graphed rows again under the profiler (--profile): how busy the device kept, the top kernels
 step ours "${OURS_S:-300}" "
   rm -f $out/part.failed
   peer='model.emb_size=256 model.encoder_size=256 model/attention=luong model.attention.score=concat
@@ -116,6 +117,10 @@ step ours "${OURS_S:-300}" "
     --cuda-graphs false,true
   part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32 \
     --decode-batch 1 --test-limit 100 --repeats 2 --cuda-graphs false,true
+  part 'device busy' \$b --measure training --model peer --batch peer,8192 --precision fp32,bf16 \
+    --cuda-graphs true --repeats 1 --profile
+  part 'device busy' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32 \
+    --cuda-graphs true --repeats 1 --profile
   [ ! -e $out/part.failed ]"
 
 # the best German->English recipe for the time given (validated at the end), one run per seed,

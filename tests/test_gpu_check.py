@@ -46,7 +46,9 @@ def test_gpu_check_forms_every_step(tmp_path: Path) -> None:
     assert "batch_type=tokens batch_size=8192" in peer and "large batches" in peer
     parts = (out / "parts.log").read_text()
     assert parts.count("-- python3 -m seq2seq.commands.train") == 2
-    assert parts.count("-- python3 scripts/benchmark.py") == 5
+    assert parts.count("-- python3 scripts/benchmark.py") == 7
+    profiled = [line for line in parts.splitlines() if line.startswith("-- ") and "profile" in line]
+    assert len(profiled) == 2 and all("--cuda-graphs true" in line for line in profiled)
     assert "--model peer --batch 8192 --precision bf16" in parts  # the 4x target in bf16 too
     assert parts.count("--cuda-graphs false,true") >= 3
     # the recipe's first seed trains (the stand-in says it finished), then its log is missing

@@ -78,13 +78,13 @@ def measure_decoding(
 
     def decode_pass() -> int:
         """One more pass; its units are the output pieces (the same as the timed passes')."""
-        decode_corpus(model, test, cfg)
+        decode_corpus(model, test, cfg, graphs)
         return sum(map(len, outputs))
 
     ops = None
     if profile:
         with engine.compute():
-            ops = profile_ops(decode_pass)
+            ops = profile_ops(decode_pass, cuda=engine.device.type == "cuda")
     limits = max_lengths(torch.from_numpy(test.src_lengths), cfg.max_len_a, cfg.max_len_b)
     text = [tgt_tok.decode(tokens) for tokens in outputs]
     flops_per_sentence = counter.get_total_flops() / len(test)

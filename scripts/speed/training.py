@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import gc
 import itertools
 import statistics
@@ -100,7 +101,10 @@ def measure_training(
     with flop_counter() as counter:  # the first window again, counted, not timed
         counted = run_updates(engine, counting, train, windows[0])
     flops_per_token = counter.get_total_flops() / counted
-    ops = profile_ops(lambda: run_updates(engine, updater, train, windows[0])) if profile else None
+    ops = None
+    if profile:
+        work = functools.partial(run_updates, engine, updater, train, windows[0])
+        ops = profile_ops(work, cuda=engine.device.type == "cuda")
     tokens_per_s = statistics.median(rates)
     lengths = train.tgt_lengths
     slots = sum(len(ids) * int(lengths[ids].max()) for ids in epoch)  # padded target positions

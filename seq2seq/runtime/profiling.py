@@ -1,5 +1,6 @@
 """Where a step's time goes: torch.profiler's operators by self time, the share of that time in
-matrix products, and operator calls per token (``scripts/benchmark.py --profile``).
+matrix products, and operator calls per token; on CUDA also how busy the device kept and its
+kernels by time (``scripts/benchmark.py --profile``).
 
 A step that uses a small share of the matrix peak is bound by something else: casts, the
 per-operator cost of the decoder's time steps, element-wise work, the loss, the optimizer. The
@@ -8,12 +9,14 @@ profile names it, so a speed lever is chosen from a measurement.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity
 
 # the kernels that multiply matrices (fp32 and bf16, PyTorch's BLAS and oneDNN, GRU layers)
@@ -48,6 +51,7 @@ class OpProfile:
     calls: int
     outer_calls: int
     top: list[dict[str, Any]]
+    device: dict[str, Any] = field(default_factory=dict)  # `device_time`'s, profiled on CUDA
 
     @property
     def calls_per_unit(self) -> float:
@@ -70,11 +74,19 @@ def is_operator(name: str) -> bool:
     return "::" in name and not name.startswith(WRAPPERS)
 
 
-def profile_ops(work: Callable[[], int], top: int = 12) -> OpProfile:
-    """Run ``work`` (which returns how many units it processed) under torch.profiler on the
-    CPU, and summarise its operators."""
-    with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+def profile_ops(work: Callable[[], int], top: int = 12, cuda: bool = False) -> OpProfile:
+    """Run ``work`` (which returns how many units it processed, the device done) under
+    torch.profiler, and summarise its operators; with ``cuda``, its kernels too."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        start = time.perf_counter()
         units = work()
+        wall_us = 1e6 * (time.perf_counter() - start)
+    kernels = [
+        (event.name, event.time_range.end - event.time_range.start)
+        for event in prof.events()
+        if event.device_type == DeviceType.CUDA
+    ]
     self_us: Counter[str] = Counter()
     calls: Counter[str] = Counter()
     outer = 0
@@ -97,7 +109,29 @@ def profile_ops(work: Callable[[], int], top: int = 12) -> OpProfile:
         }
         for name, us in self_us.most_common(top)
     ]
-    return OpProfile(units, total / 1e3, matrix / total, sum(calls.values()), outer, rows)
+    device = device_time(kernels, wall_us, top) if cuda else {}
+    return OpProfile(units, total / 1e3, matrix / total, sum(calls.values()), outer, rows, device)
+
+
+def device_time(kernels: Iterable[tuple[str, float]], wall_us: float, top: int) -> dict[str, Any]:
+    """How busy the device kept (kernel and copy time summed, µs, against the work's wall time:
+    far below 1, the device waited on the host) and the ``top`` kernels by time."""
+    busy: Counter[str] = Counter()
+    count: Counter[str] = Counter()
+    for name, us in kernels:
+        busy[name] += us
+        count[name] += 1
+    total = sum(busy.values())
+    return {
+        "busy_ms": total / 1e3,
+        "wall_ms": wall_us / 1e3,
+        "busy_share": total / max(wall_us, 1e-9),
+        "kernels": sum(count.values()),
+        "top": [
+            {"name": name, "ms": us / 1e3, "share": us / (total or 1.0), "calls": count[name]}
+            for name, us in busy.most_common(top)
+        ],
+    }
 
 
 def describe(profile: dict[str, Any], what: str, unit: str) -> list[str]:
@@ -115,4 +149,14 @@ def describe(profile: dict[str, Any], what: str, unit: str) -> list[str]:
             f"  {row['name'][:43]:<44}{row['self_ms']:>10,.1f}{row['share']:>7.1%}"
             f"{row['calls']:>9,}{row['calls_per_unit']:>12.2f}"
         )
+    device = profile.get("device")
+    if device:
+        lines.append(
+            f"  the device busy {device['busy_ms']:,.1f} of {device['wall_ms']:,.1f} ms "
+            f"({device['busy_share']:.0%}), {device['kernels']:,} kernels and copies; the top:"
+        )
+        lines += [
+            f"  {row['name'][:60]:<62}{row['ms']:>9,.1f} ms{row['share']:>7.1%}{row['calls']:>8,}"
+            for row in device["top"]
+        ]
     return lines
