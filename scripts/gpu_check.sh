@@ -14,8 +14,9 @@
 # COMPARE_S) even when an earlier one failed; each writes its log to OUT_DIR. Then the
 # side-by-side table against the targets (scripts/gpu_table.py, also OUT_DIR/table.md), and a
 # last line that says which steps failed. On an H200 (2026-11-28) tests took 140 s, peer 95 s,
-# ours 200 s and recipe 120 s a seed: on a 15-minute lease, run STEPS="machine tests peer ours"
-# (~8 minutes), then at once on the still warm machine STEPS=recipe (~4 minutes for two seeds).
+# ours 200 s (before its profiling parts, about a minute more) and recipe 120 s a seed: on a
+# 15-minute lease, run STEPS="machine peer ours" (~6 minutes), then at once on the still warm
+# machine STEPS="tests recipe" (~6.5 minutes).
 set -uo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
@@ -98,7 +99,7 @@ open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for
 # reference model graphed at 8,192 and 16,000 tokens in fp32 and bf16 (with peak memory), and
 # the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency); last, the
 # graphed rows again under the profiler (--profile): how busy the device kept, the top kernels
-step ours "${OURS_S:-300}" "
+step ours "${OURS_S:-360}" "
   rm -f $out/part.failed
   peer='model.emb_size=256 model.encoder_size=256 model/attention=luong model.attention.score=concat
     train.max_steps=300 train.batch_tokens=1100 train.label_smoothing=0 device=cuda precision=fp32
