@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from model_helpers import hand_batch, tiny_model
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from seq2seq.model import encoder as encoder_module
+from seq2seq.model.autocast import run_gru
 from seq2seq.model.config import LuongConfig
 from seq2seq.model.encoder import Encoder
 
@@ -95,9 +97,9 @@ def test_the_grus_run_in_autocasts_dtype_with_autocast_off(monkeypatch) -> None:
         seen(x, self.weight_hh_l0)
         return forward(self, x, *args)
 
-    def recorded_gru(x, start, weights, *args):
-        seen(x, weights[0])
-        return gru(x, start, weights, *args)
+    def recorded_gru(x, *args):
+        seen(x, next(a for a in args if isinstance(a, list))[0])  # the weights' list
+        return gru(x, *args)
 
     monkeypatch.setattr(torch.nn.GRU, "forward", recorded_forward)
     monkeypatch.setattr(torch, "gru", recorded_gru)
@@ -108,3 +110,28 @@ def test_the_grus_run_in_autocasts_dtype_with_autocast_off(monkeypatch) -> None:
         model.encode(batch.src, batch.src_lengths, packed=False)
     assert len(calls) == 4  # encoder, decoder, then both directions unpacked
     assert set(calls) == {(False, torch.bfloat16, torch.bfloat16)}
+
+
+@pytest.mark.parametrize("rows_sorted", [True, False])
+def test_run_gru_is_the_modules_call(rows_sorted: bool) -> None:
+    """`run_gru` in a dtype is the GRU module's own call (packed, in any row order, or a padded
+    batch with a start state), and leaves the module as it was: it does not flatten its weights
+    again at its next plain call (which on CUDA moves them under a captured graph)."""
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(5, 4, num_layers=2, bidirectional=True, batch_first=True).eval()
+    x, lengths = torch.randn(3, 6, 5), torch.tensor([6, 4, 2] if rows_sorted else [4, 6, 2])
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=rows_sorted)
+    start = torch.randn(4, 3, 4)
+    flattened = []
+    gru.flatten_parameters = lambda: flattened.append(1)  # what a changed weight list calls
+    for args in ((packed,), (packed, start), (x, start)):
+        want_out, want_h = gru(*args)
+        got_out, got_h = run_gru(gru, torch.float32, *args)
+        if isinstance(want_out, PackedSequence):
+            torch.testing.assert_close(got_out.data, want_out.data, rtol=0, atol=0)
+            assert got_out.unsorted_indices is want_out.unsorted_indices
+        else:
+            torch.testing.assert_close(got_out, want_out, rtol=0, atol=0)
+        torch.testing.assert_close(got_h, want_h, rtol=0, atol=0)
+        run_gru(gru, torch.bfloat16, *args)
+    assert not flattened

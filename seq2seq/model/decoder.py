@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.model.attention import Attention
-from seq2seq.model.autocast import compute_dtype, run_rnn
+from seq2seq.model.autocast import compute_dtype, run_gru
 from seq2seq.model.linear import Linear, linear
 from seq2seq.model.recurrence import LoopWeight, gru_cell, gru_update, looping
 from seq2seq.vocab import PAD
@@ -284,7 +284,7 @@ class LuongStep(DecoderStep):
         """Teacher forcing: emb [B, T, E] -> (attentional vectors [B, T, H], weights)."""
         dtype = compute_dtype(emb.device)  # the GRU's weights cast once
         if not self.input_feed:  # no feedback: the GRU and the attention each run once
-            states, _ = run_rnn(self.rnn, dtype, emb, state.hidden.unsqueeze(0))  # [B, T, H]
+            states, _ = run_gru(self.rnn, dtype, emb, state.hidden.unsqueeze(0))  # [B, T, H]
             return self.attentional(states, enc, state.position)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
         # the GRU input's columns that read the fed vector [3H, H], and W_hh, b_hh

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seq2seq.model.autocast import compute_dtype, run_rnn
+from seq2seq.model.autocast import compute_dtype, gru_call, run_gru
 from seq2seq.vocab import PAD
 
 
@@ -50,7 +48,7 @@ class Encoder(nn.Module):
         # a batch sorted longest first (a search's) is packed as it is: no order to copy over
         ordered = bool((lengths[:-1] >= lengths[1:]).all())
         packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=ordered)
-        output, h_n = run_rnn(self.rnn, compute_dtype(src.device), packed)  # [layers * 2, B, H]
+        output, h_n = run_gru(self.rnn, compute_dtype(src.device), packed)  # [layers * 2, B, H]
         memory, _ = pad_packed_sequence(output, batch_first=True, total_length=src.size(1))
         final = torch.cat([h_n[-2], h_n[-1]], dim=-1)  # [B, 2H]
         return memory, final
@@ -88,7 +86,5 @@ class Encoder(nn.Module):
         if dtype is not None:
             weights, x = [w.to(dtype) for w in weights], x.to(dtype)
         start = x.new_zeros(1, x.size(0), self.rnn.hidden_size)
-        with warnings.catch_warnings(), torch.autocast(x.device.type, enabled=False):
-            # cuDNN copies weights of no flat buffer (these are few); autocast off: `run_rnn`
-            warnings.filterwarnings("ignore", "RNN module weights are not part")
+        with gru_call(x.device.type):
             return torch.gru(x, start, weights, True, 1, 0.0, self.training, False, True)[0]
