@@ -5,6 +5,7 @@ a CUDA graph impossible or the GPU wait)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 from dataclasses import replace
 
@@ -33,7 +34,14 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import Normalizer
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
-from seq2seq.training.graphed import Bucket, StaticUpdater, bucket_size, resolve, use_graphs
+from seq2seq.training.graphed import (
+    Bucket,
+    StaticBatch,
+    StaticUpdater,
+    bucket_size,
+    resolve,
+    use_graphs,
+)
 from seq2seq.training.updater import Updater
 from seq2seq.vocab import EOS
 
@@ -121,14 +129,15 @@ class _Replay:
         self.calls.append("replay")
 
 
-@pytest.mark.parametrize("refused", [False, True])
-def test_only_the_first_bucket_warms_up_before_its_capture(monkeypatch, refused: bool) -> None:
+@pytest.mark.parametrize("refused", [0, 1, 2])
+def test_only_the_first_bucket_warms_up_before_its_capture(monkeypatch, refused: int) -> None:
     """On CUDA (stood in for here): the first bucket runs an eager warm-up, then is captured;
-    later buckets are captured at once, unless CUDA refuses, when they warm up first."""
+    later buckets are captured at once, unless CUDA refuses, when they warm up first; a bucket
+    refused twice runs eagerly from then on."""
     engine = Engine.create("cpu")
     updater = StaticUpdater(engine, tiny_model(**SETUPS["bahdanau"]), TRAIN)
     updater.capture, calls = True, []
-    refuse = {Bucket(400, 6, 6)} if refused else set()  # the one-row batches' bucket, once
+    refuse = [Bucket(400, 6, 6)] * refused  # the one-row batches' bucket
 
     def warm_up(inputs):
         calls.append("warm-up")
@@ -149,8 +158,76 @@ def test_only_the_first_bucket_warms_up_before_its_capture(monkeypatch, refused:
     monkeypatch.setattr(updater, "_addresses", lambda: ())
     batches = [hand_batch(i, rows) for i, rows in enumerate([3, 3, 3, 1, 1, 1])]  # 2 buckets
     assert resolve(updates(updater, batches))[-1].applied
-    second = ["capture", "warm-up", "capture"] if refused else ["capture", "replay"]
-    assert calls == ["warm-up", "capture", "replay", *second, "replay"]
+    second = {
+        0: ["capture", "replay", "replay"],
+        1: ["capture", "warm-up", "capture", "replay"],
+        2: ["capture", "warm-up", "capture", "warm-up", "warm-up"],
+    }[refused]
+    assert calls == ["warm-up", "capture", "replay", *second]
+
+
+class _Capturing:
+    """Stand-ins for torch.cuda's capture on the CPU: the body runs as it is; new pools are
+    counted."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.pools = 0
+        for name, value in (
+            ("CUDAGraph", lambda: _Replay([])),
+            ("graph", lambda *args, **kwargs: contextlib.nullcontext()),
+            ("stream", lambda stream: contextlib.nullcontext()),
+            ("current_stream", lambda device=None: None),
+            ("graph_pool_handle", self.pool),
+        ):
+            monkeypatch.setattr(torch.cuda, name, value)
+
+    def pool(self) -> int:
+        self.pools += 1
+        return self.pools
+
+
+def static_inputs(updater: StaticUpdater, batch: Batch) -> tuple[Bucket, StaticBatch]:
+    bucket = Bucket.of(batch, updater.tcfg.batch_tokens)
+    inputs = StaticBatch(bucket, updater.engine.device, guided=False)
+    inputs.fill(batch, 1 / batch.ntokens)
+    return bucket, inputs
+
+
+def test_a_capture_that_makes_adams_state_is_refused(monkeypatch) -> None:
+    """Adam's state made inside a capture would be zeroed at every replay: the capture is
+    refused, the state unmade and the pool renewed; after an eager update it is captured."""
+    capturing = _Capturing(monkeypatch)
+    updater = StaticUpdater(Engine.create("cpu"), tiny_model(**SETUPS["bahdanau"]), TRAIN)
+    updater.capture = True
+    bucket, inputs = static_inputs(updater, hand_batch(0))
+    with pytest.raises(RuntimeError, match="made while capturing"):
+        updater._capture(bucket, inputs)
+    assert not updater.optimizer.state and not updater.graphs and capturing.pools == 1
+    updater.optimizer.zero_grad(set_to_none=True)
+    updater.update(inputs)  # the warm-up's eager update
+    state = dict(updater.optimizer.state)
+    updater._capture(bucket, inputs)
+    assert bucket in updater.graphs and dict(updater.optimizer.state) == state
+
+
+def test_the_graphs_rate_stays_the_tensor_they_read(monkeypatch) -> None:
+    """A rate set as a number (a scheduler) reaches the graphs' tensor before a replay, and a
+    loaded optimizer state keeps the tensor and has every bucket captured again."""
+    _Capturing(monkeypatch)
+    updater = StaticUpdater(Engine.create("cpu"), tiny_model(**SETUPS["bahdanau"]), TRAIN)
+    updater.capture, updater.lr = True, torch.tensor(TRAIN.lr)
+    group = updater.optimizer.param_groups[0]
+    group["lr"] = updater.lr
+    bucket, inputs = static_inputs(updater, hand_batch(0))
+    updater.update(inputs)
+    updater._capture(bucket, inputs)
+    group["lr"] = 0.5
+    updater.step([hand_batch(0)], hand_batch(0).ntokens)  # a replay
+    assert group["lr"] is updater.lr and float(updater.lr) == 0.5
+    state = updater.state_dict()
+    state["optimizer"]["param_groups"][0]["lr"] = 0.25
+    updater.load_state_dict(state)
+    assert group["lr"] is updater.lr and float(updater.lr) == 0.25 and not updater.graphs
 
 
 @pytest.mark.parametrize("name", SETUPS)

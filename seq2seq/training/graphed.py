@@ -161,15 +161,16 @@ class StaticUpdater:
         self.engine, self.tcfg = engine, tcfg
         self.module = self.model = model.to(engine.device)
         self.capture = engine.device.type == "cuda"
-        lr = torch.tensor(tcfg.lr, device=engine.device) if self.capture else tcfg.lr
+        # on CUDA the rate is a tensor the graphs read, filled in place by the schedule
+        self.lr = torch.tensor(tcfg.lr, device=engine.device) if self.capture else None
         self.optimizer = build_optimizer(self.module, tcfg, engine.device, capturable=self.capture)
-        for group in self.optimizer.param_groups:  # a tensor: the schedule fills it in place
-            group["lr"] = lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = tcfg.lr if self.lr is None else self.lr
         self.optimizer.found_inf = torch.zeros((), device=engine.device)
         self.inputs: dict[Bucket, StaticBatch] = {}
         self.graphs: dict[Bucket, tuple[torch.cuda.CUDAGraph, tuple[Tensor, Tensor]]] = {}
         self.seen: Counter[Bucket] = Counter()
-        self.refused: set[Bucket] = set()  # captures CUDA refused before a warm-up of their own
+        self.refused: Counter[Bucket] = Counter()  # captures CUDA refused: twice, run eagerly
         self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs were captured on
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
 
@@ -183,11 +184,10 @@ class StaticUpdater:
         inputs.fill(batch, self.engine.world_size / tokens)
         if self.graphs and self.addresses != self._addresses():
             log.warning("the parameters moved in memory: the CUDA graphs are captured again")
-            self.graphs.clear()
-            self.pool = torch.cuda.graph_pool_handle()  # the old one's blocks may outlive it
-            self.seen.clear()
+            self._forget_graphs()
         self.seen[bucket] += 1
         if bucket in self.graphs:
+            self._keep_rate()
             graph, out = self.graphs[bucket]
             graph.replay()
         elif not self.capture:
@@ -222,16 +222,18 @@ class StaticUpdater:
     def _record(self, bucket: Bucket, inputs: StaticBatch) -> tuple[Tensor, Tensor]:
         """A bucket's update before its graph exists: the run's first bucket warms up eagerly
         first (CUDA's lazy set-up), later ones are captured at once (an eager update less each).
-        A capture CUDA refuses runs the update eagerly instead, and is tried again next time."""
-        if self.seen[bucket] <= WARMUP and not self.graphs:
+        A capture CUDA refuses runs the update eagerly instead and is tried again next time; a
+        bucket refused twice keeps running eagerly."""
+        if self.refused[bucket] >= 2 or (self.seen[bucket] <= WARMUP and not self.graphs):
             return self._warm_up(inputs)
         try:
             return self._capture(bucket, inputs)
         except RuntimeError as error:  # nothing ran while capturing
-            if bucket in self.refused:
-                raise
-            self.refused.add(bucket)
-            log.info("bucket %s: captured after an eager update (%s)", bucket, error)
+            self.refused[bucket] += 1
+            if self.refused[bucket] >= 2:
+                log.warning("bucket %s: not captured (%s); its updates run eagerly", bucket, error)
+            else:
+                log.info("bucket %s: captured after an eager update (%s)", bucket, error)
             return self._warm_up(inputs)
 
     def _warm_up(self, inputs: StaticBatch) -> tuple[Tensor, Tensor]:
@@ -248,9 +250,19 @@ class StaticUpdater:
         """Record the bucket's update as a graph (from unset gradients, so that its backward
         writes them instead of adding to another graph's), then run it once."""
         self.optimizer.zero_grad(set_to_none=True)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            out = self.update(inputs)
+        graph, known = torch.cuda.CUDAGraph(), set(self.optimizer.state)
+        stream = torch.cuda.stream(torch.cuda.current_stream(self.engine.device))
+        try:  # the stream context restores the stream even when the capture's end raises
+            with stream, torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                out = self.update(inputs)
+            made = [p for p in self.optimizer.state if p not in known]
+            if made:  # zeroed at every replay: made by a warm-up instead
+                for p in made:
+                    del self.optimizer.state[p]
+                raise RuntimeError(f"Adam's state of {len(made)} parameters made while capturing")
+        except RuntimeError:
+            self.pool = torch.cuda.graph_pool_handle()  # a failed capture may hold the old one
+            raise
         self.graphs[bucket] = (graph, out)
         self.addresses = self._addresses()
         graph.replay()
@@ -258,6 +270,19 @@ class StaticUpdater:
 
     def _addresses(self) -> tuple[int, ...]:
         return tuple(p.data_ptr() for p in self.module.parameters())
+
+    def _forget_graphs(self) -> None:
+        """Capture every bucket again, into a new pool (the old one's blocks may outlive it)."""
+        self.graphs.clear()
+        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        self.seen.clear()
+
+    def _keep_rate(self) -> None:
+        """The graphs read ``self.lr``: a rate set as a number (by a scheduler) is copied in."""
+        for group in self.optimizer.param_groups:
+            if self.lr is not None and group["lr"] is not self.lr:
+                self.lr.fill_(float(group["lr"]))
+                group["lr"] = self.lr
 
     def state_dict(self) -> dict[str, Any]:
         """As `Updater`'s: the rate a number and the optimizer not capturable, so that an eager
@@ -268,11 +293,11 @@ class StaticUpdater:
         return {"optimizer": state, "scaler": {}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The optimizer's state (also an eager run's), its rate kept in this updater's tensor."""
-        rates = [group["lr"] for group in self.optimizer.param_groups]
+        """The optimizer's state (also an eager run's), its rate kept in this updater's tensor;
+        graphs captured before read the old state, so every bucket is captured again."""
         self.optimizer.load_state_dict(state["optimizer"])
-        for group, rate in zip(self.optimizer.param_groups, rates, strict=True):
+        for group in self.optimizer.param_groups:
             group["capturable"] = self.capture
-            if isinstance(rate, Tensor):
-                rate.fill_(float(group["lr"]))
-                group["lr"] = rate
+        self._keep_rate()
+        if self.graphs:
+            self._forget_graphs()
