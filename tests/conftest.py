@@ -106,6 +106,7 @@ def smoke_run(tmp_path_factory, multi30k_url: str) -> Path:
         "experiment=smoke",
         "train.max_epochs=1",
         "log.progress=false",
+        "device=cpu",  # also where a GPU is: the tests compare it with runs trained there
         f"hydra.run.dir={run}",
         f"data.source={multi30k_url}",
         f"data.root={base / 'multi30k'}",

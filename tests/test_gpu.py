@@ -26,7 +26,7 @@ from seq2seq.decoding import search as search_module
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
 from seq2seq.decoding.search import beam_search, decode, decode_sources, greedy_search
-from seq2seq.model.autocast import run_rnn
+from seq2seq.model.autocast import run_gru
 from seq2seq.model.config import LuongConfig
 from seq2seq.model.recurrence import gru_update
 from seq2seq.runtime.engine import Engine
@@ -167,7 +167,7 @@ def test_the_fused_gru_cell_is_the_composed_one(no_tf32, dtype) -> None:
     gi, gh, h = (torch.randn(5, n, generator=gen) for n in (24, 24, 8))
     results = []
     for device in ("cpu", "cuda"):
-        inputs = [x.to(device, dtype).requires_grad_() for x in (gi, gh, h)]
+        inputs = [x.detach().to(device, dtype).requires_grad_() for x in (gi, gh, h)]  # leaves
         out = gru_update(*inputs)
         out.float().pow(2).sum().backward()
         results.append([out.float().cpu(), *(x.grad.float().cpu() for x in inputs)])
@@ -222,7 +222,7 @@ def test_the_grus_run_in_bf16_under_bf16_autocast() -> None:
         assert model.encode(src, lengths).memory.dtype == torch.bfloat16
         assert model.encode(src, lengths.cuda(), packed=False).memory.dtype == torch.bfloat16
         emb, start = torch.randn(3, 5, 8, device="cuda"), torch.zeros(1, 3, 12, device="cuda")
-        states, _ = run_rnn(model.decoder.flow.rnn, torch.bfloat16, emb, start)
+        states, _ = run_gru(model.decoder.flow.rnn, torch.bfloat16, emb, start)
     assert states.dtype == torch.bfloat16
 
 

@@ -45,7 +45,7 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     for the work queued there (a plain copy would wait for it)."""
     if device.type != "cuda" or t.device.type != "cpu":
         return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
+    return t.contiguous().pin_memory().to(device, non_blocking=True)  # strided: a plain copy
 
 
 def collate(corpus: TokenizedCorpus | _Pairs, ids: np.ndarray) -> Batch:

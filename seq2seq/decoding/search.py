@@ -124,7 +124,7 @@ class _Greedy:
         limit_host = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)  # [B]
         limit_host = limit_host if steer is None else steer.limits(limit_host)
         self.steps = int(limit_host.max()) + 1
-        self.limit = limit_host.to(device)
+        self.limit = to_device(limit_host, device)
         self.steering = steering(cfg, src_lengths, limit_host, device, steer)
         heads = model.decoder.heads
         self.tokens = torch.full((batch, self.steps), PAD, dtype=torch.long, device=device)
