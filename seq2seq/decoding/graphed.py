@@ -359,6 +359,7 @@ class SearchGraphs:
             self.pool = self.pool or torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
             with (
+                torch.cuda.stream(torch.cuda.current_stream()),  # kept if the capture's end raises
                 self.engine.compute(cache=False),  # the graph casts the weights itself
                 torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"),
             ):
