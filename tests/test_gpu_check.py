@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from scripts.speed.cli import parse_args
+from seq2seq.commands.keys import check_command_line
 
 ROOT = Path(__file__).resolve().parents[1]
 STAND_IN = """#!/bin/sh
@@ -22,7 +28,9 @@ def test_the_shell_scripts_parse() -> None:
         assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
 
 
-def test_gpu_check_forms_every_step(tmp_path: Path) -> None:
+@pytest.fixture
+def stand_in_run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """scripts/gpu_check.sh's steps run with the stand-in python3: its output and OUT_DIR."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(STAND_IN)
@@ -38,6 +46,11 @@ def test_gpu_check_forms_every_step(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
+    return proc, out
+
+
+def test_gpu_check_forms_every_step(stand_in_run) -> None:
+    proc, out = stand_in_run
     assert proc.stdout.rstrip().splitlines()[-1].startswith("failed:"), proc.stdout + proc.stderr
     for step in ("tests", "peer", "ours", "recipe"):
         assert f"== {step} " in proc.stdout
@@ -54,6 +67,30 @@ def test_gpu_check_forms_every_step(tmp_path: Path) -> None:
     # the recipe's first seed trains (the stand-in says it finished), then its log is missing
     assert "experiment=multi30k_de_en device=cuda" in (out / "recipe.log").read_text()
     assert "scripts/gpu_table.py" in proc.stdout  # the table, last
+
+
+def test_gpu_check_gives_its_commands_arguments_they_take(stand_in_run) -> None:
+    """Each benchmark's flags parse, and each training's overrides name keys of the config with
+    values of their types: a renamed flag or key fails here, not on the GPU."""
+    _, out = stand_in_run
+    lines = (out / "parts.log").read_text().splitlines() + (
+        out / "recipe.log"
+    ).read_text().splitlines()
+    benchmarks = [
+        line.split("scripts/benchmark.py ", 1)[1]
+        for line in lines
+        if line.startswith("-- python3 scripts/benchmark.py ")
+    ]
+    trainings = [
+        line.removesuffix(" (finished)").split("seq2seq.commands.train ", 1)[1]
+        for line in lines
+        if line.startswith("python3 -m seq2seq.commands.train ")
+    ]
+    assert len(benchmarks) == 7 and len(trainings) == 3  # the recipe's first seed too
+    for args in benchmarks:
+        parse_args(shlex.split(args))
+    for overrides in trainings:
+        check_command_line("config", shlex.split(overrides))
 
 
 def table(out: Path) -> dict[str, list[str]]:
