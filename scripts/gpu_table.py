@@ -35,13 +35,14 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def benchmark_rows(parts: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every training and decoding row of the benchmark's JSON lines in parts.log."""
+    """Every training and decoding row of the benchmark's JSON lines in parts.log, but the
+    profiled ones (timed over fewer windows, for their kernels)."""
     training, decoding = [], []
     for line in text(parts).splitlines():
         if line.startswith('{"torch"'):
             report = json.loads(line)
-            training += report.get("training", [])
-            decoding += report.get("decoding", [])
+            training += [r for r in report.get("training", []) if "profile" not in r]
+            decoding += [r for r in report.get("decoding", []) if "profile" not in r]
     return training, decoding
 
 
