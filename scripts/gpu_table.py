@@ -34,16 +34,35 @@ def load(path: Path) -> dict[str, Any]:
         return {}
 
 
+def reports(parts: Path) -> list[dict[str, Any]]:
+    """The benchmark's JSON lines in parts.log."""
+    return [json.loads(line) for line in text(parts).splitlines() if line.startswith('{"torch"')]
+
+
 def benchmark_rows(parts: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every training and decoding row of the benchmark's JSON lines in parts.log, but the
-    profiled ones (timed over fewer windows, for their kernels)."""
+    """Every training and decoding row of the benchmark's reports, but the profiled ones (timed
+    over fewer windows, for their kernels)."""
     training, decoding = [], []
-    for line in text(parts).splitlines():
-        if line.startswith('{"torch"'):
-            report = json.loads(line)
-            training += [r for r in report.get("training", []) if "profile" not in r]
-            decoding += [r for r in report.get("decoding", []) if "profile" not in r]
+    for report in reports(parts):
+        training += [r for r in report.get("training", []) if "profile" not in r]
+        decoding += [r for r in report.get("decoding", []) if "profile" not in r]
     return training, decoding
+
+
+def profiled_rows(parts: Path) -> list[Row]:
+    """Each profiled row's device time (`seq2seq.runtime.profiling.device_time`): how busy the
+    GPU kept over the profiled work, and its top three kernels by time."""
+    rows = []
+    for report in reports(parts):
+        for kind, keys in (("training", ("batch",)), ("decoding", ("search", "batch_size"))):
+            for r in report.get(kind, []):
+                if device := r.get("profile", {}).get("device"):
+                    what = " ".join(str(r.get(k)) for k in (*keys, "precision"))
+                    busy = f"{device['busy_share']:.0%} ({device['busy_ms']:,.1f} ms of "
+                    busy += f"{device['wall_ms']:,.1f})"
+                    top = "; ".join(f"{k['name'][:50]} {k['share']:.0%}" for k in device["top"][:3])
+                    rows.append((f"{kind} {what}, graphed", busy, top))
+    return rows
 
 
 def logged_rates(log: Path) -> list[float]:
@@ -169,6 +188,10 @@ def main() -> None:
     rows = training_rows(out, peer, training) + decoding_rows(peer, decoding) + recipe_rows(out)
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    if profiled := profiled_rows(out / "parts.log"):
+        print("\n| profiled | GPU busy | top kernels by time |\n|---|---|---|")
+        for row in profiled:
+            print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":

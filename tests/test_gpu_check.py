@@ -165,7 +165,10 @@ def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
         }
         for b, n, r in ((5, 64, 2_500.0), (1, 64, 7_000.0), (1, 1, 100.0))
     ]
-    decode.append({**decode[1], "sentences_per_s": 20_000.0, "profile": {}})
+    kernels = [{"name": "gemm", "share": 0.5}, {"name": "softmax", "share": 0.25}]
+    device = {"busy_share": 0.4, "busy_ms": 8.0, "wall_ms": 20.0, "top": kernels}
+    profiled = {"search": "greedy", "sentences_per_s": 2e4, "profile": {"device": device}}
+    decode.append({**decode[1], **profiled})
     write(
         "parts.log",
         "-- python3 ...\n"
@@ -193,5 +196,9 @@ def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
     assert rows["beam 5, batches of 64, sentences/s (eager, –)"][1:] == ["–", "–", "", ""]
     assert rows["GPU recipe in 1.5 minutes of training, seed 1: test BLEU"][-1] == "yes"
     assert rows["GPU recipe in 1.5 minutes of training, seed 2: test BLEU"][-1] == "no"
+    assert rows["decoding greedy 64 fp32, graphed"] == [
+        "40% (8.0 ms of 20.0)",
+        "gemm 50%; softmax 25%",
+    ]
     nothing = table(tmp_path / "missing")  # no step ran: every figure "–", no error
     assert nothing["greedy, batches of 64, sentences/s (graphed, –)"][1:] == ["–", "–", "≥ 8×", "–"]
