@@ -166,6 +166,11 @@ def test_only_the_first_bucket_warms_up_before_its_capture(monkeypatch, refused:
     assert calls == ["warm-up", "capture", "replay", *second]
 
 
+class _Stream:
+    def wait_stream(self, other) -> None:
+        pass
+
+
 class _Capturing:
     """Stand-ins for torch.cuda's capture on the CPU: the body runs as it is; new pools are
     counted."""
@@ -176,7 +181,8 @@ class _Capturing:
             ("CUDAGraph", lambda: _Replay([])),
             ("graph", lambda *args, **kwargs: contextlib.nullcontext()),
             ("stream", lambda stream: contextlib.nullcontext()),
-            ("current_stream", lambda device=None: None),
+            ("current_stream", lambda device=None: _Stream()),
+            ("Stream", lambda device=None: _Stream()),
             ("graph_pool_handle", self.pool),
         ):
             monkeypatch.setattr(torch.cuda, name, value)
@@ -208,6 +214,19 @@ def test_a_capture_that_makes_adams_state_is_refused(monkeypatch) -> None:
     state = dict(updater.optimizer.state)
     updater._capture(bucket, inputs)
     assert bucket in updater.graphs and dict(updater.optimizer.state) == state
+
+
+def test_the_run_says_what_capturing_cost(monkeypatch) -> None:
+    """The first bucket warms up eagerly, then both are captured: the summary a graphed run
+    logs at its end (none without CUDA)."""
+    _Capturing(monkeypatch)
+    updater = StaticUpdater(Engine.create("cpu"), tiny_model(**SETUPS["bahdanau"]), TRAIN)
+    assert updater.summary() is None
+    updater.capture = True
+    updates(updater, [hand_batch(i, rows) for i, rows in enumerate([3, 3, 3, 1, 1, 1])])
+    summary = updater.summary()
+    assert summary.startswith("CUDA graphs: 2 buckets captured, 1 eager update (")
+    assert updater.recording_s > 0
 
 
 def test_the_graphs_rate_stays_the_tensor_they_read(monkeypatch) -> None:

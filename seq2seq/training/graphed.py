@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -173,6 +174,7 @@ class StaticUpdater:
         self.refused: Counter[Bucket] = Counter()  # captures CUDA refused: twice, run eagerly
         self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs were captured on
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
+        self.recording_s, self.eager_updates = 0.0, 0  # the host's time in warm-ups and captures
 
     def step(self, batches: Sequence[Batch], tokens: int) -> PendingStep:
         """One update from one batch (``accumulate`` is 1); nothing is read back."""
@@ -194,7 +196,9 @@ class StaticUpdater:
             self.optimizer.zero_grad(set_to_none=True)
             out = self.update(inputs)
         else:
+            start = time.perf_counter()
             out = self._record(bucket, inputs)
+            self.recording_s += time.perf_counter() - start
         return PendingStep(out[0].clone(), out[1].clone())  # before the next replay writes
 
     def update(self, x: StaticBatch) -> tuple[Tensor, Tensor]:
@@ -244,6 +248,7 @@ class StaticUpdater:
             self.optimizer.zero_grad(set_to_none=True)
             out = self.update(inputs)
         torch.cuda.current_stream(self.engine.device).wait_stream(side)
+        self.eager_updates += 1
         return out
 
     def _capture(self, bucket: Bucket, inputs: StaticBatch) -> tuple[Tensor, Tensor]:
@@ -267,6 +272,17 @@ class StaticUpdater:
         self.addresses = self._addresses()
         graph.replay()
         return out
+
+    def summary(self) -> str | None:
+        """What capturing cost this run so far (on CUDA), for its log."""
+        if not self.capture:
+            return None
+        eager = self.eager_updates
+        return (
+            f"CUDA graphs: {len(self.graphs)} buckets captured, {eager} eager "
+            f"update{'s' * (eager != 1)} (warm-ups, refusals); {self.recording_s:.1f} s of the "
+            "host's time in both"
+        )
 
     def _addresses(self) -> tuple[int, ...]:
         return tuple(p.data_ptr() for p in self.module.parameters())
