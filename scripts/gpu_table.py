@@ -71,6 +71,12 @@ def logged_rates(log: Path) -> list[float]:
     return [float(m.replace(",", "")) for m in found]
 
 
+def capturing(log: Path) -> str:
+    """The graphed run's closing summary of its captures (`StaticUpdater.summary`), or "–"."""
+    found = re.search(r"CUDA graphs: (.*)", text(log))
+    return found.group(1) if found else "–"
+
+
 def after_first(rates: list[float]) -> tuple[float | None, float | None]:
     """Over the windows after the first (updates 50 on): their median, and their span's rate
     (the harmonic mean: the windows hold about as many tokens each)."""
@@ -115,6 +121,7 @@ def training_rows(out: Path, peer: dict[str, Any], training: list[dict[str, Any]
         compared(
             "the same, eager (`train.cuda_graphs=false`), updates 50–300", steady, eager_span, None
         ),
+        ("the same graphed: what capturing cost", "", capturing(out / "ours_train.log"), *[""] * 3),
         compared(
             f"peer shape, 8,192-token batches ({large.get('precision', '–')}, step alone)",
             big.get("steady_tgt_tok_per_s_after_50"),
