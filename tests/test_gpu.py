@@ -7,6 +7,7 @@ Marked ``gpu``; skipped where torch finds no CUDA."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -86,7 +87,9 @@ def decode_test(run: Path, device: str, beam_size: int, multi30k_dir: Path) -> l
 
 
 @pytest.mark.parametrize("beam_size", [1, 5])
-def test_gpu_translations_equal_the_cpus(smoke_run: Path, multi30k_dir: Path, beam_size: int):
+def test_gpu_translations_equal_the_cpus(
+    no_tf32, smoke_run: Path, multi30k_dir: Path, beam_size: int
+):
     """Tolerance: scores within 1e-3 where the tokens agree; at most 1% of the sentences may
     differ (cuDNN's GRU and the GPU's reductions round differently, which can flip a near-tie)."""
     cpu = decode_test(smoke_run, "cpu", beam_size, multi30k_dir)
@@ -100,7 +103,8 @@ def test_gpu_translations_equal_the_cpus(smoke_run: Path, multi30k_dir: Path, be
 def evaluate(run: Path, device: str) -> dict:
     cmd = [sys.executable, "-m", "seq2seq.commands.evaluate", f"run_dir={run}", f"device={device}"]
     cmd += ["beam_size=1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "NVIDIA_TF32_OVERRIDE": "0"}  # cuDNN's GRU in fp32, as the CPU's
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 
@@ -122,7 +126,8 @@ ROWS = [3, 3, 3, 1, 1, 1, 3, 2, 2, 2]
 
 @pytest.fixture
 def no_tf32(monkeypatch):
-    """fp32 products in full precision, so that the two paths differ by rounding only."""
+    """fp32 products (cuBLAS's, and cuDNN's GRU, TF32 by default) in full precision, so that two
+    paths, devices or batch shapes differ by rounding only."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
 
@@ -256,7 +261,7 @@ def never_synchronising(function):
 
 
 @pytest.mark.parametrize("name", ["bahdanau", "luong", "multihead", "local_p"])
-def test_search_steps_never_synchronise(steps_never_synchronise, name: str) -> None:
+def test_search_steps_never_synchronise(no_tf32, steps_never_synchronise, name: str) -> None:
     """Looking every 8 steps (the GPU's default), greedy and beam search give the n-best lists
     of a search that looks at every step, and no step in between waits for the host."""
     model = peaky_model(name).cuda()
@@ -274,7 +279,7 @@ def test_search_steps_never_synchronise(steps_never_synchronise, name: str) -> N
 
 @pytest.mark.parametrize("name", ["bahdanau", "luong", "multihead", "local_p"])
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_graphed_search_equals_the_search(name: str, beam_size: int) -> None:
+def test_graphed_search_equals_the_search(no_tf32, name: str, beam_size: int) -> None:
     """The fixed-shape chunks of greedy and beam search, run eagerly once, then captured and
     replayed for later batches of the shape, give `decode`'s n-best lists."""
     model = peaky_model(name).cuda()
@@ -295,7 +300,9 @@ def test_graphed_search_equals_the_search(name: str, beam_size: int) -> None:
 
 
 @pytest.mark.parametrize("beam_size", [1, 4])
-def test_graphed_batches_one_after_another_equal_the_search(monkeypatch, beam_size: int) -> None:
+def test_graphed_batches_one_after_another_equal_the_search(
+    no_tf32, monkeypatch, beam_size: int
+) -> None:
     """`decode_sources` with graphs on CUDA: each batch's results, copied to the host without
     waiting and made while the next batch runs, equal the search's, batch after batch of one
     shape (each refilling the buffers the last one's results were copied from); the next
