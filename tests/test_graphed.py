@@ -27,9 +27,11 @@ from seq2seq.data.batching import Batch
 from seq2seq.decoding import beam as beam_module
 from seq2seq.decoding import graphed as graphed_search
 from seq2seq.decoding import search as search_module
+from seq2seq.decoding import shapes
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
 from seq2seq.decoding.search import beam_search, decode, decode_sources, greedy_search
+from seq2seq.decoding.shapes import Shape
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import Normalizer
 from seq2seq.runtime.engine import Engine
@@ -456,6 +458,23 @@ def test_a_search_whose_recording_fails_runs_without_graphs(monkeypatch, caplog)
                 got = graphs.search(model, src, lengths, cfg)
                 assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in want]
         assert "runs without CUDA graphs" in caplog.text and not graphs.capture
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_a_batch_too_large_to_keep_runs_without_graphs(monkeypatch, beam_size: int) -> None:
+    """A batch whose shape's attention record is over `MAX_HELD_BYTES` runs eagerly (a server's
+    rare long inputs keep no buffers or graphs); the others from graphs, the same n-best lists."""
+    model = peaky_model("bahdanau")
+    src, lengths = sources()
+    ids = [src[i, : lengths[i]].tolist() for i in range(len(lengths))]
+    cfg = replace(settings(beam_size, nbest=beam_size), batch_size=2)  # batches of 2, 2 and 1
+    one_row = Shape.of(1, int(lengths.max()), cfg, None).attention_bytes(model.decoder.heads)
+    monkeypatch.setattr(shapes, "MAX_HELD_BYTES", one_row)  # the last batch's shape only
+    graphs = SearchGraphs(Engine.create("cpu"))
+    got = decode_sources(model, ids, cfg, graphs=graphs)
+    want = decode_sources(model, ids, cfg)
+    assert [[h.tokens for h in n] for n in got] == [[h.tokens for h in n] for n in want]
+    assert [shape.rows for shape in [*graphs.greedy, *graphs.beam]] == [1]
 
 
 def test_search_graphs_are_recorded_anew_for_parameters_elsewhere() -> None:

@@ -30,16 +30,14 @@ from seq2seq.decoding.hypothesis import (
     Hypothesis,
     bans_on,
     greedy_results,
-    max_lengths,
     restrict,
 )
+from seq2seq.decoding.shapes import CHUNK, Padded, Shape
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import HOST, Engine
 from seq2seq.vocab import BOS, EOS, PAD
 
 log = logging.getLogger("seq2seq.decoding")
-CHUNK = 8  # steps per graph, and between two looks at the device (as `check_interval` on a GPU)
-SOURCE_STEP = 16  # source lengths are padded up to a multiple of this: few shapes
 Work = Callable[[], None]  # host work to do while the device runs a chunk
 # what a beam search holds per batch besides its beams, refilled for each batch of a shape
 BEAM_BUFFERS = (
@@ -51,50 +49,6 @@ BEAM_BUFFERS = (
     "history",
     "ended",
 )
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A padded batch: rows, source length, steps the buffers hold, autocast dtype (None: off),
-    and the settings a graph holds fixed (beam size, n-best, length penalty)."""
-
-    rows: int
-    src_len: int
-    width: int
-    dtype: torch.dtype | None
-    settings: tuple[int, int, float]
-
-
-@dataclass
-class Padded:
-    """A batch padded to its shape: src [R, S] on the device, lengths and limits [R] on the host
-    (extra rows: a one-token source with a limit of 0, ended at their first step)."""
-
-    shape: Shape
-    rows: int  # the real ones, first
-    src: Tensor
-    lengths: Tensor
-    limit: Tensor
-
-    @classmethod
-    def of(cls, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, first: int) -> Padded:
-        """``first``: the step that the first chunk starts at (greedy 0, beam 1)."""
-        rows, src_len = src.shape
-        padded_len = -(-src_len // SOURCE_STEP) * SOURCE_STEP
-        longest = int(max_lengths(torch.tensor([padded_len]), cfg.max_len_a, cfg.max_len_b)[0])
-        width = first + -(-(longest + 1 - first) // CHUNK) * CHUNK  # steps 0..longest
-        device = src.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
-        settings = (cfg.beam_size, cfg.nbest, cfg.alpha)
-        shape = Shape(1 << (rows - 1).bit_length(), padded_len, width, dtype, settings)
-        padded = torch.full((shape.rows, padded_len), PAD, dtype=torch.long, device=src.device)
-        padded[:rows, :src_len] = src
-        padded[rows:, 0] = EOS
-        lengths = torch.ones(shape.rows, dtype=torch.long)
-        lengths[:rows] = src_lengths
-        limit = torch.zeros(shape.rows, dtype=torch.long)
-        limit[:rows] = max_lengths(src_lengths, cfg.max_len_a, cfg.max_len_b)
-        return cls(shape, rows, padded, lengths, limit)
 
 
 def _cloned(tensors: Any) -> Any:
@@ -205,7 +159,7 @@ class _Started:
     def of(cls, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig) -> _Started:
         """Nothing here waits for the device (copies from pinned memory): it can run while the
         device runs another batch's chunk."""
-        p = Padded.of(src, src_lengths, cfg, 1)
+        p = Padded.of(src, src_lengths, cfg)
         limit = to_device(p.limit, src.device)
         if cfg.beam_size == 1:
             enc = model.encode(p.src, p.lengths)
@@ -239,6 +193,12 @@ class SearchGraphs:
         """Whether the search ``cfg`` asks for is a plain one these graphs run."""
         plain = not (cfg.sampling or bans_on(cfg) or cfg.coverage_penalty)
         return isinstance(model, Seq2Seq) and plain
+
+    @staticmethod
+    def keeps(model: Seq2Seq, rows: int, src_len: int, cfg: DecodeConfig) -> bool:
+        """Whether a batch of ``rows`` sources, the longest ``src_len`` long, is small enough
+        to keep its shape's buffers and graphs for (`Shape.kept`); a larger one runs eagerly."""
+        return Shape.of(rows, src_len, cfg, None).kept(model.decoder.heads)
 
     def search(
         self, model: Seq2Seq, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig

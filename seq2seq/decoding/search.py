@@ -185,7 +185,8 @@ def decode(
     (CUDA) or records its fixed-shape chunks."""
     if steer is not None and steer.phrases is not None and (cfg.sampling or cfg.beam_size < 2):
         raise Seq2SeqError(CONSTRAINTS_NEED_BEAM)
-    if graphs is not None and steer is None and graphs.applies(model, cfg):
+    plain = graphs is not None and steer is None and graphs.applies(model, cfg)
+    if plain and graphs.keeps(model, *src.shape, cfg):
         return graphs.search(model, src, src_lengths, cfg)
     if cfg.sampling:
         return sample(model, src, src_lengths, cfg, steer=steer)
@@ -237,23 +238,26 @@ def decode_sources(
         order[start : start + cfg.batch_size] for start in range(0, len(order), cfg.batch_size)
     ]
     device = next(model.parameters()).device
-    if graphs is not None and steer is None and graphs.applies(model, cfg):
-        found = graphs.searches(model, (_batch(sources, c, device) for c in chunks), cfg)
-    else:
-        found = (
-            _decode_batch(
-                model,
-                *_batch(sources, chunk, device),
-                cfg,
-                first_seed + b,
-                BatchSteering.of(steer, chunk),
-                graphs,
-            )
-            for b, chunk in enumerate(chunks)
+    plain = graphs is not None and steer is None and graphs.applies(model, cfg)
+    kept = [plain and graphs.keeps(model, len(c), len(sources[c[0]]), cfg) for c in chunks]
+    found = {
+        b: _decode_batch(
+            model,
+            *_batch(sources, chunk, device),
+            cfg,
+            first_seed + b,
+            BatchSteering.of(steer, chunk),
+            graphs,
         )
+        for b, chunk in enumerate(chunks)
+        if not kept[b]
+    }
+    if graphed := [b for b in range(len(chunks)) if kept[b]]:  # one after another, from graphs
+        batches = (_batch(sources, chunks[b], device) for b in graphed)
+        found.update(zip(graphed, graphs.searches(model, batches, cfg), strict=True))
     results: list[list[Hypothesis]] = [[] for _ in sources]
-    for chunk, nbest in zip(chunks, found, strict=True):
-        for i, hyps in zip(chunk, nbest, strict=True):
+    for b, chunk in enumerate(chunks):
+        for i, hyps in zip(chunk, found[b], strict=True):
             results[i] = hyps
     return results
 
