@@ -34,6 +34,7 @@ from seq2seq.decoding.hypothesis import (
 )
 from seq2seq.decoding.shapes import CHUNK, Padded, Shape
 from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.runtime.capture import recording
 from seq2seq.runtime.engine import HOST, Engine
 from seq2seq.vocab import BOS, EOS, PAD
 
@@ -319,9 +320,8 @@ class SearchGraphs:
             self.pool = self.pool or torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
             with (
-                torch.cuda.stream(torch.cuda.current_stream()),  # kept if the capture's end raises
                 self.engine.compute(cache=False),  # the graph casts the weights itself
-                torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"),
+                recording(graph, self.pool, self.engine.device),
             ):
                 run()
         except RuntimeError as error:  # nothing ran while recording: run the chunk as it is

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from seq2seq.config import Precision, TrainConfig
 from seq2seq.data.batching import Batch
 from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.capture import recording
 from seq2seq.runtime.engine import Engine
 from seq2seq.training.updater import StepResult, Updater, build_optimizer
 from seq2seq.vocab import EOS
@@ -256,9 +257,8 @@ class StaticUpdater:
         writes them instead of adding to another graph's), then run it once."""
         self.optimizer.zero_grad(set_to_none=True)
         graph, known = torch.cuda.CUDAGraph(), set(self.optimizer.state)
-        stream = torch.cuda.stream(torch.cuda.current_stream(self.engine.device))
-        try:  # the stream context restores the stream even when the capture's end raises
-            with stream, torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+        try:
+            with recording(graph, self.pool, self.engine.device):
                 out = self.update(inputs)
             made = [p for p in self.optimizer.state if p not in known]
             if made:  # zeroed at every replay: made by a warm-up instead
