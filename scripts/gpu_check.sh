@@ -14,7 +14,8 @@
 # COMPARE_S) even when an earlier one failed; each writes its log to OUT_DIR. Then the
 # side-by-side table against the targets (scripts/gpu_table.py, also OUT_DIR/table.md), and a
 # last line that says which steps failed. On an H200 (2026-11-28) tests took 140 s, peer 95 s,
-# ours 200 s (before its profiling parts, about a minute more) and recipe 120 s a seed: on a
+# ours 200 s (before its profiling parts, about a minute more; tests now also train the smoke
+# run on the CPU, limit 300 s) and recipe 120 s a seed: on a
 # 15-minute lease, run STEPS="machine peer ours" (~6 minutes), then at once on the still warm
 # machine STEPS="tests recipe" (~6.5 minutes).
 set -uo pipefail
@@ -53,7 +54,7 @@ export PYTHONSAFEPATH=1
 step machine 60 'nvidia-smi; python3 -c "import torch, seq2seq; print(torch.__version__, \
 torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.is_bf16_supported())"; lscpu | head -20'
 
-step tests "${TESTS_S:-240}" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=8 tests/test_gpu.py
+step tests "${TESTS_S:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=8 tests/test_gpu.py
 
 # OpenNMT-py 3.5.1 on this GPU: the CPU side-by-side's model and batches (../shared/peers/opennmt)
 peer=$bundle/peer
