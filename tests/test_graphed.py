@@ -36,6 +36,7 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import Normalizer
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
+from seq2seq.serving import backends
 from seq2seq.training.graphed import (
     Bucket,
     StaticBatch,
@@ -509,3 +510,13 @@ def test_a_translator_replays_the_graphs_it_is_given(smoke_run, multi30k_dir) ->
     plain = Translator.from_run(run, cfg, engine).translate(lines)
     assert graphs.shapes >= 1
     assert [t.hypotheses[0].tokens for t in kept] == [t.hypotheses[0].tokens for t in plain]
+
+
+def test_a_served_model_shares_one_set_of_graphs(monkeypatch, smoke_run) -> None:
+    """Where graphs run (a GPU, stood in for), a served model's translators of every search
+    setting share one set: each shape holds its settings, and one memory pool serves them all."""
+    monkeypatch.setattr(SearchGraphs, "where_they_run", classmethod(lambda cls, e: cls(e)))
+    engine = Engine.create("cpu")
+    served = backends._torch_model(load_run(smoke_run, engine=engine), engine)
+    greedy, beam = (served.translator(DecodeConfig(beam_size=k)) for k in (1, 5))
+    assert greedy.graphs is not None and greedy.graphs is beam.graphs

@@ -185,6 +185,13 @@ class SearchGraphs:
         self.pool: Any = None  # the graphs' shared memory, from their first capture
         self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs read
 
+    @classmethod
+    def where_they_run(cls, engine: Engine | None) -> SearchGraphs | None:
+        """A new set where plain searches replay CUDA graphs (on a GPU, not with compile=true),
+        else None."""
+        on_gpu = engine is not None and engine.device.type == "cuda" and not engine.compiled
+        return cls(engine) if on_gpu else None
+
     @property
     def shapes(self) -> int:
         return len(self.greedy) + len(self.beam)

@@ -103,9 +103,7 @@ class Translator:
             raise Seq2SeqError(problem)
         self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
         self.search, self.engine = search, engine
-        # plain searches replay CUDA graphs, kept for later batches (not with compile=true)
-        on_gpu = engine is not None and engine.device.type == "cuda" and not engine.compiled
-        self.graphs = graphs if graphs is not None else SearchGraphs(engine) if on_gpu else None
+        self.graphs = graphs if graphs is not None else SearchGraphs.where_they_run(engine)
 
     @classmethod
     def from_run(
@@ -113,8 +111,9 @@ class Translator:
         run: TrainedRun,
         search: DecodeConfig,
         engine: Engine | None = None,
+        graphs: SearchGraphs | None = None,
     ) -> Translator:
-        return cls(run.model, run.src_tok, run.tgt_tok, search, engine)
+        return cls(run.model, run.src_tok, run.tgt_tok, search, engine, graphs)
 
     def translate(
         self,

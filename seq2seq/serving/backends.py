@@ -9,6 +9,7 @@ from collections.abc import Callable
 from omegaconf import OmegaConf
 
 from seq2seq.config_choices import Backend
+from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator, open_model
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine
@@ -50,12 +51,13 @@ def _torch_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
 
 def _torch_model(run: TrainedRun, engine: Engine) -> ServedModel:
     card = model_card(run.run_dir, run.cfg, run.step, engine.precision.value, Backend.torch)
+    graphs = SearchGraphs.where_they_run(engine)  # one set for every search setting asked for
     return ServedModel(
         card["name"],
         card,
         run.src_tok,
         str(engine.device),
-        lambda search: Translator.from_run(run, search, engine),
+        lambda search: Translator.from_run(run, search, engine, graphs),
     )
 
 
