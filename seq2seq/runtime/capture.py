@@ -26,10 +26,13 @@ def recording(graph: Any, pool: Any, device: torch.device | None = None) -> Iter
             torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"),
         ):
             yield
+    empty = False
     for warning in seen:  # the others, as they were
-        if not str(warning.message).startswith(EMPTY):
+        if str(warning.message).startswith(EMPTY):
+            empty = True
+        else:
             warnings.warn_explicit(
                 warning.message, warning.category, warning.filename, warning.lineno
             )
-    if any(str(warning.message).startswith(EMPTY) for warning in seen):
+    if empty:
         raise RuntimeError("the CUDA graph recorded nothing (work on another device or stream?)")

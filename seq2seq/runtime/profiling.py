@@ -82,15 +82,18 @@ def profile_ops(work: Callable[[], int], top: int = 12, cuda: bool = False) -> O
         start = time.perf_counter()
         units = work()
         wall_us = 1e6 * (time.perf_counter() - start)
+    events = prof.events()
     kernels = [
         (event.name, event.time_range.end - event.time_range.start)
-        for event in prof.events()
+        for event in events
         if event.device_type == DeviceType.CUDA
     ]
     self_us: Counter[str] = Counter()
     calls: Counter[str] = Counter()
     outer = 0
-    for event in prof.events():
+    for event in events:
+        if event.device_type != DeviceType.CPU:  # a kernel ("void at::native::...") is no call
+            continue
         name = event.name
         self_us[name] += event.self_cpu_time_total
         if is_operator(name):

@@ -295,8 +295,10 @@ class StaticUpdater:
 
     def _keep_rate(self) -> None:
         """The graphs read ``self.lr``: a rate set as a number (by a scheduler) is copied in."""
+        if self.lr is None:
+            return
         for group in self.optimizer.param_groups:
-            if self.lr is not None and group["lr"] is not self.lr:
+            if group["lr"] is not self.lr:
                 self.lr.fill_(float(group["lr"]))
                 group["lr"] = self.lr
 
