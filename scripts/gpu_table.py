@@ -73,7 +73,7 @@ def logged_rates(log: Path) -> list[float]:
 
 def capturing(log: Path) -> str:
     """The graphed run's closing summary of its captures (`StaticUpdater.summary`), or "–"."""
-    found = re.search(r"CUDA graphs: (.*)", text(log))
+    found = re.search(r"CUDA graphs: (\d+ buckets? captured.*)", text(log))
     return found.group(1) if found else "–"
 
 
@@ -179,14 +179,19 @@ def recipe_rows(out: Path) -> list[Row]:
     ]
 
 
+def machine_line(log: Path) -> str:
+    """The machine step's line of torch's version, CUDA's, the GPU's name and bf16 support
+    ("2.13.0+cu130 13.0 NVIDIA H200 True"; a wheel's version may lack "+cu"), or "–"."""
+    found = re.search(r"^\d+\.\d+\S* \d+\.\d+ .*$", text(log), re.MULTILINE)
+    return found.group(0) if found else "–"
+
+
 def main() -> None:
     if len(sys.argv) != 2:
         sys.exit(__doc__.split("\n\n")[0] + "\nusage: python scripts/gpu_table.py OUT_DIR")
     out = Path(sys.argv[1])
     commit = text(out / "commit.txt").strip() or "–"
-    torch_line = next(
-        (line for line in text(out / "machine.log").splitlines() if "+cu" in line), "–"
-    )
+    torch_line = machine_line(out / "machine.log")
     training, decoding = benchmark_rows(out / "parts.log")
     peer = load(out / "peer.json")
     print(f"GPU, torch: {torch_line}; code: {commit}")

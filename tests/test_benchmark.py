@@ -243,3 +243,32 @@ def test_search_host_work_times_the_results_of_each_batch(smoke_run: Path, multi
     for line in lines:
         assert "16 batches of 64" in line
         assert float(line.split("work ")[1].split(" ms")[0]) > 0
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_cudnn_rnn_flops_count_the_products_of_the_cpus_gru(packed: bool) -> None:
+    """On CUDA the GRU is one cuDNN operator the FLOP counter would count as 0; its count is the
+    products the CPU's GRU decomposes into, for the same shapes (a bidirectional 2-layer GRU)."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from scripts.speed.machine import cudnn_rnn_backward_flops, cudnn_rnn_flops
+
+    gru = torch.nn.GRU(12, 16, num_layers=2, bidirectional=True)
+    x, lengths = torch.randn(7, 5, 12), torch.tensor([7, 7, 6, 3, 2])
+    batch_sizes: list[int] = []
+    data = x
+    if packed:
+        data = pack_padded_sequence(x, lengths)
+        batch_sizes = data.batch_sizes.tolist()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        gru(data)
+    shape = [int(lengths.sum()), 12] if packed else list(x.shape)
+    weights = [list(w.shape) for w in gru.all_weights for w in w]
+    rest = [3, None, None, None, 3, 16, 0, 2, False, 0.0, True, True, batch_sizes, None]
+    forward = cudnn_rnn_flops(shape, weights, *rest)
+    assert forward == counter.get_total_flops() > 0
+    backward = [None] * 14 + [True, True, batch_sizes, None, None]
+    data_only = [True, True, False, False]  # the output mask: no weights' gradients
+    assert cudnn_rnn_backward_flops(shape, weights, *backward, [True] * 4) == 2 * forward
+    assert cudnn_rnn_backward_flops(shape, weights, *backward, data_only) == forward

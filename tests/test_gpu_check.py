@@ -123,9 +123,9 @@ def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
     write("peer.json", json.dumps({**peer, "decode_greedy_sent_per_s": 1000.0}))
     write("peer_8192.json", json.dumps({"steady_tgt_tok_per_s_after_50": 75_000.0}))
     closing = "[t][seq2seq.train][INFO] - CUDA graphs: 16 buckets captured, 1 eager update\n"
-    write(
-        "ours_train.log", train_log([19_119, 90_000, 100_000, 110_000, 100_000, 100_000]) + closing
-    )
+    refused = "[t][seq2seq.decoding.graphed][WARNING] - the search runs without CUDA graphs: x\n"
+    rates = train_log([19_119, 90_000, 100_000, 110_000, 100_000, 100_000])
+    write("ours_train.log", refused + rates + closing)
     train = (
         [
             {
@@ -206,3 +206,14 @@ def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
     ]
     nothing = table(tmp_path / "missing")  # no step ran: every figure "–", no error
     assert nothing["greedy, batches of 64, sentences/s (graphed, –)"][1:] == ["–", "–", "≥ 8×", "–"]
+
+
+def test_the_gpu_tables_header_names_torch_cuda_and_the_gpu(tmp_path: Path) -> None:
+    """The machine step's line, from a local build's version ("+cu130") or a wheel's (none)."""
+    from scripts.gpu_table import machine_line
+
+    log = tmp_path / "machine.log"
+    for line in ("2.11.0+cu130 13.0 NVIDIA H200 True", "2.13.0 12.8 NVIDIA H100 80GB HBM3 True"):
+        log.write_text(f"| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04 |\n{line}\n")
+        assert machine_line(log) == line
+    assert machine_line(tmp_path / "missing.log") == "–"

@@ -40,6 +40,7 @@ from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ModelConfig
 from seq2seq.runtime.engine import DEVICES, Engine, check_precision
+from seq2seq.runtime.profiling import ready_for_graphs
 from seq2seq.runtime.run_folder import load_run
 
 
@@ -71,6 +72,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         sizes = replace(sizes, test_limit=args.test_limit)
     engine = Engine.create(args.device, Precision.fp32, args.threads, TrainConfig.seed)
     engine.keep_freed_memory()  # as training does
+    if args.profile and engine.device.type == "cuda":
+        ready_for_graphs()  # before any row captures a graph
     if args.precision is None:  # what this device can run
         args.precision = [p for p in PRECISIONS if p != "fp16" or engine.device.type == "cuda"]
     for precision in args.precision:  # an impossible precision fails before any work

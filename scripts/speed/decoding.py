@@ -37,6 +37,8 @@ from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.profiling import profile_ops
 from seq2seq.runtime.run_folder import TrainedRun
 
+RECORD_PASSES = 4  # at most, before the timed passes
+
 
 def measure_decoding(
     engine: Engine,
@@ -55,7 +57,7 @@ def measure_decoding(
     counted warm-up pass) in batches of ``batch_size`` (1: the latency of one sentence), FLOPs
     per sentence, output length in pieces and words, BLEU, peak RSS; with ``profile``, the
     operators of one more pass (per output piece). ``graphs``: the search's fixed-shape chunks,
-    recorded in a pass of their own (timed apart) and replayed in the passes, as a server does."""
+    recorded in passes of their own (timed apart) and replayed in the passes, as a server does."""
     cfg = DecodeConfig(beam_size=beam_size, nbest=1, batch_size=batch_size)
     gc.collect()
     reset_peak_rss()
@@ -63,9 +65,15 @@ def measure_decoding(
     with flop_counter() as counter, engine.compute():  # also the warm-up, eager
         hyps = decode_corpus(model, test, cfg)
     start = time.perf_counter()
+    # a chunk is captured at its second run: passes until one captures nothing more (three
+    # where a shape's chunk runs once a pass, as the longest batch's beam chunks)
     if graphs is not None:
-        with engine.compute():
-            decode_corpus(model, test, cfg, graphs)  # records each shape's chunk
+        for _ in range(RECORD_PASSES):
+            before = graphs.captured
+            with engine.compute():
+                decode_corpus(model, test, cfg, graphs)
+            if graphs.captured == before:
+                break
     record_s = time.perf_counter() - start
     rates = []
     for _ in range(sizes.passes):
@@ -94,6 +102,7 @@ def measure_decoding(
         "batch_size": batch_size,
         "cuda_graphs": "false" if graphs is None else "true",
         "shapes": 0 if graphs is None else graphs.shapes,
+        "graphs": 0 if graphs is None else graphs.captured,
         "record_s": record_s,
         "ms_per_batch": 1e3 * batch_size / sentences_per_s,
         "sentences": len(test),

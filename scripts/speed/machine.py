@@ -23,6 +23,9 @@ from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.heap import allocator_setting
 from seq2seq.runtime.precision import cpu_flags, native_bf16
 
+# products timed back to back for the matrix peak on a GPU, where one takes about a launch
+GPU_PEAK_CALLS = 20
+
 
 def machine_info(engine: Engine) -> dict[str, Any]:
     """torch version, threads, CPU model and whether it multiplies bf16 natively; the device."""
@@ -70,29 +73,41 @@ def matmul_peak(
     (``seq2seq.model.linear``) over its own shapes (64 rows: one decoder step; 1000 rows: a
     batch's tokens at once)."""
     h, a = model.hidden_size, model.attention.size
+    calls = 1 if engine.device.type == "cpu" else GPU_PEAK_CALLS
     best = 0.0
     for m, (k, n) in itertools.product((64, 1000), ((h, 3 * h), (2 * h, a), (h, vocab))):
         x = torch.randn(m, k).to(engine.device, dtype)
         w = torch.randn(n, k).to(engine.device, dtype)
         linear(x, w)  # warm-up
         times: list[float] = []
-        while len(times) < 2 or (sum(times) < seconds and len(times) < 200):
+        while len(times) < 2 or (calls * sum(times) < seconds and len(times) < 200):
             engine.synchronize()
             start = time.perf_counter()
-            linear(x, w)
+            for _ in range(calls):
+                linear(x, w)
             engine.synchronize()
-            times.append(time.perf_counter() - start)
+            times.append((time.perf_counter() - start) / calls)
         best = max(best, 2 * m * k * n / min(times) / 1e9)
     return best
 
 
-def gru_flops(x: Sequence[int], *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
-    """FLOPs of ``aten.gru``, which runs as one op under inference mode (FlopCounterMode does not
-    know it): 2 x positions x weight-matrix entries. Shapes: ``gru.input`` [B, T, in] (then hx,
-    params), ``gru.data`` packed [positions, in] (then batch_sizes, hx, params)."""
-    packed = len(x) == 2
-    positions, params = (x[0], args[2]) if packed else (x[0] * x[1], args[1])
-    return 2 * positions * sum(math.prod(p) for p in params if len(p) == 2)
+def rnn_pass_flops(x: Sequence[int], weights: Sequence[Sequence[int]], batch_sizes: Any) -> int:
+    """One pass of an RNN over ``x``: 2 x positions x weight-matrix entries (biases left out).
+    ``x`` packed [positions, in] where ``batch_sizes`` is given, else [T, B, in] or [B, T, in]."""
+    positions = x[0] if len(batch_sizes) else x[0] * x[1]
+    return 2 * positions * sum(math.prod(w) for w in weights if len(w) == 2)
+
+
+def cudnn_rnn_flops(x: Sequence[int], weights: Any, *args: Any, **kwargs: Any) -> int:
+    """FLOPs of ``aten._cudnn_rnn``, the GRU on CUDA (FlopCounterMode does not know it, and it
+    does not decompose: it would count 0). ``args[12]``: the batch sizes of a packed input."""
+    return rnn_pass_flops(x, weights, args[12])
+
+
+def cudnn_rnn_backward_flops(x: Sequence[int], weights: Any, *args: Any, **kwargs: Any) -> int:
+    """FLOPs of ``aten._cudnn_rnn_backward``: the data's gradients as a forward pass, and as
+    much again for the weights' where asked (``args[19]``, the output mask's last)."""
+    return rnn_pass_flops(x, weights, args[16]) * (1 + bool(args[19][3]))
 
 
 def onednn_linear_flops(x: Sequence[int], weight: Sequence[int], *args: Any, **kwargs: Any) -> int:
@@ -101,9 +116,12 @@ def onednn_linear_flops(x: Sequence[int], weight: Sequence[int], *args: Any, **k
 
 
 def flop_counter() -> FlopCounterMode:
-    """torch's FLOP counter (matrix products), taught the fused inference GRU and oneDNN's
-    linear."""
-    mapping = {torch.ops.aten.gru: gru_flops}
+    """torch's FLOP counter (matrix products), taught cuDNN's GRU and oneDNN's linear (on the
+    CPU the GRU decomposes into the products it counts)."""
+    mapping: dict[Any, Any] = {
+        torch.ops.aten._cudnn_rnn: cudnn_rnn_flops,
+        torch.ops.aten._cudnn_rnn_backward: cudnn_rnn_backward_flops,
+    }
     if hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         mapping[torch.ops.mkldnn._linear_pointwise] = onednn_linear_flops
     return FlopCounterMode(display=False, custom_mapping=mapping)

@@ -196,6 +196,11 @@ class SearchGraphs:
     def shapes(self) -> int:
         return len(self.greedy) + len(self.beam)
 
+    @property
+    def captured(self) -> int:
+        """Chunks captured as graphs, all shapes together."""
+        return sum(len(chunks.graphs) for chunks in (*self.greedy.values(), *self.beam.values()))
+
     @staticmethod
     def applies(model: Any, cfg: DecodeConfig) -> bool:
         """Whether the search ``cfg`` asks for is a plain one these graphs run."""

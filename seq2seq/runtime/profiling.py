@@ -74,6 +74,14 @@ def is_operator(name: str) -> bool:
     return "::" in name and not name.startswith(WRAPPERS)
 
 
+def ready_for_graphs() -> None:
+    """Start and stop the profiler once before CUDA graphs are captured: a graph captured
+    before its first start and replayed under it could crash (pytorch/pytorch#75504; PyTorch's
+    own workaround, ``torch.profiler._utils._init_for_cuda_graphs``, does the same)."""
+    with torch.autograd.profiler.profile():
+        pass
+
+
 def profile_ops(work: Callable[[], int], top: int = 12, cuda: bool = False) -> OpProfile:
     """Run ``work`` (which returns how many units it processed, the device done) under
     torch.profiler, and summarise its operators; with ``cuda``, its kernels too."""
