@@ -96,9 +96,8 @@ open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for
 
 # ours, the same shape and budget (graphed, as train.cuda_graphs=auto takes on CUDA, then eager),
 # then the benchmark: the peer shape eager and graphed at its batch and at 8,192 tokens (and
-# graphed in bf16 there), the
-# reference model graphed at 8,192 and 16,000 tokens in fp32 and bf16 (with peak memory), and
-# the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency); last, the
+# graphed in bf16 there), the reference model graphed at 2,000 (the recipes' batch), 8,192 and
+# 16,000 tokens in fp32 and bf16 (with peak memory: does bf16 pay, and where), and the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency); last, the
 # graphed rows again under the profiler (--profile): how busy the device kept, the top kernels
 step ours "${OURS_S:-360}" "
   rm -f $out/part.failed
@@ -113,7 +112,7 @@ step ours "${OURS_S:-360}" "
   part '^[^{]' \$b --measure training --model peer --batch peer,8192 --precision fp32 \
     --cuda-graphs false,true
   part '^[^{]' \$b --measure training --model peer --batch 8192 --precision bf16 --cuda-graphs true
-  part '^[^{]' \$b --measure training --model reference --attention bahdanau --batch 8192,16000 \
+  part '^[^{]' \$b --measure training --model reference --attention bahdanau --batch recipe,8192,16000 \
     --precision fp32,bf16 --cuda-graphs true
   part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32,bf16 \
     --cuda-graphs false,true

@@ -148,6 +148,25 @@ def training_rows(out: Path, peer: dict[str, Any], training: list[dict[str, Any]
     ]
 
 
+def precision_rows(training: list[dict[str, Any]]) -> list[Row]:
+    """bf16 against fp32 at each batch of the reference model's graphed rows: where bf16 pays
+    (``precision=auto`` trains in fp32 on CUDA until it does at the recipes' batch)."""
+    reference = [r for r in training if r.get("attention") == "bahdanau"]
+    graphed = [r for r in reference if r["cuda_graphs"] == "true"]
+    rows = []
+    for batch in ("recipe", "8192", "16000"):
+        rates = [
+            best(graphed, "tokens_per_s", batch=batch, precision=p).get("tokens_per_s")
+            for p in ("bf16", "fp32")
+        ]
+        ratio = f"{rates[0] / rates[1]:.2f}×" if None not in rates else "–"
+        size = "2,000 (the recipes')" if batch == "recipe" else f"{int(batch):,}"
+        what = f"reference model, {size} tokens: bf16 / fp32 tok/s, graphed"
+        ours = " / ".join(number(r) for r in rates)
+        rows.append((what, "", ours, ratio, "bf16 ≥ 1× or fp32 kept", ""))
+    return rows
+
+
 def decoding_rows(peer: dict[str, Any], decoding: list[dict[str, Any]]) -> list[Row]:
     rows = []
     for search, beam, target, name in (("beam 5", 5, 3, "beam5"), ("greedy", 1, 8, "greedy")):
@@ -197,7 +216,8 @@ def main() -> None:
     print(f"GPU, torch: {torch_line}; code: {commit}")
     print("| | OpenNMT-py | seq2seq | ratio | target | met |")
     print("|---|---|---|---|---|---|")
-    rows = training_rows(out, peer, training) + decoding_rows(peer, decoding) + recipe_rows(out)
+    rows = training_rows(out, peer, training) + precision_rows(training)
+    rows += decoding_rows(peer, decoding) + recipe_rows(out)
     for row in rows:
         print("| " + " | ".join(row) + " |")
     if profiled := profiled_rows(out / "parts.log"):
