@@ -14,10 +14,10 @@
 # COMPARE_S) even when an earlier one failed; each writes its log to OUT_DIR. Then the
 # side-by-side table against the targets (scripts/gpu_table.py, also OUT_DIR/table.md), and a
 # last line that says which steps failed. On an H200 (2026-11-28) tests took 140 s, peer 95 s,
-# ours 200 s (before its profiling parts, about a minute more; tests now also train the smoke
-# run on the CPU, limit 300 s) and recipe 120 s a seed: on a
-# 15-minute lease, run STEPS="machine peer ours" (~6 minutes), then at once on the still warm
-# machine STEPS="tests recipe" (~6.5 minutes).
+# ours 200 s (with the eager training, before the profiling part) and recipe 120 s a seed. A
+# 15-minute lease, start-up included, holds about 13 minutes of steps: run STEPS="machine peer
+# ours" (~6 minutes), then at once on the still warm machine STEPS="tests recipe" (~6.5
+# minutes), with RECIPE_SEEDS=2 where less than 7 minutes are left by then.
 set -uo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
@@ -94,34 +94,37 @@ open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for
   python3 $peer/summarize.py \$b \$d 2>&1 | grep -E '\"steady|logged|^ +[0-9.]+,?\$|peer='
   [ ! -e \$b/summary.json ] || cp \$b/summary.json $out/peer_8192.json"
 
-# ours, the same shape and budget (graphed, as train.cuda_graphs=auto takes on CUDA, then eager),
-# then the benchmark: the peer shape eager and graphed at its batch and at 8,192 tokens (and
-# graphed in bf16 there), the reference model graphed at 2,000 (the recipes' batch), 8,192 and
-# 16,000 tokens in fp32 and bf16 (with peak memory: does bf16 pay, and where), and the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency); last, the
-# graphed rows again under the profiler (--profile): how busy the device kept, the top kernels
+# ours, the same shape and budget (graphed, as train.cuda_graphs=auto takes on CUDA; eager too
+# with OURS_EAGER=1, about 40 s more), then the benchmark: the peer shape eager and graphed at its
+# batch and at 8,192 tokens (and graphed in bf16 there), the reference model graphed at 2,000
+# (the recipes' batch), 8,192 and 16,000 tokens in fp32 and bf16 (with peak memory: where bf16
+# pays), the trained run's greedy and beam 5 in batches of 64 and of one sentence (latency); last,
+# the graphed fp32 rows again in one process under the profiler (--profile): how busy the device
+# kept, the top kernels
 step ours "${OURS_S:-360}" "
   rm -f $out/part.failed
   peer='model.emb_size=256 model.encoder_size=256 model/attention=luong model.attention.score=concat
     train.max_steps=300 train.batch_tokens=1100 train.label_smoothing=0 device=cuda precision=fp32
     log.progress=false data.source=$bundle/multi30k'
   part 'tok/s|finished' python3 -m seq2seq.commands.train \$peer hydra.run.dir=/tmp/peer300
-  part 'tok/s|finished' python3 -m seq2seq.commands.train \$peer train.cuda_graphs=false \
-    hydra.run.dir=/tmp/peer300_eager
-  cp /tmp/peer300/train.log $out/ours_train.log; cp /tmp/peer300_eager/train.log $out/ours_eager_train.log
+  cp /tmp/peer300/train.log $out/ours_train.log
+  if [ -n \"${OURS_EAGER:-}\" ]; then
+    part 'tok/s|finished' python3 -m seq2seq.commands.train \$peer train.cuda_graphs=false \
+      hydra.run.dir=/tmp/peer300_eager
+    cp /tmp/peer300_eager/train.log $out/ours_eager_train.log
+  fi
   b='python3 scripts/benchmark.py --data-source $bundle/multi30k --device cuda --repeats 3'
   part '^[^{]' \$b --measure training --model peer --batch peer,8192 --precision fp32 \
     --cuda-graphs false,true
   part '^[^{]' \$b --measure training --model peer --batch 8192 --precision bf16 --cuda-graphs true
-  part '^[^{]' \$b --measure training --model reference --attention bahdanau --batch recipe,8192,16000 \
-    --precision fp32,bf16 --cuda-graphs true
+  part '^[^{]' \$b --measure training --model reference --attention bahdanau \
+    --batch recipe,8192,16000 --precision fp32,bf16 --cuda-graphs true
   part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32,bf16 \
     --cuda-graphs false,true
   part '^[^{]' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32 \
     --decode-batch 1 --test-limit 100 --repeats 2 --cuda-graphs false,true
-  part 'device busy' \$b --measure training --model peer --batch peer,8192 --precision fp32,bf16 \
-    --cuda-graphs true --repeats 1 --profile
-  part 'device busy' \$b --measure decoding --model peer --run-dir /tmp/peer300 --precision fp32 \
-    --cuda-graphs true --repeats 1 --profile
+  part 'device busy' \$b --measure training,decoding --model peer --batch peer,8192 \
+    --run-dir /tmp/peer300 --precision fp32 --cuda-graphs true --repeats 1 --profile
   [ ! -e $out/part.failed ]"
 
 # the best German->English recipe for the time given (validated at the end), one run per seed,

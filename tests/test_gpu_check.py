@@ -28,25 +28,30 @@ def test_the_shell_scripts_parse() -> None:
         assert proc.returncode == 0, f"{script.name}: {proc.stderr}"
 
 
-@pytest.fixture
-def stand_in_run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    """scripts/gpu_check.sh's steps run with the stand-in python3: its output and OUT_DIR."""
+def run_with_stand_in(
+    tmp_path: Path, steps: str, **env: str
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """scripts/gpu_check.sh's ``steps`` run with the stand-in python3: its output and OUT_DIR."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").write_text(STAND_IN)
     (bin_dir / "python3").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "BUNDLE": str(tmp_path)}
-    env["STEPS"] = "tests peer ours recipe"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "BUNDLE": str(tmp_path), **env}
     out = tmp_path / "out"
     proc = subprocess.run(
         ["bash", "scripts/gpu_check.sh", str(out)],
         cwd=ROOT,
-        env=env,
+        env={**env, "STEPS": steps},
         capture_output=True,
         text=True,
         timeout=60,
     )
     return proc, out
+
+
+@pytest.fixture
+def stand_in_run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    return run_with_stand_in(tmp_path, "tests peer ours recipe")
 
 
 def test_gpu_check_forms_every_step(stand_in_run) -> None:
@@ -58,10 +63,11 @@ def test_gpu_check_forms_every_step(stand_in_run) -> None:
     peer = (out / "peer.log").read_text()
     assert "batch_type=tokens batch_size=8192" in peer and "large batches" in peer
     parts = (out / "parts.log").read_text()
-    assert parts.count("-- python3 -m seq2seq.commands.train") == 2
-    assert parts.count("-- python3 scripts/benchmark.py") == 7
+    assert parts.count("-- python3 -m seq2seq.commands.train") == 1  # eager: OURS_EAGER=1
+    assert parts.count("-- python3 scripts/benchmark.py") == 6
     profiled = [line for line in parts.splitlines() if line.startswith("-- ") and "profile" in line]
-    assert len(profiled) == 2 and all("--cuda-graphs true" in line for line in profiled)
+    assert len(profiled) == 1 and "--cuda-graphs true" in profiled[0]
+    assert "--measure training,decoding" in profiled[0]  # one process: one set-up
     assert "--model peer --batch 8192 --precision bf16" in parts  # the 4x target in bf16 too
     assert parts.count("--cuda-graphs false,true") >= 3
     # the recipe's first seed trains (the stand-in says it finished), then its log is missing
@@ -86,7 +92,7 @@ def test_gpu_check_gives_its_commands_arguments_they_take(stand_in_run) -> None:
         for line in lines
         if line.startswith("python3 -m seq2seq.commands.train ")
     ]
-    assert len(benchmarks) == 7 and len(trainings) == 3  # the recipe's first seed too
+    assert len(benchmarks) == 6 and len(trainings) == 2  # the recipe's first seed too
     for args in benchmarks:
         parse_args(shlex.split(args))
     for overrides in trainings:
@@ -221,3 +227,13 @@ def test_the_gpu_tables_header_names_torch_cuda_and_the_gpu(tmp_path: Path) -> N
         log.write_text(f"| NVIDIA-SMI 580.159.04   Driver Version: 580.159.04 |\n{line}\n")
         assert machine_line(log) == line
     assert machine_line(tmp_path / "missing.log") == "–"
+
+
+def test_gpu_check_trains_eagerly_too_when_asked(tmp_path: Path) -> None:
+    """OURS_EAGER=1: the 300-update run again with train.cuda_graphs=false, its overrides valid."""
+    _, out = run_with_stand_in(tmp_path, "ours", OURS_EAGER="1")
+    lines = (out / "parts.log").read_text().splitlines()
+    trainings = [line for line in lines if line.startswith("python3 -m seq2seq.commands.train ")]
+    assert len(trainings) == 2 and "train.cuda_graphs=false" in trainings[1]
+    overrides = trainings[1].removesuffix(" (finished)").split("seq2seq.commands.train ", 1)[1]
+    check_command_line("config", shlex.split(overrides))

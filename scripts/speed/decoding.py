@@ -37,7 +37,7 @@ from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.profiling import profile_ops
 from seq2seq.runtime.run_folder import TrainedRun
 
-RECORD_PASSES = 4  # at most, before the timed passes
+RECORD_PASSES = 2  # at most, before the timed passes
 
 
 def measure_decoding(
@@ -65,8 +65,8 @@ def measure_decoding(
     with flop_counter() as counter, engine.compute():  # also the warm-up, eager
         hyps = decode_corpus(model, test, cfg)
     start = time.perf_counter()
-    # a chunk is captured at its second run: passes until one captures nothing more (three
-    # where a shape's chunk runs once a pass, as the longest batch's beam chunks)
+    # a chunk is captured at its second run, so two passes capture every chunk a pass runs (the
+    # longest batch's beam chunks run once a pass); a second only where the first captured
     if graphs is not None:
         for _ in range(RECORD_PASSES):
             before = graphs.captured
