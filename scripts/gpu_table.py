@@ -39,21 +39,23 @@ def reports(parts: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text(parts).splitlines() if line.startswith('{"torch"')]
 
 
-def benchmark_rows(parts: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def benchmark_rows(
+    found: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every training and decoding row of the benchmark's reports, but the profiled ones (timed
     over fewer windows, for their kernels)."""
     training, decoding = [], []
-    for report in reports(parts):
+    for report in found:
         training += [r for r in report.get("training", []) if "profile" not in r]
         decoding += [r for r in report.get("decoding", []) if "profile" not in r]
     return training, decoding
 
 
-def profiled_rows(parts: Path) -> list[Row]:
+def profiled_rows(found: list[dict[str, Any]]) -> list[Row]:
     """Each profiled row's device time (`seq2seq.runtime.profiling.device_time`): how busy the
     GPU kept over the profiled work, and its top three kernels by time."""
     rows = []
-    for report in reports(parts):
+    for report in found:
         for kind, keys in (("training", ("batch",)), ("decoding", ("search", "batch_size"))):
             for r in report.get(kind, []):
                 if device := r.get("profile", {}).get("device"):
@@ -211,7 +213,8 @@ def main() -> None:
     out = Path(sys.argv[1])
     commit = text(out / "commit.txt").strip() or "–"
     torch_line = machine_line(out / "machine.log")
-    training, decoding = benchmark_rows(out / "parts.log")
+    found = reports(out / "parts.log")
+    training, decoding = benchmark_rows(found)
     peer = load(out / "peer.json")
     print(f"GPU, torch: {torch_line}; code: {commit}")
     print("| | OpenNMT-py | seq2seq | ratio | target | met |")
@@ -220,7 +223,7 @@ def main() -> None:
     rows += decoding_rows(peer, decoding) + recipe_rows(out)
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    if profiled := profiled_rows(out / "parts.log"):
+    if profiled := profiled_rows(found):
         print("\n| profiled | GPU busy | top kernels by time |\n|---|---|---|")
         for row in profiled:
             print("| " + " | ".join(row) + " |")

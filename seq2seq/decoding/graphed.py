@@ -7,7 +7,7 @@ EOS) runs eagerly as it starts. A chunk's first run is eager, its second is capt
 every chunk runs eagerly (how the tests run them).
 
 They give `greedy_search`'s and `beam_search`'s n-best lists for the plain searches: no
-sampling, bans, prefixes, constraints or coverage penalty (`SearchGraphs.applies`).
+sampling, bans, prefixes, constraints or coverage penalty (`SearchGraphs.takes`).
 """
 
 from __future__ import annotations
@@ -202,15 +202,13 @@ class SearchGraphs:
         return sum(len(chunks.graphs) for chunks in (*self.greedy.values(), *self.beam.values()))
 
     @staticmethod
-    def applies(model: Any, cfg: DecodeConfig) -> bool:
-        """Whether the search ``cfg`` asks for is a plain one these graphs run."""
-        plain = not (cfg.sampling or bans_on(cfg) or cfg.coverage_penalty)
-        return isinstance(model, Seq2Seq) and plain
-
-    @staticmethod
-    def keeps(model: Seq2Seq, rows: int, src_len: int, cfg: DecodeConfig) -> bool:
-        """Whether a batch of ``rows`` sources, the longest ``src_len`` long, is small enough
-        to keep its shape's buffers and graphs for (`Shape.kept`); a larger one runs eagerly."""
+    def takes(model: Any, cfg: DecodeConfig, steered: bool, rows: int, src_len: int) -> bool:
+        """Whether these graphs run a batch of ``rows`` sources, the longest ``src_len`` long: a
+        plain search (no sampling, bans, coverage penalty or steering) of a `Seq2Seq`, in a shape
+        small enough to keep buffers and graphs for (`Shape.kept`; a larger one runs eagerly)."""
+        plain = not (steered or cfg.sampling or bans_on(cfg) or cfg.coverage_penalty)
+        if not (plain and isinstance(model, Seq2Seq)):
+            return False
         return Shape.of(rows, src_len, cfg, None).kept(model.decoder.heads)
 
     def search(

@@ -185,8 +185,7 @@ def decode(
     (CUDA) or records its fixed-shape chunks."""
     if steer is not None and steer.phrases is not None and (cfg.sampling or cfg.beam_size < 2):
         raise Seq2SeqError(CONSTRAINTS_NEED_BEAM)
-    plain = graphs is not None and steer is None and graphs.applies(model, cfg)
-    if plain and graphs.keeps(model, *src.shape, cfg):
+    if graphs is not None and graphs.takes(model, cfg, steer is not None, *src.shape):
         return graphs.search(model, src, src_lengths, cfg)
     if cfg.sampling:
         return sample(model, src, src_lengths, cfg, steer=steer)
@@ -238,8 +237,11 @@ def decode_sources(
         order[start : start + cfg.batch_size] for start in range(0, len(order), cfg.batch_size)
     ]
     device = next(model.parameters()).device
-    plain = graphs is not None and steer is None and graphs.applies(model, cfg)
-    kept = [plain and graphs.keeps(model, len(c), len(sources[c[0]]), cfg) for c in chunks]
+    kept = [
+        graphs is not None
+        and graphs.takes(model, cfg, steer is not None, len(c), len(sources[c[0]]))
+        for c in chunks
+    ]
     found = {
         b: _decode_batch(
             model,

@@ -37,7 +37,7 @@ from seq2seq.storage.rundir import (
     TGT_TOKENIZER,
     RunLock,
 )
-from seq2seq.training.graphed import StaticUpdater, make_updater
+from seq2seq.training.graphed import make_updater
 from seq2seq.training.record import choose_and_record
 from seq2seq.training.report import Report, Window
 from seq2seq.training.schedule import LearningRate
@@ -239,7 +239,7 @@ class Trainer:
             self.progress.step,
             self.progress.best_bleu,
         )
-        if isinstance(self.updater, StaticUpdater) and (summary := self.updater.summary()):
+        if summary := self.updater.summary():
             log.info("%s", summary)
 
     def _at_end(self) -> bool:

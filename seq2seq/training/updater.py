@@ -110,6 +110,10 @@ class Updater:
         self.scaler.update()
         return StepResult(loss_sum, grad_norm, applied, math.isfinite(loss_value))
 
+    def summary(self) -> str | None:
+        """What the run's log says of this updater at the end (`StaticUpdater`'s captures)."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict()}
 
