@@ -1,8 +1,8 @@
 """On a CUDA GPU: smoke training in each precision, the same translations as on the CPU,
 checkpoints that move between devices, the fused GRU cell and the decoder's gradients, training
 updates replayed from CUDA graphs (the eager updates' results, also after a change of bucket),
-search steps that never synchronise, and greedy and beam search replayed from CUDA graphs.
-Marked ``gpu``; skipped where torch finds no CUDA."""
+search steps that never synchronise, greedy and beam search replayed from CUDA graphs, and
+captures that keep the allocator's caches. Marked ``gpu``; skipped where torch finds no CUDA."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from seq2seq.decoding.search import beam_search, decode, decode_sources, greedy_
 from seq2seq.model.autocast import run_gru
 from seq2seq.model.config import LuongConfig
 from seq2seq.model.recurrence import gru_update
+from seq2seq.runtime.capture import Recorder
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
 from seq2seq.training.graphed import StaticUpdater, resolve
@@ -215,6 +216,31 @@ def test_graphs_are_captured_again_when_the_parameters_move(no_tf32) -> None:
         assert float(got.loss_sum) == pytest.approx(float(want.loss_sum), rel=1e-4)
     for a, b in zip(graphed.module.parameters(), eager.module.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_a_recorder_keeps_the_caches_and_its_graphs_replay() -> None:
+    """Captures keep the device's cached blocks (torch.cuda.graph empties them at each), share
+    one pool, and replay what they recorded on the current stream; a graph of nothing is
+    refused."""
+    a, x = torch.zeros(64, device="cuda"), torch.ones(1 << 20, device="cuda")
+    del x  # a cached block now, which emptying the cache would give back
+    reserved, recorder = torch.cuda.memory_reserved(), Recorder(torch.device("cuda"))
+    graphs, outputs = [], []
+    for scale in (2.0, 3.0):
+        graph = torch.cuda.CUDAGraph()
+        with recorder.recording(graph):
+            outputs.append(a * scale + 1)
+        graphs.append(graph)
+    assert torch.cuda.memory_reserved() >= reserved
+    assert graphs[0].pool() == graphs[1].pool()
+    a.fill_(5.0)
+    for graph in graphs:
+        graph.replay()
+    torch.testing.assert_close(outputs[0], torch.full_like(a, 11.0))
+    torch.testing.assert_close(outputs[1], torch.full_like(a, 16.0))
+    empty = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="recorded nothing"), recorder.recording(empty):
+        torch.ones(3).add_(1)  # work on the CPU only
 
 
 def test_the_grus_run_in_bf16_under_bf16_autocast() -> None:

@@ -5,12 +5,12 @@ a CUDA graph impossible or the GPU wait)."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 from dataclasses import replace
 
 import pytest
 import torch
+from capture_helpers import StandInCapture
 from host_reads import HostRead, no_host_reads
 from model_helpers import (
     ATTENTIONS,
@@ -169,32 +169,6 @@ def test_only_the_first_bucket_warms_up_before_its_capture(monkeypatch, refused:
     assert calls == ["warm-up", "capture", "replay", *second]
 
 
-class _Stream:
-    def wait_stream(self, other) -> None:
-        pass
-
-
-class _Capturing:
-    """Stand-ins for torch.cuda's capture on the CPU: the body runs as it is; new pools are
-    counted."""
-
-    def __init__(self, monkeypatch) -> None:
-        self.pools = 0
-        for name, value in (
-            ("CUDAGraph", lambda: _Replay([])),
-            ("graph", lambda *args, **kwargs: contextlib.nullcontext()),
-            ("stream", lambda stream: contextlib.nullcontext()),
-            ("current_stream", lambda device=None: _Stream()),
-            ("Stream", lambda device=None: _Stream()),
-            ("graph_pool_handle", self.pool),
-        ):
-            monkeypatch.setattr(torch.cuda, name, value)
-
-    def pool(self) -> int:
-        self.pools += 1
-        return self.pools
-
-
 def static_inputs(updater: StaticUpdater, batch: Batch) -> tuple[Bucket, StaticBatch]:
     bucket = Bucket.of(batch, updater.tcfg.batch_tokens)
     inputs = StaticBatch(bucket, updater.engine.device, guided=False)
@@ -205,24 +179,25 @@ def static_inputs(updater: StaticUpdater, batch: Batch) -> tuple[Bucket, StaticB
 def test_a_capture_that_makes_adams_state_is_refused(monkeypatch) -> None:
     """Adam's state made inside a capture would be zeroed at every replay: the capture is
     refused, the state unmade and the pool renewed; after an eager update it is captured."""
-    capturing = _Capturing(monkeypatch)
+    capturing = StandInCapture(monkeypatch)
     updater = StaticUpdater(Engine.create("cpu"), tiny_model(**SETUPS["bahdanau"]), TRAIN)
     updater.capture = True
     bucket, inputs = static_inputs(updater, hand_batch(0))
     with pytest.raises(RuntimeError, match="made while capturing"):
         updater._capture(bucket, inputs)
-    assert not updater.optimizer.state and not updater.graphs and capturing.pools == 1
+    assert not updater.optimizer.state and not updater.graphs
     updater.optimizer.zero_grad(set_to_none=True)
     updater.update(inputs)  # the warm-up's eager update
     state = dict(updater.optimizer.state)
     updater._capture(bucket, inputs)
     assert bucket in updater.graphs and dict(updater.optimizer.state) == state
+    assert capturing.pools_used == [1, 2]  # the refused capture's pool is not used again
 
 
 def test_the_run_says_what_capturing_cost(monkeypatch) -> None:
     """The first bucket warms up eagerly, then both are captured: the summary a graphed run
     logs at its end (none without CUDA)."""
-    _Capturing(monkeypatch)
+    StandInCapture(monkeypatch)
     updater = StaticUpdater(Engine.create("cpu"), tiny_model(**SETUPS["bahdanau"]), TRAIN)
     assert updater.summary() is None
     updater.capture = True
@@ -235,7 +210,7 @@ def test_the_run_says_what_capturing_cost(monkeypatch) -> None:
 def test_the_graphs_rate_stays_the_tensor_they_read(monkeypatch) -> None:
     """A rate set as a number (a scheduler) reaches the graphs' tensor before a replay, and a
     loaded optimizer state keeps the tensor and has every bucket captured again."""
-    _Capturing(monkeypatch)
+    StandInCapture(monkeypatch)
     updater = StaticUpdater(Engine.create("cpu"), tiny_model(**SETUPS["bahdanau"]), TRAIN)
     updater.capture, updater.lr = True, torch.tensor(TRAIN.lr)
     group = updater.optimizer.param_groups[0]
@@ -444,10 +419,7 @@ def test_a_search_whose_recording_fails_runs_without_graphs(monkeypatch, caplog)
     work there gives an empty graph), the search warns once and runs the chunk as it is: the
     same n-best lists, and no graph tried again."""
 
-    def refused(*args, **kwargs):
-        raise RuntimeError("operation not permitted when stream is capturing")
-
-    monkeypatch.setattr(torch.cuda, "graph", refused)
+    StandInCapture(monkeypatch, refusal="operation not permitted when stream is capturing")
     model = peaky_model("bahdanau")
     src, lengths = sources()
     for cfg in (settings(), settings(3, nbest=3)):

@@ -34,7 +34,7 @@ from seq2seq.decoding.hypothesis import (
 )
 from seq2seq.decoding.shapes import CHUNK, Padded, Shape
 from seq2seq.model.seq2seq import Seq2Seq
-from seq2seq.runtime.capture import recording
+from seq2seq.runtime.capture import Recorder
 from seq2seq.runtime.engine import HOST, Engine
 from seq2seq.vocab import BOS, EOS, PAD
 
@@ -182,7 +182,7 @@ class SearchGraphs:
         self.engine, self.capture = engine, engine.device.type == "cuda"
         self.greedy: dict[Shape, _Slots] = {}
         self.beam: dict[Shape, _BeamShape] = {}
-        self.pool: Any = None  # the graphs' shared memory, from their first capture
+        self.recorder: Recorder | None = None  # the graphs' memory pool, from the first capture
         self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs read
 
     @classmethod
@@ -257,7 +257,8 @@ class SearchGraphs:
             self.greedy.clear()
             self.beam.clear()
             self.addresses = addresses
-            self.pool = None  # a new one at the next capture: the old one's blocks may outlive it
+            if self.recorder is not None:
+                self.recorder.renew()
 
     def _greedy(
         self, model: Seq2Seq, b: _Started, cfg: DecodeConfig, meanwhile: Work
@@ -327,11 +328,11 @@ class SearchGraphs:
             run()
             return
         try:
-            self.pool = self.pool or torch.cuda.graph_pool_handle()
+            recorder = self.recorder = self.recorder or Recorder(self.engine.device)
             graph = torch.cuda.CUDAGraph()
             with (
                 self.engine.compute(cache=False),  # the graph casts the weights itself
-                recording(graph, self.pool, self.engine.device),
+                recorder.recording(graph),
             ):
                 run()
         except RuntimeError as error:  # nothing ran while recording: run the chunk as it is

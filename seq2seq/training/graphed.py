@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from seq2seq.config import Precision, TrainConfig
 from seq2seq.data.batching import Batch
 from seq2seq.errors import Seq2SeqError
-from seq2seq.runtime.capture import recording
+from seq2seq.runtime.capture import Recorder
 from seq2seq.runtime.engine import Engine
 from seq2seq.training.updater import StepResult, Updater, build_optimizer
 from seq2seq.vocab import EOS
@@ -174,7 +174,7 @@ class StaticUpdater:
         self.seen: Counter[Bucket] = Counter()
         self.refused: Counter[Bucket] = Counter()  # captures CUDA refused: twice, run eagerly
         self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs were captured on
-        self.pool = torch.cuda.graph_pool_handle() if self.capture else None  # shared memory
+        self.recorder: Recorder | None = None  # the graphs' memory pool, from the first capture
         self.recording_s, self.eager_updates = 0.0, 0  # the host's time in warm-ups and captures
 
     def step(self, batches: Sequence[Batch], tokens: int) -> PendingStep:
@@ -257,8 +257,9 @@ class StaticUpdater:
         writes them instead of adding to another graph's), then run it once."""
         self.optimizer.zero_grad(set_to_none=True)
         graph, known = torch.cuda.CUDAGraph(), set(self.optimizer.state)
+        recorder = self.recorder = self.recorder or Recorder(self.engine.device)
         try:
-            with recording(graph, self.pool, self.engine.device):
+            with recorder.recording(graph):
                 out = self.update(inputs)
             made = [p for p in self.optimizer.state if p not in known]
             if made:  # zeroed at every replay: made by a warm-up instead
@@ -266,7 +267,7 @@ class StaticUpdater:
                     del self.optimizer.state[p]
                 raise RuntimeError(f"Adam's state of {len(made)} parameters made while capturing")
         except RuntimeError:
-            self.pool = torch.cuda.graph_pool_handle()  # a failed capture may hold the old one
+            recorder.renew()
             raise
         self.graphs[bucket] = (graph, out)
         self.addresses = self._addresses()
@@ -290,7 +291,8 @@ class StaticUpdater:
     def _forget_graphs(self) -> None:
         """Capture every bucket again, into a new pool (the old one's blocks may outlive it)."""
         self.graphs.clear()
-        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+        if self.recorder is not None:
+            self.recorder.renew()
         self.seen.clear()
 
     def _keep_rate(self) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 from omegaconf import DictConfig
+from torch import Tensor
 
 from seq2seq.config import DecodeConfig, TrainConfig
 from seq2seq.data.batching import TokenBatchSampler, collate
@@ -97,7 +98,7 @@ def validate(
     with a ``probe``, the AER of the model's attention on its gold-aligned pairs; ``graphs``:
     the search's CUDA graphs to replay (`Validator`)."""
     model.eval()
-    loss_sum = nll_sum = 0.0
+    sums: list[Tensor] = []  # each batch's loss and NLL sums, read once after the last batch
     ntokens = 0
     order = TokenBatchSampler(
         data.valid.src_lengths, data.valid.tgt_lengths, batch_tokens, shuffle=False
@@ -106,8 +107,10 @@ def validate(
         batch = engine.to_device(collate(data.valid, ids))
         with engine.compute():
             loss, nll = model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out)
-        loss_sum, nll_sum = loss_sum + float(loss), nll_sum + float(nll)
+        sums.append(torch.stack([loss.float(), nll.float()]))
         ntokens += batch.ntokens
+    pairs = torch.stack(sums).tolist() if sums else []
+    loss_sum, nll_sum = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
     translator = Translator(model, data.src_tok, data.tgt_tok, search, engine, graphs)
     sources, blanked = within_limit(data.src_tok, data.valid_src, search.max_source_len)
     if blanked:
