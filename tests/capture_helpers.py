@@ -28,6 +28,7 @@ class StandInGraph:
             raise RuntimeError(self.capturing.refusal)
 
     def capture_end(self) -> None:
+        self.capturing.ended += 1
         for text in self.capturing.said:
             warnings.warn(text, UserWarning, stacklevel=1)
 
@@ -40,13 +41,14 @@ class StandInCapture:
 
     def __init__(self, monkeypatch, *said: str, refusal: str = "") -> None:
         self.said, self.refusal = said, refusal
-        self.pools, self.pools_used = 0, []
+        self.pools, self.pools_used, self.ended = 0, [], 0
         for name, value in (
             ("CUDAGraph", lambda: StandInGraph(self)),
             ("stream", lambda stream: contextlib.nullcontext()),
             ("current_stream", lambda device=None: StandInStream()),
             ("Stream", lambda device=None: StandInStream()),
             ("synchronize", lambda device=None: None),
+            ("current_device", lambda: 0),
             ("graph_pool_handle", self.pool),
         ):
             monkeypatch.setattr(torch.cuda, name, value)

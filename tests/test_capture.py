@@ -36,13 +36,33 @@ def test_captures_share_the_pool_until_it_is_renewed(monkeypatch) -> None:
     assert capturing.pools_used == [1, 1, 2, 2]
 
 
-def test_an_error_inside_a_capture_still_ends_it(monkeypatch) -> None:
-    """A capture CUDA invalidates (an operation it does not allow) raises, and the capture is
-    ended, so that the stream is not left capturing."""
-    StandInCapture(monkeypatch)
-    ended = []
-    graph = torch.cuda.CUDAGraph()
-    graph.capture_end = lambda: ended.append(True)
+def test_a_failed_capture_is_ended_and_followed_by_one_that_ends_well(monkeypatch) -> None:
+    """A capture CUDA invalidates (an operation it does not allow) raises the block's error, not
+    the one its end raises then; the capture is ended, so that the stream is not left capturing,
+    and a small capture into a pool of its own follows, which takes CUDA's random generators out
+    of the capturing state a failed capture leaves them in (torch before per-capture states)."""
+    capturing = StandInCapture(monkeypatch)
+    graph, ended = torch.cuda.CUDAGraph(), []
+
+    def invalidated() -> None:
+        ended.append(True)
+        raise RuntimeError("operation failed due to a previous error during capture")
+
+    graph.capture_end = invalidated
     with pytest.raises(RuntimeError, match="not permitted"), Recorder().recording(graph):
         raise RuntimeError("operation not permitted when stream is capturing")
     assert ended == [True]
+    assert capturing.pools_used == [1, 2] and capturing.ended == 1  # the recovery's capture
+
+
+def test_a_capture_whose_end_fails_is_followed_by_one_that_ends_well(monkeypatch) -> None:
+    capturing = StandInCapture(monkeypatch)
+    graph = torch.cuda.CUDAGraph()
+
+    def invalidated() -> None:
+        raise RuntimeError("capture invalidated")
+
+    graph.capture_end = invalidated
+    with pytest.raises(RuntimeError, match="invalidated"), Recorder().recording(graph):
+        pass
+    assert capturing.pools_used == [1, 2] and capturing.ended == 1

@@ -243,6 +243,26 @@ def test_a_recorder_keeps_the_caches_and_its_graphs_replay() -> None:
         torch.ones(3).add_(1)  # work on the CPU only
 
 
+def test_after_a_refused_capture_random_numbers_and_captures_go_on() -> None:
+    """A capture CUDA refuses (a read of the device inside it) raises its own error; then eager
+    dropout runs, and a new capture with dropout records and replays (the recorder's recovery:
+    some torch versions leave the random generators capturing after a failed capture)."""
+    recorder, x = Recorder(torch.device("cuda")), torch.ones(4096, device="cuda")
+    with pytest.raises(RuntimeError), recorder.recording(torch.cuda.CUDAGraph()):
+        float(x.sum())
+    recorder.renew()
+    assert 0 < int(torch.nn.functional.dropout(x, 0.5).count_nonzero()) < x.numel()
+    graph = torch.cuda.CUDAGraph()
+    with recorder.recording(graph):
+        out = torch.nn.functional.dropout(x, 0.5)
+    kept = []
+    for _ in range(2):
+        graph.replay()
+        kept.append(out.clone())
+    assert all(0 < int(k.count_nonzero()) < x.numel() for k in kept)
+    assert not torch.equal(kept[0], kept[1])  # each replay draws anew
+
+
 def test_the_grus_run_in_bf16_under_bf16_autocast() -> None:
     """CUDA's autocast runs cuDNN's GRU in fp16 whatever its dtype; under bf16 autocast the
     encoder's memory (packed and not) and the decoder's whole-sequence GRU are bf16."""

@@ -11,19 +11,20 @@ import contextlib
 import dataclasses
 import functools
 import unicodedata
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.font_manager import fontManager
+from matplotlib.font_manager import FontProperties, findfont, fontManager
+from matplotlib.ft2font import FT2Font
 
 _CELL_INCHES = 0.26  # side of one heatmap cell while the figure is below its maximum size
 _MAX_INCHES = 16.0
 _DPI = 100
 _FONT_POINTS = 9.0
 _MAX_LABEL_CHARS = 24
+_BOX = "\u25a1"  # drawn for a character no installed font has
 _PAD = 0.12  # inches between parts of the figure
 _CAPTION = 0.22  # inches taken by the "source" / "generated target" captions
 _COLORBAR = 0.15 + 0.45  # inches: the bar and its tick labels
@@ -49,7 +50,26 @@ def _font_families() -> tuple[str, ...]:
     return ("DejaVu Sans", *(name for name in _FALLBACK_FONTS if name in installed))
 
 
+@functools.lru_cache(maxsize=1)
+def _glyphs() -> frozenset[int]:
+    """The characters some font of `_font_families` has a glyph for."""
+    found: set[int] = set()
+    for family in _font_families():
+        with contextlib.suppress(ValueError, RuntimeError, OSError):
+            path = findfont(FontProperties(family=family), fallback_to_default=False)
+            found.update(FT2Font(path).get_charmap())
+    return frozenset(found)
+
+
+def _drawable(text: str) -> str:
+    """``text`` with a box for each character no font has: matplotlib would draw one too, with a
+    warning, and a filter for it would be the whole process's (heatmaps are drawn on a thread)."""
+    glyphs = _glyphs()
+    return "".join(c if ord(c) in glyphs or c == "\n" else _BOX for c in text)
+
+
 def _label(piece: str) -> str:
+    piece = _drawable(piece)
     return piece if len(piece) <= _MAX_LABEL_CHARS else piece[: _MAX_LABEL_CHARS - 1] + "…"
 
 
@@ -131,8 +151,7 @@ class Heatmap:
         )
         cax = fig.add_axes(lay.box(lay.left + lay.grid_w + _PAD, lay.bottom, 0.15, lay.grid_h))
         fig.colorbar(self.image, cax=cax).ax.tick_params(labelsize=8)
-        with _quiet_glyphs():
-            self.canvas.draw()
+        self.canvas.draw()
         self.background = self.canvas.copy_from_bbox(fig.bbox)
         self.image.set_visible(True)
 
@@ -161,18 +180,9 @@ class Heatmap:
         self.canvas.restore_region(self.background)
         self.image.set_data(weights)
         self.ax.draw_artist(self.image)
-        self.title.set_text(title)
-        with _quiet_glyphs():
-            self.fig.draw_artist(self.title)
+        self.title.set_text(_drawable(title))
+        self.fig.draw_artist(self.title)
         return np.asarray(self.canvas.buffer_rgba())[..., :3].copy()
-
-
-@contextlib.contextmanager
-def _quiet_glyphs() -> Iterator[None]:
-    """Pieces whose glyphs no installed font has are drawn as boxes; that is not worth a warning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        yield
 
 
 def attention_figure(

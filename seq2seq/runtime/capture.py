@@ -1,6 +1,6 @@
 """Recording CUDA graphs as the graphed training and search do: a graph that recorded nothing is
 refused, since its replays would silently do nothing (work on another device or stream: CUDA only
-warns), and the stream is left as it was also when a capture fails."""
+warns), and a failed capture leaves the stream and the random generators as they were."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 EMPTY = "The CUDA Graph is empty"  # the start of CUDA graph capture's warning
+MODE = "thread_local"  # other threads (a server's, the heatmaps') may go on while one captures
 REFUSED = "the CUDA graph recorded nothing (work on another device or stream)"
 
 
@@ -36,14 +37,22 @@ class Recorder:
         """Capture the block into ``graph``; a RuntimeError where CUDA refuses or nothing was
         recorded (nothing ran either way)."""
         torch.cuda.synchronize(self.device)  # as torch.cuda.graph: nothing queued is in flight
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            with torch.cuda.stream(self.stream):
-                graph.capture_begin(self.pool, capture_error_mode="thread_local")
-                try:
-                    yield
-                finally:
-                    graph.capture_end()  # raises where the capture was invalidated
+        with torch.cuda.stream(self.stream):
+            graph.capture_begin(self.pool, capture_error_mode=MODE)
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(RuntimeError):  # the block's error is the one to see
+                    graph.capture_end()
+                self._recover()
+                raise
+            try:
+                with warnings.catch_warnings(record=True) as seen:  # only here: other threads
+                    warnings.simplefilter("always")
+                    graph.capture_end()  # raises where CUDA invalidated the capture
+            except RuntimeError:
+                self._recover()
+                raise
         empty = False
         for warning in seen:  # the others, as they were
             if str(warning.message).startswith(EMPTY):
@@ -54,3 +63,21 @@ class Recorder:
                 )
         if empty:
             raise RuntimeError(REFUSED)
+
+    def _recover(self) -> None:
+        """What a failed capture leaves behind, undone as far as torch lets it: the caching
+        allocator still routing to its pool (so no freed block's events are processed again) and,
+        where torch lacks per-capture generator states (2.13 has them), CUDA's random generators
+        left capturing, which refuses eager random numbers and every replay until a capture ends
+        well. Best effort: the capture's own error is the one raised."""
+        index = None if self.device is None else self.device.index
+        with contextlib.suppress(RuntimeError, AttributeError):  # a private call of torch's
+            torch._C._cuda_endAllocateToPool(
+                torch.cuda.current_device() if index is None else index, self.pool
+            )
+        with contextlib.suppress(RuntimeError):
+            mark, graph = torch.zeros(1, device=self.device), torch.cuda.CUDAGraph()
+            with torch.cuda.stream(torch.cuda.Stream(self.device)):
+                graph.capture_begin(torch.cuda.graph_pool_handle(), capture_error_mode=MODE)
+                mark.add_(1)
+                graph.capture_end()
