@@ -1,7 +1,8 @@
 """How many shapes graphed training captures in an epoch, and the padding they cost: the buckets
 of `seq2seq.training.graphed.Bucket` (rows from the token budget) against rounding the rows too
 (the rule before 2026-11-28), over one epoch of a corpus's training pairs as the trainer batches
-them. From the checkout root, with a trained run's tokenizers::
+them, and at which of the first 300 updates each bucket is first met (captured). From the
+checkout root, with a trained run's tokenizers::
 
     python scripts/graph_buckets.py RUN_DIR DATA_DIR [--budgets 1100,2000,8192,16000]
 
@@ -58,11 +59,13 @@ def main() -> None:
                     key = astuple(Bucket.fitting(len(ids), s, t, budget))
                 first.setdefault(key, i)
                 real, padded = real + int(tgt[ids].sum()), padded + key[0] * key[2]
-            early = sum(i < 300 for i in first.values())
+            early = sorted(i for i in first.values() if i < 300)
             print(
-                f"{budget:>6}  {rule:<15}  {len(first):>7}  {early:>18}  {len(batches):>7}  "
+                f"{budget:>6}  {rule:<15}  {len(first):>7}  {len(early):>18}  {len(batches):>7}  "
                 f"x{padded / real:.2f}"
             )
+            if rule == "rows by budget":
+                print(f"        first met at updates {', '.join(map(str, early))}")
 
 
 if __name__ == "__main__":
