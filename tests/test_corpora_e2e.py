@@ -25,6 +25,14 @@ def test_tatoeba_recipes_compose() -> None:
     zh = composed("experiment=tatoeba_en_zh_smoke")
     assert zh.data.tgt_lang == "zh" and zh.train.max_epochs == 4  # from the smoke recipe
     assert zh.data.train_limit is None and zh.data.tokenizer.vocab_size == 4000
+    zh_en = composed("experiment=tatoeba_zh_en_cpu")
+    en_zh = composed("experiment=tatoeba_en_zh_cpu")  # its reverse
+    assert (zh_en.data.src_lang, zh_en.data.tgt_lang, en_zh.data.src_lang) == ("zh", "en", "en")
+    assert en_zh.data.tgt_lang == "zh" and en_zh.data.columns == ["en", "zh"]
+    for recipe in (zh_en, en_zh):  # the quick start's model, on the smoke recipe's splits
+        assert (recipe.model.hidden_size, recipe.model.attention.name) == (512, "luong")
+        splits = (recipe.data.valid_size, recipe.data.test_size, recipe.data.split_seed)
+        assert splits == (500, 1000, 1) and recipe.train.max_minutes == 30
 
 
 @pytest.mark.slow
