@@ -19,6 +19,7 @@ from run_helpers import events, poll, request, tensorboard_server
 from seq2seq.config import Config, Multi30kConfig, TokenizerConfig
 from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import train_tokenizers
+from seq2seq.decoding import heatmap
 from seq2seq.decoding.alignment import AttentionSample, attention_sample, attention_statistics
 from seq2seq.decoding.heatmap import Heatmap as _Heatmap
 from seq2seq.decoding.heatmap import attention_figure
@@ -229,6 +230,32 @@ def test_heatmaps_drawn_on_the_monitors_thread_are_all_written_by_close(
     with Monitor(tmp_path / "broken") as monitor, caplog.at_level("WARNING"):
         monitor.attention(STEPS[0], samples, wait=False)
     assert "were not drawn: no fonts" in caplog.text
+
+
+def test_characters_drawn_as_boxes_are_said_once_a_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine without a CJK font draws Chinese pieces as boxes: the log says so, once."""
+    latin_only = frozenset([*range(0x250), ord("▁")])
+    monkeypatch.setattr(heatmap, "_glyphs", lambda: latin_only)
+    rng = np.random.default_rng(0)
+    latin = AttentionSample("s", "r", "h", pieces(3, "s"), pieces(2, "t"), normalised(rng, 2, 3))
+    chinese = AttentionSample(
+        "你好。",
+        "Hi.",
+        "Hello.",
+        ["▁你", "好", "。", "</s>"],
+        ["▁Hello", ".", "</s>"],
+        np.eye(3, 4),
+    )
+    with Monitor(tmp_path) as monitor, caplog.at_level("WARNING"):
+        monitor.attention(STEPS[0], [latin])
+        assert "boxes" not in caplog.text
+        for step in STEPS:
+            monitor.attention(step, [latin, chinese])
+    said = [r.getMessage() for r in caplog.records if "boxes" in r.getMessage()]
+    assert len(said) == 1 and "3 characters as boxes (你 好 。)" in said[0]
+    assert "fonts-noto-cjk" in said[0] and str(heatmap.font_list()) in said[0]
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,14 @@ import contextlib
 import dataclasses
 import functools
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
+import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.font_manager import FontProperties, findfont, fontManager
+from matplotlib.font_manager import FontManager, FontProperties, findfont, fontManager
 from matplotlib.ft2font import FT2Font
 
 _CELL_INCHES = 0.26  # side of one heatmap cell while the figure is below its maximum size
@@ -66,6 +68,18 @@ def _drawable(text: str) -> str:
     warning, and a filter for it would be the whole process's (heatmaps are drawn on a thread)."""
     glyphs = _glyphs()
     return "".join(c if ord(c) in glyphs or c == "\n" else _BOX for c in text)
+
+
+def font_list() -> Path:
+    """matplotlib's cached list of installed fonts: a font installed later is found once it is
+    deleted (matplotlib writes it anew)."""
+    return Path(matplotlib.get_cachedir(), f"fontlist-v{FontManager.__version__}.json")
+
+
+def undrawable(texts: Iterable[str]) -> str:
+    """The characters of ``texts`` that no installed font has (drawn as boxes), each once."""
+    glyphs = _glyphs()
+    return "".join(dict.fromkeys(c for t in texts for c in t if ord(c) not in glyphs and c != "\n"))
 
 
 def _label(piece: str) -> str:

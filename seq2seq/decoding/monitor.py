@@ -94,6 +94,7 @@ class Monitor:
         self.writer: SummaryWriter | None = None
         self._hparams_written = False
         self._drawing: ThreadPoolExecutor | None = None  # heatmaps drawn while training goes on
+        self._said_boxes = False  # that the heatmaps draw some characters as boxes
         from torch.utils.tensorboard import SummaryWriter
 
         quiet_event_writer_threads()
@@ -154,6 +155,7 @@ class Monitor:
     def _draw(self, step: int, samples: Sequence[AttentionSample], split: str) -> None:
         from seq2seq.decoding.heatmap import Heatmap
 
+        self._say_boxes(samples)
         for i, sample in enumerate(samples):
             if self.writer is None:
                 return
@@ -167,6 +169,25 @@ class Monitor:
             self._add_image(tag, heatmap.render(weights.mean(axis=0), mean_title), step)
             for h, head in enumerate(weights):
                 self._add_image(f"{tag}/head_{h}", heatmap.render(head, f"{name}, head {h}"), step)
+
+    def _say_boxes(self, samples: Sequence[AttentionSample]) -> None:
+        """Once a run: which characters of the heatmaps' pieces no installed font has."""
+        from seq2seq.decoding.heatmap import font_list, undrawable
+
+        if self._said_boxes:
+            return
+        missing = undrawable(p for s in samples for p in (*s.source_pieces, *s.target_pieces))
+        if missing:
+            self._said_boxes = True
+            log.warning(
+                "the attention heatmaps draw %d characters as boxes (%s), as no installed font "
+                "has them; for Chinese, Japanese and Korean install Noto Sans CJK (Debian and "
+                "Ubuntu: apt install fonts-noto-cjk) and delete %s, matplotlib's list of fonts: "
+                "the next run draws them",
+                len(missing),
+                " ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""),
+                font_list(),
+            )
 
     def _add_image(self, tag: str, image: np.ndarray, step: int) -> None:
         if self.writer is not None:
