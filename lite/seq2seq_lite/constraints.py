@@ -10,15 +10,15 @@ import numpy as np
 
 
 @dataclass
-class Progress:
+class PhraseProgress:
     """Each live row's progress through its sentence's phrases."""
 
     current: np.ndarray  # [rows] the phrase being placed, -1: none
     matched: np.ndarray  # [rows] its tokens placed so far
     placed: np.ndarray  # [rows, C] bool: phrases placed whole
 
-    def index(self, rows: np.ndarray) -> Progress:
-        return Progress(self.current[rows], self.matched[rows], self.placed[rows])
+    def index(self, rows: np.ndarray) -> PhraseProgress:
+        return PhraseProgress(self.current[rows], self.matched[rows], self.placed[rows])
 
 
 class Constraints:
@@ -30,24 +30,26 @@ class Constraints:
         self.total = self.lengths.sum(1)  # [B]
         self.banks = phrases.shape[1] * phrases.shape[2] + 1
 
-    def start(self, rows: int) -> Progress:
+    def start(self, rows: int) -> PhraseProgress:
         none = np.full(rows, -1, dtype=np.int64)
-        return Progress(none, np.zeros_like(none), np.zeros((rows, self.phrases.shape[1]), bool))
+        return PhraseProgress(
+            none, np.zeros_like(none), np.zeros((rows, self.phrases.shape[1]), bool)
+        )
 
-    def met(self, sent: np.ndarray, progress: Progress) -> np.ndarray:
+    def met(self, sent: np.ndarray, progress: PhraseProgress) -> np.ndarray:
         """[rows] constraint tokens met: those of placed phrases and of the one in progress."""
         return (progress.placed * self.lengths[sent]).sum(1) + progress.matched
 
-    def complete(self, sent: np.ndarray, progress: Progress) -> np.ndarray:
+    def complete(self, sent: np.ndarray, progress: PhraseProgress) -> np.ndarray:
         return self.met(sent, progress) == self.total[sent]
 
-    def _next(self, phrases: np.ndarray, progress: Progress) -> np.ndarray:
+    def _next(self, phrases: np.ndarray, progress: PhraseProgress) -> np.ndarray:
         """[rows] the next token of each row's phrase in progress (any value where none)."""
         rows = np.arange(len(phrases))
         at = np.minimum(progress.matched, phrases.shape[2] - 1)
         return phrases[rows, np.maximum(progress.current, 0), at]
 
-    def wanted(self, sent: np.ndarray, progress: Progress) -> np.ndarray:
+    def wanted(self, sent: np.ndarray, progress: PhraseProgress) -> np.ndarray:
         """[rows, C] the tokens that advance each row (``pad``: none), as torch's `wanted`."""
         phrases = self.phrases[sent]
         starts = np.where(progress.placed, self.pad, phrases[:, :, 0])
@@ -55,7 +57,9 @@ class Constraints:
         going[:, 0] = self._next(phrases, progress)
         return np.where((progress.current >= 0)[:, None], going, starts)
 
-    def advance(self, sent: np.ndarray, progress: Progress, tokens: np.ndarray) -> Progress:
+    def advance(
+        self, sent: np.ndarray, progress: PhraseProgress, tokens: np.ndarray
+    ) -> PhraseProgress:
         """The progress after each row takes its token, by the rule of torch's `advance`."""
         phrases, lengths = self.phrases[sent], self.lengths[sent]
         goes_on = (progress.current >= 0) & (self._next(phrases, progress) == tokens)
@@ -67,7 +71,7 @@ class Constraints:
         whole = (current >= 0) & (matched == lengths[rows, np.maximum(current, 0)])
         column = np.arange(phrases.shape[1])[None, :] == current[:, None]
         placed = progress.placed | (column & whole[:, None])
-        return Progress(np.where(whole, -1, current), np.where(whole, 0, matched), placed)
+        return PhraseProgress(np.where(whole, -1, current), np.where(whole, 0, matched), placed)
 
     def candidates(
         self,
@@ -75,7 +79,7 @@ class Constraints:
         top: tuple,
         sent: np.ndarray,
         scores: np.ndarray,
-        progress: Progress,
+        progress: PhraseProgress,
         eos: int,
     ) -> tuple:
         """A step's candidates [n, m], as torch's `candidates`: the ``top`` ones (scores, rows,

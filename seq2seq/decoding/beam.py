@@ -18,7 +18,7 @@ from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import to_device
-from seq2seq.decoding.constraints import Constraints, Progress, allocate
+from seq2seq.decoding.constraints import Constraints, PhraseProgress, allocate
 from seq2seq.decoding.hypothesis import (
     Bans,
     BatchSteering,
@@ -48,7 +48,7 @@ class _Beams:
     enc: EncoderOutput
     attended: Tensor | None = None  # [n * k, S] attention so far (coverage penalty only)
     fed: Tensor | None = None  # [n * k, t] each beam's tokens so far (no_repeat_ngram only)
-    progress: Progress | None = None  # [n * k] through the constraints (constraints only)
+    progress: PhraseProgress | None = None  # [n * k] through the constraints (constraints only)
 
     def select(self, keep: Tensor, k: int) -> _Beams:
         """Sentences ``keep`` [n'] only, with their k beams each."""
@@ -248,7 +248,7 @@ class BeamSearch:
 
     def _allocate(
         self, log_probs: Tensor, top: tuple[Tensor, Tensor, Tensor], sent: Tensor, ending: tuple
-    ) -> tuple[Tensor, Tensor, Tensor, Progress]:
+    ) -> tuple[Tensor, Tensor, Tensor, PhraseProgress]:
         """The next beams under constraints: the ``top`` candidates (scores, rows, tokens
         [n, 2k]), each row's tokens that advance a constraint, its best token and its EOS, in
         the banks of their met counts. EOS among the k that `allocate` takes from all of them

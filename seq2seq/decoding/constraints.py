@@ -17,15 +17,15 @@ from seq2seq.vocab import EOS, PAD
 
 
 @dataclass
-class Progress:
+class PhraseProgress:
     """Each live row's progress through its sentence's phrases."""
 
     current: Tensor  # [rows] the phrase being placed, -1: none
     matched: Tensor  # [rows] its tokens placed so far
     placed: Tensor  # [rows, C] bool: phrases placed whole
 
-    def index(self, rows: Tensor) -> Progress:
-        return Progress(self.current[rows], self.matched[rows], self.placed[rows])
+    def index(self, rows: Tensor) -> PhraseProgress:
+        return PhraseProgress(self.current[rows], self.matched[rows], self.placed[rows])
 
 
 class Constraints:
@@ -37,24 +37,24 @@ class Constraints:
         self.total = self.lengths.sum(1)  # [B] constraint tokens each sentence must meet
         self.banks = int(phrases.size(1) * phrases.size(2)) + 1  # a bound on met counts, host
 
-    def start(self, rows: int) -> Progress:
+    def start(self, rows: int) -> PhraseProgress:
         """Nothing placed, for ``rows`` rows."""
         device, count = self.phrases.device, self.phrases.size(1)
         none = torch.full((rows,), -1, dtype=torch.long, device=device)
-        return Progress(
+        return PhraseProgress(
             none, torch.zeros_like(none), torch.zeros(rows, count, dtype=torch.bool, device=device)
         )
 
-    def met(self, sent: Tensor, progress: Progress) -> Tensor:
+    def met(self, sent: Tensor, progress: PhraseProgress) -> Tensor:
         """[rows] constraint tokens met: those of placed phrases and of the one in progress."""
         placed = (progress.placed * self.lengths[sent]).sum(1)
         return placed + progress.matched
 
-    def complete(self, sent: Tensor, progress: Progress) -> Tensor:
+    def complete(self, sent: Tensor, progress: PhraseProgress) -> Tensor:
         """[rows] bool: every phrase of the row's sentence placed."""
         return self.met(sent, progress) == self.total[sent]
 
-    def wanted(self, sent: Tensor, progress: Progress) -> Tensor:
+    def wanted(self, sent: Tensor, progress: PhraseProgress) -> Tensor:
         """[rows, C] the tokens that advance each row: the next token of the phrase in progress
         (in column 0), else the first token of every phrase not yet placed; PAD: none."""
         phrases = self.phrases[sent]  # [rows, C, L]
@@ -63,7 +63,7 @@ class Constraints:
         going[:, 0] = _next(phrases, progress)
         return torch.where((progress.current >= 0).unsqueeze(1), going, starts)
 
-    def advance(self, sent: Tensor, progress: Progress, tokens: Tensor) -> Progress:
+    def advance(self, sent: Tensor, progress: PhraseProgress, tokens: Tensor) -> PhraseProgress:
         """The progress of rows [m] (sentences ``sent``) after each takes ``tokens`` [m]: the
         phrase in progress goes on if the token is its next one, else is dropped, and a token
         that begins a phrase not yet placed starts it (the first such phrase)."""
@@ -80,7 +80,7 @@ class Constraints:
         column = torch.arange(phrases.size(1), device=sent.device) == current.unsqueeze(1)
         placed = progress.placed | (column & whole.unsqueeze(1))
         current, matched = current.masked_fill(whole, -1), matched.masked_fill(whole, 0)
-        return Progress(current, matched, placed)
+        return PhraseProgress(current, matched, placed)
 
     def candidates(
         self,
@@ -88,8 +88,8 @@ class Constraints:
         top: tuple[Tensor, Tensor, Tensor],
         sent: Tensor,
         scores: Tensor,
-        progress: Progress,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Progress]:
+        progress: PhraseProgress,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, PhraseProgress]:
         """A step's candidates [n, m] for live beams of ``scores`` [n, width] and ``progress``
         (rows of sentences ``sent``): the ``top`` ones (scores, rows, tokens [n, 2k]), then each
         row's tokens that advance a phrase, its best token and its EOS; their scores, rows,
@@ -114,7 +114,7 @@ class Constraints:
         return scores, rows, tokens, scores.isfinite() & ~repeated, banks, after
 
 
-def _next(phrases: Tensor, progress: Progress) -> Tensor:
+def _next(phrases: Tensor, progress: PhraseProgress) -> Tensor:
     """[rows] the next token of each row's phrase in progress (any token where none is)."""
     rows = torch.arange(len(phrases), device=phrases.device)
     at = progress.matched.clamp(max=phrases.size(2) - 1)
