@@ -67,7 +67,11 @@ def _drawable(text: str) -> str:
     """``text`` with a box for each character no font has: matplotlib would draw one too, with a
     warning, and a filter for it would be the whole process's (heatmaps are drawn on a thread)."""
     glyphs = _glyphs()
-    return "".join(c if ord(c) in glyphs or c == "\n" else _BOX for c in text)
+    return "".join(c if _has_glyph(c, glyphs) else _BOX for c in text)
+
+
+def _has_glyph(c: str, glyphs: frozenset[int]) -> bool:
+    return c == "\n" or ord(c) in glyphs
 
 
 def font_list() -> Path:
@@ -79,7 +83,7 @@ def font_list() -> Path:
 def undrawable(texts: Iterable[str]) -> str:
     """The characters of ``texts`` that no installed font has (drawn as boxes), each once."""
     glyphs = _glyphs()
-    return "".join(dict.fromkeys(c for t in texts for c in t if ord(c) not in glyphs and c != "\n"))
+    return "".join(dict.fromkeys(c for t in texts for c in t if not _has_glyph(c, glyphs)))
 
 
 def _label(piece: str) -> str:

@@ -172,10 +172,10 @@ class Monitor:
 
     def _say_boxes(self, samples: Sequence[AttentionSample]) -> None:
         """Once a run: which characters of the heatmaps' pieces no installed font has."""
-        from seq2seq.decoding.heatmap import font_list, undrawable
-
         if self._said_boxes:
             return
+        from seq2seq.decoding.heatmap import font_list, undrawable
+
         missing = undrawable(p for s in samples for p in (*s.source_pieces, *s.target_pieces))
         if missing:
             self._said_boxes = True
