@@ -1,6 +1,7 @@
 """Steered requests (issue 53) on both backends: "prefixes" and "constraints" per sentence and
 the served glossary (terms=) give what seq2seq-translate gives with the same files, the hits in
-each answer; malformed ones are refused in one line."""
+each answer; malformed ones are refused in one line. The server's own search settings
+(no_repeat_ngram=, nbest=, ...) are each request's defaults."""
 
 from __future__ import annotations
 
@@ -49,3 +50,18 @@ def test_steered_requests_answer_as_translate_does(onnx_release, backend, tmp_pa
         ):
             status, data = post(url, {**request, **bad})
             assert status == 422 and says in data["error"], data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_the_servers_search_settings_are_each_requests_defaults(onnx_release, backend) -> None:
+    settings = ("beam_size=3", "no_repeat_ngram=1")
+    expected = cli_translations(onnx_release, SENTENCES, *settings)
+    assert expected != cli_translations(onnx_release, SENTENCES, "beam_size=3")
+    with server(onnx_release, f"backend={backend}", *settings, "nbest=2") as (url, _):
+        status, data = post(url, {"sentences": SENTENCES})
+        assert status == 200, data
+        assert [item["translation"] for item in data["translations"]] == expected
+        assert all(len(item["nbest"]) == 2 for item in data["translations"])
+        status, data = post(url, {"sentences": SENTENCES, "beam_size": 1})  # nbest capped
+        assert status == 200 and "nbest" not in data["translations"][0], data

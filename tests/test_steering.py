@@ -157,8 +157,9 @@ def test_the_commands_refuse_name_and_record_them() -> None:
         cfg = OmegaConf.merge(OmegaConf.structured(EvaluateConfig), {key: value})
         with pytest.raises(Seq2SeqError, match=rf"^{key}={value} must not be negative$"):
             check_config(cfg)
-    served = OmegaConf.merge(OmegaConf.structured(ServeConfig), {"no_repeat_ngram": 3})
-    with pytest.raises(Seq2SeqError, match="seq2seq-serve has no no_repeat_ngram="):
+    check_config(OmegaConf.merge(OmegaConf.structured(ServeConfig), {"no_repeat_ngram": 3}))
+    served = OmegaConf.merge(OmegaConf.structured(ServeConfig), {"beam_size": 12})
+    with pytest.raises(Seq2SeqError, match="^beam_size=12 is above max_beam=10: every request"):
         check_config(served)
     plain = EvaluateConfig()
     steered = replace(plain, no_repeat_ngram=3, min_len_a=0.5, min_len_b=2)

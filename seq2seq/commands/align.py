@@ -43,12 +43,6 @@ log = logging.getLogger("seq2seq.align")
 
 def _pairs(cfg: AlignConfig) -> list[WordPair]:
     """The input's pairs in the input's own orientation."""
-    files = (cfg.src_file is not None, cfg.tgt_file is not None)
-    if (cfg.input is not None) == any(files) or (any(files) and not all(files)):
-        raise Seq2SeqError(
-            "give the pairs as input=<file of 'source ||| target' lines>, or as "
-            "src_file=<file> tgt_file=<file>"
-        )
     paths = [cfg.input] if cfg.input is not None else [cfg.src_file, cfg.tgt_file]
     for path in paths:
         if not Path(path).is_file():
@@ -101,8 +95,6 @@ def _weights_lines(
 def _check(cfg: AlignConfig) -> None:
     if OmegaConf.is_missing(cfg, "run_dir"):
         raise Seq2SeqError("say which model aligns: run_dir=<a run or release folder>")
-    if not 0.0 < cfg.threshold <= 1.0:
-        raise Seq2SeqError(f"threshold must be in (0, 1], not {cfg.threshold}")
 
 
 def align(cfg: AlignConfig) -> dict[str, Any]:

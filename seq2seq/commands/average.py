@@ -46,8 +46,6 @@ def average(cfg: AverageConfig) -> Path:
         raise Seq2SeqError(
             f"{run_dir} keeps no checkpoints to average: train it with train.keep_checkpoints=N"
         )
-    if cfg.n < 1:
-        raise Seq2SeqError(f"n must be at least 1, not {cfg.n}")
     if Selection(cfg.select) == Selection.best:
         chosen = sorted(steps, key=lambda s: (-steps[s], -s))[: cfg.n]
     else:

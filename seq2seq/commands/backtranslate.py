@@ -31,13 +31,10 @@ from seq2seq.decoding.settings import RECORDED_KEYS, SAMPLING_KEYS
 from seq2seq.errors import DataError, Seq2SeqError
 
 log = logging.getLogger("seq2seq.backtranslate")
-SEARCH_KEYS = RECORDED_KEYS  # what backtranslate.json records of the search
 
 
 def _mixtures(cfg: BacktranslateConfig, real: tuple[list[str], list[str]], texts: int) -> dict:
     """{ratio: synthetic pairs it takes}, refused in one line where the text is too short."""
-    if not cfg.ratios or min(cfg.ratios) <= 0:
-        raise Seq2SeqError(f"ratios={list(cfg.ratios)} must be positive (synthetic per real pair)")
     wanted = {ratio: round(ratio * len(real[0])) for ratio in cfg.ratios}
     if max(wanted.values()) > texts:
         ratio = max(wanted, key=wanted.get)
@@ -69,7 +66,7 @@ def backtranslate(cfg: BacktranslateConfig) -> dict:
         wanted = _mixtures(cfg, real, len(texts))
     decoded = max(wanted.values()) if wanted else len(texts)  # only what the mixtures take
     texts = texts[:decoded]
-    search = SEARCH_KEYS + (SAMPLING_KEYS if cfg.sampling else ())
+    search = RECORDED_KEYS + (SAMPLING_KEYS if cfg.sampling else ())  # what its record holds
     model = [str(Path(p).resolve()) for p in [cfg.run_dir, *cfg.ensemble]]
     facts = {"reverse_model": model, "checkpoint": cfg.checkpoint}
     facts.update({k: getattr(cfg, k) for k in search})

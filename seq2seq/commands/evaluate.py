@@ -178,10 +178,6 @@ def search_facts(cfg: EvaluateConfig) -> dict[str, Any]:
 
 def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     """Translate, score, write the files and TensorBoard events; return the result object."""
-    if cfg.log_attention < 0:
-        raise Seq2SeqError(f"log_attention must be 0 or more, not {cfg.log_attention}")
-    if (cfg.input is None) != (cfg.reference is None):
-        raise Seq2SeqError("input=<source file> and reference=<reference file> go together")
     settings, facts = _settings_part(cfg), search_facts(cfg)
     members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
     out = Path(cfg.out) if cfg.out is not None else None

@@ -213,8 +213,6 @@ def export(cfg: ExportConfig) -> Path:
     out = Path(cfg.out)
     if out.exists() and any(out.iterdir()):
         raise Seq2SeqError(f"{out} exists and is not empty: choose a new folder for the release")
-    if cfg.browser and not cfg.onnx:
-        raise Seq2SeqError("browser=true runs the ONNX graphs in the page: add onnx=true")
     if cfg.onnx:
         require_exporter()  # before anything is written
     if cfg.browser:

@@ -57,6 +57,7 @@ _POSITIVE = (
     "batch_sentences",
     "max_queue_sentences",
     "request_timeout_s",
+    "n",
 )
 _FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
 _NOT_NEGATIVE = (
@@ -75,6 +76,8 @@ _NOT_NEGATIVE = (
     "no_repeat_ngram",
     "min_len_a",
     "min_len_b",
+    "log_attention",
+    "batch_wait_ms",
 )
 
 
@@ -161,6 +164,13 @@ def _cross_key_problems(cfg: Any) -> list[str]:
         )
     if OmegaConf.select(cfg, "sampling", default=False) and queue is not None:
         problems.append("seq2seq-serve searches: sampling=true is for evaluate and translate")
+    top_beam = OmegaConf.select(cfg, "max_beam", default=None)
+    beam = OmegaConf.select(cfg, "beam_size", default=None)
+    if top_beam is not None and beam is not None and beam > top_beam:
+        problems.append(
+            f"beam_size={beam} is above max_beam={top_beam}: every request that "
+            "leaves out beam_size would be refused"
+        )
     problems += _steering_problems(cfg, queue)
     top_p = OmegaConf.select(cfg, "top_p", default=None)
     if top_p is not None and not 0 < top_p <= 1:
@@ -169,7 +179,7 @@ def _cross_key_problems(cfg: Any) -> list[str]:
         cfg, "coverage_penalty", default=0.0
     ):
         problems.append("coverage_penalty reranks beam search's hypotheses: not with sampling=true")
-    problems += _distill_problems(cfg)
+    problems += _distill_problems(cfg) + _input_problems(cfg)
     alpha = OmegaConf.select(cfg, "data.sampling_alpha", default=0.0)
     if OmegaConf.select(cfg, "train.guided_alignment", default=None) is not None and alpha:
         problems.append(
@@ -188,12 +198,6 @@ def _steering_problems(cfg: Any, queue: int | None) -> list[str]:
     """What the server cannot steer (``queue``: the server's setting, None: not the server),
     and constraints without beam search."""
     problems = []
-    steering = ("no_repeat_ngram", "min_len_a", "min_len_b")
-    steered = [k for k in steering if OmegaConf.select(cfg, k, default=0)]
-    if steered and queue is not None:  # refused, not ignored
-        problems.append(
-            f"seq2seq-serve has no {steered[0]}=: its searches take alpha and the length rule alone"
-        )
     files = [k for k in STEERING_FILES if OmegaConf.select(cfg, k, default=None)]
     per_line = [k for k in files if k != "terms"]  # the server's requests carry their own
     if per_line and queue is not None:
@@ -209,6 +213,29 @@ def _steering_problems(cfg: Any, queue: int | None) -> list[str]:
         and (beams < 2 or OmegaConf.select(cfg, "sampling", default=False))
     ):
         problems.append(f"{phrases[0]}=: {CONSTRAINTS_NEED_BEAM}")
+    return problems
+
+
+def _input_problems(cfg: Any) -> list[str]:
+    """Keys of one command each that only work in pairs, and its ranges beyond a sign."""
+    problems = []
+    if "reference" in cfg and (cfg.input is None) != (cfg.reference is None):  # evaluate
+        problems.append("input=<source file> and reference=<reference file> go together")
+    if "src_file" in cfg:  # align
+        files = [cfg[k] is not None for k in ("src_file", "tgt_file")]
+        if (cfg.input is not None) == any(files) or any(files) != all(files):
+            problems.append(
+                "give the pairs as input=<file of 'source ||| target' lines>, or as "
+                "src_file=<file> tgt_file=<file>"
+            )
+    threshold = OmegaConf.select(cfg, "threshold", default=None)
+    if threshold is not None and not 0 < threshold <= 1:
+        problems.append(f"threshold={threshold} must be above 0 and at most 1")
+    ratios = OmegaConf.select(cfg, "ratios", default=None)
+    if ratios is not None and (not ratios or min(ratios) <= 0):
+        problems.append(f"ratios={list(ratios)} must be positive (synthetic per real pair)")
+    if OmegaConf.select(cfg, "browser", default=False) and not cfg.onnx:
+        problems.append("browser=true runs the ONNX graphs in the page: add onnx=true")
     return problems
 
 

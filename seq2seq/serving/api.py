@@ -77,10 +77,10 @@ def parse(
             )
         if "\n" in sentence or "\r" in sentence:
             raise BadRequest(422, f"sentence {i} has a line break: send one sentence per item")
-    beam, nbest, alignment = (
-        options.get(k, d)
-        for k, d in (("beam_size", cfg.beam_size), ("nbest", 1), ("alignment", False))
-    )
+    beam = options.get("beam_size", cfg.beam_size)
+    # the server's nbest is the default, capped by a request's smaller beam
+    default_nbest = min(cfg.nbest, beam) if type(beam) is int else cfg.nbest
+    nbest, alignment = options.get("nbest", default_nbest), options.get("alignment", False)
     for name, value, top in (("beam_size", beam, cfg.max_beam), ("nbest", nbest, beam)):
         if type(value) is not int or not 1 <= value <= top:
             raise BadRequest(422, f"{name} must be a whole number from 1 to {top}")

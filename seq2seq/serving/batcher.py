@@ -22,6 +22,7 @@ from seq2seq_lite.steering import LineSteering
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.inference import Translation, Translator
+from seq2seq.decoding.settings import SEARCH_KEYS
 from seq2seq.serving.metrics import Metrics
 from seq2seq.serving.models import ServedModel
 from seq2seq.serving.settings import ServeConfig
@@ -208,15 +209,9 @@ class Batcher:
     def translator(self, model: str, beam_size: int, nbest: int) -> Translator:
         """The translator of one model and search setting (built once, on the decoding
         thread)."""
-        search = DecodeConfig(
-            beam_size=beam_size,
-            nbest=nbest,
-            alpha=self.cfg.alpha,
-            max_len_a=self.cfg.max_len_a,
-            max_len_b=self.cfg.max_len_b,
-            batch_size=self.cfg.batch_size,
-            max_source_len=self.cfg.max_source_len,
-        )
+        # every search key of the server's config; a request changes beam_size and nbest alone
+        defaults = {key: getattr(self.cfg, key) for key in SEARCH_KEYS}
+        search = DecodeConfig(**{**defaults, "beam_size": beam_size, "nbest": nbest})
         return self.models[model].translator(search)
 
     def close(self) -> None:
