@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import subprocess
 import sys
 from importlib import metadata
@@ -14,7 +15,10 @@ from pathlib import Path
 
 import pytest
 from run_helpers import command
+from seq2seq_lite.release import GRAPHS
 from serve_helpers import SENTENCES, cli_translations, export
+
+from seq2seq.storage.rundir import GRAPHS_DIR, GRAPHS_FACTS
 
 REPO = Path(__file__).resolve().parents[1]
 LITE = REPO / "lite"
@@ -49,6 +53,7 @@ def test_the_release_lists_its_graphs(onnx_release: Path) -> None:
         "onnx/step.int8.onnx",
     }
     assert graphs | {"onnx/graphs.json"} <= set(manifest)
+    assert Path(GRAPHS_DIR) / GRAPHS_FACTS == GRAPHS  # lite reads what the export writes
     assert set(json.loads((onnx_release / "release.json").read_text())["onnx"]) >= graphs
     assert "## ONNX" in (onnx_release / "README.md").read_text()
 
@@ -156,9 +161,32 @@ def test_lite_refuses_invalid_utf8_as_seq2seq_translate_does(onnx_release: Path)
         timeout=300,
         env={**os.environ, "PYTHONPATH": str(LITE)},
     )
-    assert proc.returncode == 1 and proc.stdout == b""
+    assert proc.returncode == 1 and len(proc.stdout.decode().splitlines()) == 2  # the lines before
     expected = "seq2seq-lite: standard input, line 3: invalid UTF-8 (invalid start byte)"
     assert proc.stderr.decode().splitlines() == [expected]
+
+
+def test_lite_answers_each_line_as_it_arrives(onnx_release: Path) -> None:
+    """A line written into the pipe is translated before the input ends (as seq2seq-translate
+    answers a pipe), and a line too long after it is refused by its number in the input."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WITHOUT_TORCH, str(onnx_release), "--max-source-len", "20"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(LITE), "PYTHONUNBUFFERED": ""},  # it must flush
+    )
+    try:
+        proc.stdin.write(f"{SENTENCES[0]}\n".encode())
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "no answer before the input ended"
+        first = proc.stdout.readline().decode()
+        rest, err = proc.communicate(f"{' '.join(['Hund'] * 30)}\n".encode(), timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1 and first.strip() and rest == b""
+    assert err.decode().startswith("seq2seq-lite: standard input, line 2 has "), err
 
 
 @pytest.mark.slow

@@ -13,10 +13,8 @@ import numpy as np
 import pexpect
 import pytest
 
-from seq2seq.commands.translate import line_batches
 from seq2seq.decoding.alignment import alignment_view
 from seq2seq.decoding.nbest import NBEST_SEPARATOR
-from seq2seq.errors import DataError
 
 
 def translate_cmd(run_dir: Path, *args: str) -> list[str]:
@@ -160,31 +158,3 @@ def test_alignment_view_fits_80_columns() -> None:
         view = alignment_view(src, tgt, weights, width=80).split("\n")
         assert all(len(line) <= 80 for line in view), view
         assert len(view) >= len(tgt)
-
-
-def test_line_batches_take_what_has_arrived(tmp_path: Path) -> None:
-    read, write = os.pipe()
-    with os.fdopen(read, "rb") as stream, os.fdopen(write, "wb") as writer:
-        writer.write(b"one\n\ntwo\r\nthree\npart")
-        writer.flush()
-        batches = line_batches(stream, max_lines=2)
-        assert next(batches) == ["one", ""]
-        assert next(batches) == ["two", "three"]
-        writer.write(b"ial\n")
-        writer.flush()
-        assert next(batches) == ["partial"]
-        writer.write(b"no newline at the end")
-        writer.close()
-        assert list(batches) == [["no newline at the end"]]
-
-
-def test_line_batches_stop_at_invalid_utf8_after_the_lines_before_it(tmp_path: Path) -> None:
-    read, write = os.pipe()
-    with os.fdopen(read, "rb") as stream, os.fdopen(write, "wb") as writer:
-        writer.write(b"one\ntwo\nthree\nf\xfcnf\nsix\n")
-        writer.close()
-        batches = line_batches(stream, max_lines=2)
-        assert next(batches) == ["one", "two"]
-        assert next(batches) == ["three"]
-        with pytest.raises(DataError, match=r"^standard input, line 4: invalid UTF-8 \(invalid"):
-            next(batches)

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import select
 import shutil
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+
+from seq2seq_lite.rules import InputError
+from seq2seq_lite.text import line_batches
 
 from seq2seq.commands.configs import STEERING_FILES, TranslateConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.data.steering import SteeringFiles
-from seq2seq.data.stream import decode_text
 from seq2seq.decoding.alignment import best_alignment_view
 from seq2seq.decoding.inference import (
     InputTooLong,
@@ -91,56 +90,13 @@ def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, 
                 readline.write_history_file(history)
 
 
-def _ready(fd: int) -> bool:
-    """Whether reading `fd` would return at once; False where ``select`` cannot tell (pipes on
-    Windows), so that lines are then answered one read at a time."""
+def _stdin_batches(max_lines: int) -> Iterator[list[str]]:
+    """Standard input's lines in batches of what has arrived (seq2seq_lite.text, the rule
+    seq2seq-lite reads a pipe by); invalid UTF-8 is DataError naming the line."""
     try:
-        return bool(select.select([fd], [], [], 0)[0])
-    except (OSError, ValueError):
-        return False
-
-
-def line_batches(stream: BinaryIO, max_lines: int) -> Iterator[list[str]]:
-    """Lines of `stream` in batches of what has arrived, at most `max_lines` each.
-
-    A batch never waits for more input while complete lines are at hand, so a line typed into a
-    pipe is answered at once, and a file is read in full batches. Split on "\\n" only; a last
-    line without "\\n" still counts. A line of invalid UTF-8 is DataError naming it, as every
-    command answers (the lines before it are yielded first).
-    """
-    fd = stream.fileno()
-    pending: list[bytes] = []
-    partial = b""
-    eof = False
-    number = 0  # lines yielded
-    while not eof or pending:
-        while not eof and (not pending or (len(pending) < max_lines and _ready(fd))):
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                eof = True
-                if partial:
-                    pending.append(partial)
-                break
-            *complete, partial = (partial + chunk).split(b"\n")
-            pending.extend(complete)
-        batch, pending = pending[:max_lines], pending[max_lines:]
-        lines, error = _decoded(batch, number)
-        if lines:
-            yield lines
-            number += len(lines)
-        if error is not None:
-            raise error
-
-
-def _decoded(batch: list[bytes], before: int) -> tuple[list[str], DataError | None]:
-    """The lines of ``batch`` up to the first of invalid UTF-8, and its error, if any."""
-    lines = []
-    for line in batch:
-        try:
-            lines.append(decode_text(line, STDIN, before + len(lines)).removesuffix("\r"))
-        except DataError as e:
-            return lines, e
-    return lines, None
+        yield from line_batches(sys.stdin.buffer, max_lines, STDIN)
+    except InputError as e:
+        raise DataError(str(e)) from None
 
 
 def piped(translator: Translator, cfg: TranslateConfig) -> None:
@@ -153,7 +109,7 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
     start = told = time.perf_counter()
     files = SteeringFiles.read(cfg.prefix, cfg.constraints, cfg.terms)
     lines_given = files.lines() if files is not None else None  # per-line files' length
-    for lines in line_batches(sys.stdin.buffer, cfg.batch_size):
+    for lines in _stdin_batches(cfg.batch_size):
         out = []
         if lines_given is not None and number + len(lines) > lines_given:  # refused unread
             files.check_count(f"more than {lines_given}", STDIN)

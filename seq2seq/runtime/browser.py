@@ -18,7 +18,7 @@ from typing import Any
 
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import Seq2SeqError
-from seq2seq.storage.rundir import GRAPHS_DIR, SRC_TOKENIZER, TGT_TOKENIZER
+from seq2seq.storage.rundir import GRAPHS_DIR, GRAPHS_FACTS, SRC_TOKENIZER, TGT_TOKENIZER
 
 BROWSER_DIR = "browser"
 # npm package -> {file in its tarball: name in the folder}
@@ -31,7 +31,7 @@ NPM_FILES = {
     "@sctg/sentencepiece-js@1.3.3": {"package/dist/index.js": "sentencepiece.js"},
 }
 OWN_FILES = ("search.js", "translator.js", "node-stub.js")
-GRAPH_FILES = ("graphs.json", "encoder.onnx", "step.onnx")
+GRAPH_FILES = (GRAPHS_FACTS, "encoder.onnx", "step.onnx")
 # before the page's own script: Node's modules for sentencepiece, the model's module, and the
 # page's fetch("translate") answered by it
 PAGE_HEAD = """<script type="importmap">

@@ -24,9 +24,16 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.run_folder import read_config
 from seq2seq.serving.models import ServedModel, model_card, same_source
 from seq2seq.serving.settings import ServeConfig
-from seq2seq.storage.rundir import CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER, release_facts
+from seq2seq.storage.rundir import (
+    CONFIG_FILE,
+    GRAPHS_DIR,
+    GRAPHS_FACTS,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
+    release_facts,
+)
 
-GRAPHS_SPEC = Path("onnx") / "graphs.json"  # what seq2seq-export onnx=true writes
+GRAPHS_SPEC = Path(GRAPHS_DIR) / GRAPHS_FACTS  # what seq2seq-export onnx=true writes
 VARIANTS = {Precision.fp32: "fp32", Precision.int8: "int8"}  # precision= -> the graphs served
 
 

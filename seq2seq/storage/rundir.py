@@ -34,6 +34,7 @@ RELEASE_WEIGHTS = "model.safetensors"  # a release folder's weights (seq2seq-exp
 RELEASE_FACTS = "release.json"  # the model card's facts, for programs
 MODEL_CARD = "README.md"
 GRAPHS_DIR = "onnx"  # a release's ONNX graphs (seq2seq-export onnx=true)
+GRAPHS_FACTS = "graphs.json"  # in GRAPHS_DIR: the graphs' inputs and outputs (lite/'s GRAPHS)
 EVAL_DIR = "eval"  # seq2seq-evaluate's outputs
 SPLITS_DIR = "splits"  # validation and test text of corpora without files per split
 CHECKPOINTS = {"best": BEST, "last": LAST, "averaged": AVERAGED}
