@@ -1,10 +1,5 @@
 """notebooks/attention.ipynb and attention.zh.ipynb: kept in git without outputs, and every cell
-runs headless (nbclient), training a tiny model and drawing its heatmap.
-
-Measured on the 2-core development VM while another job kept it busy (load average 4 to 5):
-this file and tests/test_attention_lessons.py together, `pytest -n0`, 82 s and 112 s in two
-runs: each notebook 33 to 75 s (kernel start, tokenizers, 25 updates of a 64-unit model, one
-heatmap), the lesson pages 2 s. Under two minutes in all.
+runs headless (nbclient), training a tiny model (25 updates, 64 units) and drawing its heatmap.
 """
 
 from __future__ import annotations

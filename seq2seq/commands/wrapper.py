@@ -20,6 +20,7 @@ from seq2seq.commands.configs import CONFIGS, register_schemas
 from seq2seq.commands.keys import check_command_line
 from seq2seq.commands.rules import check_config
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
+from seq2seq.storage.diskfull import quiet_event_writer_threads
 
 log = logging.getLogger("seq2seq")
 
@@ -60,9 +61,11 @@ def hydra_command(
 
 
 def _run(task: Task, cfg: Any) -> Any:
-    """The task on its checked config; each way a user error ends, said once."""
+    """The task on its checked config; each way a user error ends, said once. A process-wide
+    setting of the command's: TensorBoard's writer thread keeps a full disk's traceback quiet."""
     try:
         check_config(cfg)
+        quiet_event_writer_threads()
         return task(cfg)
     except Seq2SeqError as e:
         if not isinstance(e, ReportedByRankZero):  # rank 0 has said it for every rank

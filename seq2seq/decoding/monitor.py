@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seq2seq.decoding.alignment import AttentionSample
-from seq2seq.storage.diskfull import quiet_event_writer_threads
 from seq2seq.storage.rundir import TENSORBOARD_DIR
 
 if TYPE_CHECKING:  # TensorBoard and matplotlib load when a monitor first writes (about a second)
@@ -97,7 +96,6 @@ class Monitor:
         self._said_boxes = False  # that the heatmaps draw some characters as boxes
         from torch.utils.tensorboard import SummaryWriter
 
-        quiet_event_writer_threads()
         with self._writing():
             self.writer = SummaryWriter(str(self.log_dir), purge_step=purge_step)
 

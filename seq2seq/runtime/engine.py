@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import Precision, Products
-from seq2seq.config_choices import Int8Engine
+from seq2seq.config_choices import Int8Engine, Precision, Products
 from seq2seq.data.batching import Batch
+from seq2seq.data.stream import available_cores
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.quantize import quantize_int8
 from seq2seq.runtime.distributed import ProcessGroup, Topology, join
@@ -40,13 +40,6 @@ _DTYPES = {Precision.bf16: torch.bfloat16, Precision.fp16: torch.float16}
 
 T = TypeVar("T")
 U = TypeVar("U")
-
-
-def available_cores() -> int:
-    """Cores this process may run on (its affinity where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def default_threads(local_world_size: int) -> int:

@@ -26,12 +26,12 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.model.graphs import EncoderGraph, StepGraph
 from seq2seq.model.linear import pytorch_products
 from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.storage.rundir import GRAPHS_FACTS
 from seq2seq.vocab import BOS, EOS, PAD, UNK
 
 log = logging.getLogger(__name__)
 CHATTY_LOGGERS = ("onnxscript", "onnx_ir", "torch.onnx")  # quiet while graphs are written
 
-GRAPHS_FACTS = "graphs.json"
 FILES = {
     "fp32": {"encoder": "encoder.onnx", "step": "step.onnx"},
     "int8": {"encoder": "encoder.int8.onnx", "step": "step.int8.onnx"},
@@ -134,12 +134,13 @@ def _quantize(source: Path, target: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # its INFO lines name every tensor it leaves in fp32, and a warning (on the root logger)
-    # advises pre-processing meant for image models
-    logging.disable(logging.WARNING)
+    # advises pre-processing meant for image models; the caller's own setting comes back after
+    previous = logging.root.manager.disable
+    logging.disable(max(previous, logging.WARNING))
     try:
         quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
     finally:
-        logging.disable(logging.NOTSET)
+        logging.disable(previous)
 
 
 def export_graphs(model: Seq2Seq, folder: Path, search: DecodeConfig, facts: dict) -> list[Path]:

@@ -2,14 +2,12 @@
 
 glibc's malloc serves blocks above its mmap threshold (32 MB at most) with fresh pages from the
 kernel and returns them on ``free``: every training step then faults in the pages of its largest
-tensors (the logits, their softmax, their gradient) again, about 2 us a page. Switching
-malloc's mmap off and its trimming up keeps those pages in the heap for reuse; the resident size
-stays near the peak of the work instead of following it. On two cores of an AMD EPYC (Zen 5) the
-quick start trained 1.17x faster; decoding, whose blocks are smaller, was unchanged
-(docs/performance.md). Training asks for it (``train.keep_freed_memory``); the other commands keep
-the allocator's defaults. A ``MALLOC_*`` variable, ``GLIBC_TUNABLES`` for malloc or a preloaded
-allocator (jemalloc, tcmalloc, mimalloc) in the environment wins; other C libraries are left
-alone.
+tensors (the logits, their softmax, their gradient) again. Switching malloc's mmap off and its
+trimming up keeps those pages in the heap for reuse; the resident size stays near the peak of the
+work instead of following it (what it gains, by CPU: docs/performance.md). Training asks for it
+(``train.keep_freed_memory``); the other commands keep the allocator's defaults. A ``MALLOC_*``
+variable, ``GLIBC_TUNABLES`` for malloc or a preloaded allocator (jemalloc, tcmalloc, mimalloc) in
+the environment wins; other C libraries are left alone.
 """
 
 from __future__ import annotations

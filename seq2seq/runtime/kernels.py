@@ -20,8 +20,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from seq2seq.config import Products
-from seq2seq.config_choices import Int8Engine
+from seq2seq.config_choices import Int8Engine, Products
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.linear import PRODUCTS, Linear, linear, onednn_available, products
 from seq2seq.model.quantize import quantize_int8
@@ -196,6 +195,7 @@ class Kernels:
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
-        """These kernels in force for the model's work inside the block (this thread)."""
+        """These kernels in force for the model's work inside the block: the fp32 path for this
+        thread, the int8 engine for the process (torch has one), each restored after."""
         with products(self.fp32), int8_engine(self.int8):
             yield

@@ -3,10 +3,9 @@ in fp32 elsewhere.
 
 Whether bf16 pays depends on the CPU and the model: much faster on some CPUs with native bf16,
 no faster on others, several times slower without it (docs/performance.md, by CPU). So the
-choice is timed,
-once, at start-up: forward and backward passes of the model over a batch of the run's size (at
-most ``TOKENS`` target pieces) in each precision. Other devices train in fp32 unless told
-(nothing measured there yet).
+choice is timed, once, at start-up: forward and backward passes of the model over a batch of the
+run's size (at most ``TOKENS`` target pieces) in each precision. Other devices train in fp32
+unless told (nothing measured there yet).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from seq2seq.config import Precision
+from seq2seq.config_choices import Precision
 
 # bf16 must take at most this share of fp32's time: a tie keeps fp32's exact arithmetic
 MARGIN = 0.95
