@@ -11,23 +11,30 @@
 #   STEPS=compare bash scripts/gpu_check.sh OUT_DIR # English->French rows, a longer budget
 #
 # Every step runs under its own time limit (seconds: TESTS_S, PEER_S, OURS_S, RECIPE_S,
-# COMPARE_S) even when an earlier one failed; each writes its log to OUT_DIR. Then the
-# side-by-side table against the targets (scripts/gpu_table.py, also OUT_DIR/table.md), and a
-# last line that says which steps failed. On an H200 (2026-11-28) tests took 140 s, peer 95 s,
-# ours 200 s (with the eager training, before the profiling part) and recipe 120 s a seed. A
-# 15-minute lease, start-up included, holds about 13 minutes of steps: run STEPS="machine peer
-# ours" (~6 minutes), then at once on the still warm machine STEPS="tests recipe" (~6.5
-# minutes), with RECIPE_SEEDS=2 where less than 7 minutes are left by then.
+# COMPARE_S) even when an earlier one failed, cut to what is left of DEADLINE_S (570: one call
+# of a lent machine runs 10 minutes at most) and skipped where under a minute is; each writes its
+# log to OUT_DIR. Then the side-by-side table against the targets (scripts/gpu_table.py, also
+# OUT_DIR/table.md), and a last line that says which steps failed or were skipped. A rerun on the
+# same machine starts clean: a fresh install, fresh run folders. COMMIT=<hash> names the code
+# where the copy has no .git. On an H200 (2026-11-28) tests took 140 s, peer 95 s, ours 200 s
+# (with the eager training, before the profiling part) and recipe 120 s a seed. A 15-minute
+# lease, start-up included, holds about 13 minutes of steps: run STEPS="machine peer ours", then
+# at once on the still warm machine STEPS="tests recipe", with RECIPE_SEEDS=2 (the second seed
+# alone) where less than 7 minutes are left by then.
 set -uo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
 steps=${STEPS:-machine tests peer ours recipe}
 bundle=${BUNDLE:-.gpu-bundle}
 export PYTHONUNBUFFERED=1 SEQ2SEQ_MULTI30K=$bundle/multi30k
+deadline=${DEADLINE_S:-570}
 failed=()
 step() { # name seconds command...: one step, its output in $out/name.log
   local name=$1 limit=$2; shift 2
   case " $steps " in *" $name "*) ;; *) return 0 ;; esac
+  local left=$((deadline - SECONDS - 20)) # 20 s kept for the table
+  if [ "$left" -lt 60 ]; then echo "== $name skipped: ${left}s left"; failed+=("$name(skipped)"); return 0; fi
+  [ "$limit" -le "$left" ] || limit=$left
   echo "== $name (at most ${limit}s) $(date -u +%H:%M:%S)"
   if ! timeout "$limit" bash -c "$*" >"$out/$name.log" 2>&1; then failed+=("$name"); fi
   tail -n 25 "$out/$name.log"
@@ -36,15 +43,17 @@ step() { # name seconds command...: one step, its output in $out/name.log
 # printed (its last 20 when it fails), its whole output added to $out/parts.log; the step fails at
 # its end if any part did
 part() {
-  local show=$1; shift
+  local show=$1 start=$SECONDS; shift
   echo "-- $*" >>"$out/parts.log"
   if "$@" >"$out/part.out" 2>&1; then grep -E -- "$show" "$out/part.out" | tail -n 8
   else echo "FAILED: ${*:1:6} ..."; tail -n 20 "$out/part.out"; touch "$out/part.failed"; fi
+  echo "   ($((SECONDS - start)) s)"
   cat "$out/part.out" >>"$out/parts.log"
 }
 export -f part; export out
 
 site=/tmp/seq2seq-site
+rm -rf "$site" # a rerun installs this checkout, not what an earlier call left
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target "$site" \
   . ./lite "$bundle"/whl/*.whl || { echo "install failed"; exit 2; }
 export PYTHONPATH=$site PATH=$site/bin:$PATH
@@ -52,14 +61,18 @@ export PYTHONPATH=$site PATH=$site/bin:$PATH
 export PYTHONSAFEPATH=1
 
 step machine 60 'nvidia-smi; python3 -c "import torch, seq2seq; print(torch.__version__, \
-torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.is_bf16_supported())"; lscpu | head -20'
+torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.is_bf16_supported(), seq2seq.__file__)"; \
+lscpu | head -20'
 
-step tests "${TESTS_S:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider --durations=8 tests/test_gpu.py
+# -n0: in this process, all cores for it (xdist's workers would each get one thread)
+step tests "${TESTS_S:-300}" python3 -m pytest -n0 -m gpu -q -p no:cacheprovider --durations=8 \
+  tests/test_gpu.py
 
 # OpenNMT-py 3.5.1 on this GPU: the CPU side-by-side's model and batches (../shared/peers/opennmt)
 peer=$bundle/peer
 step peer "${PEER_S:-150}" "
   set -e; export PYTHONPATH=/tmp/peer-site:$peer/stub
+  rm -rf /tmp/peer-site
   python3 -m pip install -q --no-index --no-deps --target /tmp/peer-site $peer/whl/*.whl
   w=/tmp/peer-work; d=/tmp/peer-data; rm -rf \$w; mkdir -p \$w
   python3 $peer/prep_data.py $bundle/multi30k \$d >/dev/null
@@ -102,7 +115,7 @@ open('\$w/hyp_\$name.test.detok', 'w').writelines(p.decode(l.split()) + '\n' for
 # the graphed fp32 rows again in one process under the profiler (--profile): how busy the device
 # kept, the top kernels
 step ours "${OURS_S:-360}" "
-  rm -f $out/part.failed
+  rm -f $out/part.failed; rm -rf /tmp/peer300 /tmp/peer300_eager
   peer='model.emb_size=256 model.encoder_size=256 model/attention=luong model.attention.score=concat
     train.max_steps=300 train.batch_tokens=1100 train.label_smoothing=0 device=cuda precision=fp32
     log.progress=false data.source=$bundle/multi30k'
@@ -131,8 +144,9 @@ step ours "${OURS_S:-360}" "
 # then its test BLEU (best.pt, beam 5); RECIPE_OVERRIDES adds to it, e.g.
 # "model/attention=bahdanau" (the default before issue 54 measured Luong first)
 step recipe "${RECIPE_S:-330}" "
-  set -e
+  set -eo pipefail
   for seed in ${RECIPE_SEEDS:-1 2}; do
+    rm -rf /tmp/recipe\$seed
     python3 -m seq2seq.commands.train experiment=multi30k_de_en device=cuda log.progress=false \
       data.source=$bundle/multi30k hydra.run.dir=/tmp/recipe\$seed train.seed=\$seed \
       train.max_minutes=${RECIPE_MINUTES:-1.5} ${RECIPE_OVERRIDES:-} | grep -E 'finished|BLEU' | tail -2
@@ -144,7 +158,7 @@ step recipe "${RECIPE_S:-330}" "
 # the attention comparison's English->French rows side by side on the one GPU, to a longer budget
 # (docs/attention.md, "Where the alignment ends"); each row's validations are in its train.log
 step compare "${COMPARE_S:-300}" "
-  set -e; d=/tmp/hansards_mix; w=/tmp/compare
+  set -e; d=/tmp/hansards_mix; w=/tmp/compare; rm -rf \$w; mkdir -p \$w
   python3 scripts/alignment_data.py --multi30k $bundle/multi30k \
     --pairs $bundle/alignment/en-fr.hansards.txt --out \$d >/dev/null
   for row in ${ROWS:-local_m luong bahdanau bahdanau_conditional multihead local_p}; do
@@ -159,7 +173,7 @@ step compare "${COMPARE_S:-300}" "
   grep -H 'valid loss' \$w/*/train.log"
 
 # the side-by-side table against the targets, from what the steps above left in $out
-git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null || true
+echo "${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" >"$out/commit.txt"
 python3 scripts/gpu_table.py "$out" | tee "$out/table.md"
 echo "failed: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

@@ -189,8 +189,8 @@ class StaticUpdater:
             log.warning("the parameters moved in memory: the CUDA graphs are captured again")
             self._forget_graphs()
         self.seen[bucket] += 1
+        self._keep_rate()  # before a capture too: a graph keeps the tensor it was captured with
         if bucket in self.graphs:
-            self._keep_rate()
             graph, out = self.graphs[bucket]
             graph.replay()
         elif not self.capture:
