@@ -18,6 +18,7 @@ from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import to_device
+from seq2seq.data.dataset import TokenizedCorpus
 from seq2seq.decoding.beam import beam_search
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.hypothesis import (
@@ -292,7 +293,7 @@ def _decode_batch(
 
 
 def decode_corpus(
-    model: Seq2Seq, corpus, cfg: DecodeConfig, graphs: SearchGraphs | None = None
+    model: Seq2Seq, corpus: TokenizedCorpus, cfg: DecodeConfig, graphs: SearchGraphs | None = None
 ) -> list[list[Hypothesis]]:
     """Decode every source of a ``TokenizedCorpus`` (anything with len and ``src(i)``)."""
     sources = [corpus.src(i) for i in range(len(corpus))]

@@ -8,7 +8,7 @@ so it has one head.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -60,7 +60,8 @@ class Ensemble(nn.Module):
         self.members = nn.ModuleList(members)
         self.decoder = EnsembleDecoder(list(members))
 
-    def compile_steps(self, compiler) -> None:
+    def compile_steps(self, compiler: Callable[[Callable], Callable]) -> None:
+        """Each member's search step through ``compiler`` (as `Decoder.compile_steps`)."""
         for model in self.members:
             model.compile_steps(compiler)
 

@@ -131,7 +131,9 @@ def kept_steps(run_dir: Path) -> dict[int, float]:
     return {int(step): bleu for step, bleu in json.loads(index.read_text()).items()}
 
 
-def keep(writer: CheckpointWriter, run_dir: Path, step: int, bleu: float, weights: dict, n: int):
+def keep(
+    writer: CheckpointWriter, run_dir: Path, step: int, bleu: float, weights: dict, n: int
+) -> None:
     """Keep the weights validated at ``step`` (written in the background); of all kept, only
     the ``n`` latest and the ``n`` best by BLEU stay."""
     steps = {**kept_steps(run_dir), step: bleu}
