@@ -59,7 +59,7 @@ def test_gpu_check_forms_every_step(stand_in_run) -> None:
     assert proc.stdout.rstrip().splitlines()[-1].startswith("failed:"), proc.stdout + proc.stderr
     for step in ("tests", "peer", "ours", "recipe"):
         assert f"== {step} " in proc.stdout
-    assert "-m pytest -m gpu" in (out / "tests.log").read_text()
+    assert "-m pytest -n0 -m gpu" in (out / "tests.log").read_text()
     peer = (out / "peer.log").read_text()
     assert "batch_type=tokens batch_size=8192" in peer and "large batches" in peer
     parts = (out / "parts.log").read_text()
@@ -73,6 +73,20 @@ def test_gpu_check_forms_every_step(stand_in_run) -> None:
     # the recipe's first seed trains (the stand-in says it finished), then its log is missing
     assert "experiment=multi30k_de_en device=cuda" in (out / "recipe.log").read_text()
     assert "scripts/gpu_table.py" in proc.stdout  # the table, last
+
+
+def test_a_step_with_too_little_time_left_is_skipped_and_said(tmp_path: Path) -> None:
+    """A call of a lent machine runs 10 minutes at most: a step that no longer fits in
+    DEADLINE_S is skipped and named on the last line; the table is still made; COMMIT names
+    the code where the copy has no .git."""
+    proc, out = run_with_stand_in(tmp_path, "tests recipe", DEADLINE_S="70", COMMIT="abc1234")
+    assert "== tests skipped: 50s left" in proc.stdout, proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1] == "failed: tests(skipped) recipe(skipped)"
+    assert "scripts/gpu_table.py" in proc.stdout and not (out / "tests.log").exists()
+    assert (out / "commit.txt").read_text() == "abc1234\n"
+    (tmp_path / "again").mkdir()
+    proc, _ = run_with_stand_in(tmp_path / "again", "tests", DEADLINE_S="200", TESTS_S="300")
+    assert "== tests (at most 180s)" in proc.stdout  # its 300 s cut to what is left
 
 
 def test_gpu_check_gives_its_commands_arguments_they_take(stand_in_run) -> None:
