@@ -41,6 +41,10 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (ExportConfig, {"browser": True}, "browser=true runs the ONNX graphs in the page"),
         (ServeConfig, {"batch_wait_ms": -1.0}, "batch_wait_ms=-1.0 must not be negative"),
         (ServeConfig, {"beam_size": 12}, "beam_size=12 is above max_beam=10"),
+        (ServeConfig, {"nbest": 6}, "nbest=6 needs at least as many beams: add beam_size=6"),
+        (EvaluateConfig, {"nbest": 6}, "nbest=6 needs at least as many beams"),
+        (EvaluateConfig, {"sampling": True, "coverage_penalty": 0.2}, "coverage_penalty reranks"),
+        (EvaluateConfig, {"terms": "t.tsv", "beam_size": 1}, "terms=: "),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message) -> None:
@@ -59,7 +63,19 @@ def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message
         (BacktranslateConfig, {"ratios": [0.5, 3]}),
         (ExportConfig, {"browser": True, "onnx": True}),
         (ServeConfig, {"beam_size": 10, "no_repeat_ngram": 3, "nbest": 2}),
+        (EvaluateConfig, {"sampling": True, "nbest": 6}),  # draws, as many as asked
     ],
 )
 def test_values_that_work_pass(schema: type, values: dict[str, Any]) -> None:
     check_config(_config(schema, values))
+
+
+def test_the_rules_are_the_schemas() -> None:
+    """A command's rules are found by its config's class: the same keys in another command's
+    config (or in an untyped one) meet only the ranges of their names."""
+    as_plain = {"input": "x.de", "n": 0}
+    check_config(OmegaConf.create(as_plain))
+    with pytest.raises(Seq2SeqError, match="^input=<source file> and reference="):
+        check_config(_config(EvaluateConfig, {"input": "x.de"}))
+    with pytest.raises(Seq2SeqError, match="^n=0 must be positive"):
+        check_config(_config(AverageConfig, {"n": 0}))

@@ -8,7 +8,7 @@ import logging
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
+from run_helpers import composed
 
 from seq2seq.commands.rules import check_config
 from seq2seq.config import Multi30kConfig, TokenizerConfig
@@ -115,8 +115,6 @@ def test_the_guided_loss_pulls_the_attention_toward_the_links(attention) -> None
 
 
 def test_guidance_refuses_sampled_subwords() -> None:
-    cfg = OmegaConf.create(
-        {"train": {"guided_alignment": "x.align"}, "data": {"sampling_alpha": 0.1}}
-    )
+    cfg = composed("train.guided_alignment=x.align", "data.sampling_alpha=0.1")
     with pytest.raises(Seq2SeqError, match="guided_alignment needs data.sampling_alpha=0"):
         check_config(cfg)

@@ -176,14 +176,16 @@ def test_the_translator_outputs_start_with_the_prefix_text(smoke_run, beam_size:
 def test_the_commands_refuse_name_and_record_prefix(tmp_path) -> None:
     from omegaconf import OmegaConf
 
-    from seq2seq.commands.configs import EvaluateConfig
+    from seq2seq.commands.configs import EvaluateConfig, register_schemas
     from seq2seq.commands.evaluate import _settings_part, search_facts
+    from seq2seq.commands.keys import check_command_line
     from seq2seq.commands.rules import check_config
     from seq2seq.data.steering import SteeringFiles
 
-    served = OmegaConf.create({"max_queue_sentences": 64, "prefix": "p.txt"})
-    with pytest.raises(Seq2SeqError, match="^seq2seq-serve has no prefix=: each request sends"):
-        check_config(served)
+    register_schemas()
+    for key in ("prefix", "constraints"):
+        with pytest.raises(Seq2SeqError, match=f"^{key}: no such key; each request sends its own"):
+            check_command_line("serve", ["run_dir=x", f"{key}=p.txt"])
     check_config(OmegaConf.structured(replace(EvaluateConfig(), prefix="p.txt")))
     given = replace(EvaluateConfig(), prefix=str(tmp_path / "p.txt"))
     assert _settings_part(given) == "best.beam5.prefix-p.txt"

@@ -125,7 +125,6 @@ def test_back_pointers_are_followed_for_every_hypothesis_at_once() -> None:
 
 
 def test_every_search_reads_the_one_copy() -> None:
-    from seq2seq.commands import backtranslate
     from seq2seq.decoding import beam, search
     from seq2seq.serving import onnx_models
 
@@ -138,7 +137,6 @@ def test_every_search_reads_the_one_copy() -> None:
     assert manifest.damage is rules.damage and manifest.sha256_file is rules.sha256_file
     assert tuple(f.name for f in fields(DecodeConfig)) == settings.SEARCH_KEYS
     assert onnx_models.SEARCH_KEYS is settings.SEARCH_KEYS
-    assert backtranslate.RECORDED_KEYS is settings.RECORDED_KEYS
     # what backtranslate.json records, and resuming compares (the steering keys since issue 53:
     # chunks recorded before lack them, made at STEERING_DEFAULTS)
     steering = ("no_repeat_ngram", "min_len_a", "min_len_b")

@@ -176,6 +176,9 @@ def _unknown(cfg: DictConfig, key: str) -> str:
     attention than the chosen one says which attentions have it."""
     if key in REMOVED:
         return f"{key} was removed: {REMOVED[key]}"
+    elsewhere = getattr(OmegaConf.get_type(cfg), "ELSEWHERE", {})  # the schema's own hints
+    if key in elsewhere:
+        return f"{key}: no such key; {elsewhere[key]}"
     paths = [p for p in _paths(cfg) if not key.startswith(f"{p}.")]  # not its own sections
     message = f"{key}: no such key{_did_you_mean(key, paths)}"
     for section, options, chosen in _GROUP_SCHEMAS:

@@ -5,6 +5,7 @@ is this class."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from seq2seq.config import InferenceConfig
 from seq2seq.config_choices import Backend
@@ -15,6 +16,12 @@ class ServeConfig(InferenceConfig):
     """`seq2seq-serve`: translations over HTTP (JSON API and a web page), batched across
     requests. The search keys are each request's defaults; a request may change beam_size and
     nbest within the limits below."""
+
+    # keys of the commands that read a file of lines, and what a request sends instead
+    ELSEWHERE: ClassVar[dict[str, str]] = {
+        "prefix": 'each request sends its own "prefixes"',
+        "constraints": 'each request sends its own "constraints"',
+    }
 
     host: str = "127.0.0.1"  # 0.0.0.0 to listen on every interface
     port: int = 8000
