@@ -173,7 +173,8 @@ step compare "${COMPARE_S:-300}" "
   grep -H 'valid loss' \$w/*/train.log"
 
 # the side-by-side table against the targets, from what the steps above left in $out
-echo "${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" >"$out/commit.txt"
+commit=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}
+[ -z "$commit" ] || echo "$commit" >"$out/commit.txt" # none where the copy has no .git
 python3 scripts/gpu_table.py "$out" | tee "$out/table.md"
 echo "failed: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

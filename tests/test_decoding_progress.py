@@ -58,7 +58,8 @@ def test_translate_of_a_long_file_says_how_far(smoke_run, lines, tmp_path, monke
     source = tmp_path / "in.de"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     monkeypatch.setattr(translate, "LOG_EVERY_S", 0.0)
-    cfg = OmegaConf.structured(TranslateConfig(run_dir=str(smoke_run), batch_size=8))
+    # BUFFER_BATCHES (8) batches of one line are read at a time
+    cfg = OmegaConf.structured(TranslateConfig(run_dir=str(smoke_run), batch_size=1))
     translator = Translator.from_run(load_run(smoke_run), cfg)
     with open(source, "rb") as raw, caplog.at_level(logging.INFO, logger="seq2seq.translate"):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(raw))

@@ -79,7 +79,7 @@ def test_every_command_names_the_file_and_line(smoke_run: Path, tmp_path: Path) 
     assert len(out.splitlines()) == 2 and all(out.splitlines())
 
 
-def test_line_batches_take_what_has_arrived(tmp_path: Path) -> None:
+def test_line_batches_take_what_has_arrived() -> None:
     read, write = os.pipe()
     with os.fdopen(read, "rb") as stream, os.fdopen(write, "wb") as writer:
         writer.write(b"one\n\ntwo\r\nthree\npart")
@@ -95,7 +95,7 @@ def test_line_batches_take_what_has_arrived(tmp_path: Path) -> None:
         assert list(batches) == [["no newline at the end"]]
 
 
-def test_line_batches_stop_at_invalid_utf8_after_the_lines_before_it(tmp_path: Path) -> None:
+def test_line_batches_stop_at_invalid_utf8_after_the_lines_before_it() -> None:
     read, write = os.pipe()
     with os.fdopen(read, "rb") as stream, os.fdopen(write, "wb") as writer:
         writer.write(b"one\ntwo\nthree\nf\xfcnf\nsix\n")

@@ -64,6 +64,7 @@ def test_evaluate_and_translate_read_a_long_line_whole(smoke_run: Path, tmp_path
     )
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert f"standard input, line 2 has {length:,} subwords; at most 50" in refused.stderr
+    assert refused.stdout.splitlines() == proc.stdout.splitlines()[:1]  # the line before it
 
 
 @pytest.mark.slow

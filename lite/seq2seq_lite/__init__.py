@@ -37,6 +37,10 @@ class Translation:
     hypotheses: list[Hypothesis]
     texts: list[str]
 
+    def candidates(self) -> list[tuple[str, float]]:
+        """(text, the search's score) of each hypothesis, best first."""
+        return [(t, h.score) for t, h in zip(self.texts, self.hypotheses, strict=True)]
+
 
 class InputTooLong(rules.InputTooLong, ReleaseError):
     """A line over max_source_len subwords: refused, never cut (``index``: 0-based)."""

@@ -7,12 +7,13 @@ seq2seq's ``prefix=``, ``constraints=`` and ``terms=`` do."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from seq2seq_lite import InputTooLong, ReleaseError, Translator
 from seq2seq_lite.rules import InputError
-from seq2seq_lite.steering import LineSteering, constraint_lines, read_glossary, steer_lines
-from seq2seq_lite.text import decode_lines, line_batches
+from seq2seq_lite.steering import SteeringLines, constraint_lines, read_glossary
+from seq2seq_lite.text import decode_lines, output_line, translated_batches
 
 STDIN = "standard input"  # where the lines come from, in messages
 
@@ -64,65 +65,44 @@ def _read(path: str) -> list[str]:
         return decode_lines(f.read(), path)
 
 
-class _Steering:
+def _steering(args: argparse.Namespace) -> SteeringLines | None:
     """The steering files given (--prefix, --constraints: a line per input line; --terms), read
-    before any input; each batch's steering, its line count checked as the input goes."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        phrases = constraint_lines(_read(args.constraints)) if args.constraints else None
-        self.per_line = {
-            "--prefix": _read(args.prefix) if args.prefix else None,
-            "--constraints": phrases,
-        }
-        terms = args.terms
-        self.glossary = read_glossary("\n".join(_read(terms)), terms) if terms else []
-        self.given = args.prefix or args.constraints or args.terms
-
-    def check(self, count: int, more: bool = False) -> None:
-        """Refuse a per-line file shorter than the input read so far (``more``), or of another
-        line count than the whole input's."""
-        for name, lines in self.per_line.items():
-            if lines is not None and (len(lines) < count if more else len(lines) != count):
-                said = f"more than {len(lines)}" if more else count
-                raise ValueError(f"{name} has {len(lines)} lines, standard input has {said}")
-
-    def lines(self, lines: list[str], start: int) -> list[LineSteering] | None:
-        """The steering of input ``lines``, the input's lines ``start`` on; None where none."""
-        if not self.given:
-            return None
-        self.check(start + len(lines), more=True)
-        prefixes, phrases = self.per_line.values()
-        return steer_lines(lines, prefixes, phrases, self.glossary, start)
-
-
-def _written(translator: Translator, lines: list[str], steer: list[LineSteering] | None) -> None:
-    """The translations of ``lines`` on stdout, a line each (n-best: joined), flushed."""
-    out = []
-    for translation in translator.translate(lines, steer):
-        scored = zip(translation.hypotheses, translation.texts, strict=True)
-        if translator.search["nbest"] == 1:
-            out.append(translation.texts[0] if translation.texts else "")
-        else:
-            out.append(" ||| ".join(f"{h.score:.4f}\t{text}" for h, text in scored))
-    sys.stdout.write("".join(line + "\n" for line in out))
-    sys.stdout.flush()
+    before any input; None where none is."""
+    given = {k: getattr(args, k) for k in ("prefix", "constraints", "terms") if getattr(args, k)}
+    if not given:
+        return None
+    prefixes = _read(args.prefix) if args.prefix else None
+    phrases = constraint_lines(_read(args.constraints)) if args.constraints else None
+    terms = args.terms
+    glossary = read_glossary("\n".join(_read(terms)), terms) if terms else []
+    names = {key: f"--{key} {path}" for key, path in given.items()}
+    return SteeringLines(prefixes, phrases, glossary, names)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Translate stdin to stdout in batches of what has arrived, each written as it is done; a
     bad release or line is one message on stderr, exit 1 (the lines before it written)."""
     args = _arguments(argv)
-    done = 0  # input lines translated and written
     try:
         search = {key: getattr(args, key) for key in SEARCH}
         translator = Translator.load(args.release, int8=args.int8, threads=args.threads, **search)
-        steering = _Steering(args)
-        for lines in line_batches(sys.stdin.buffer, translator.search["batch_size"], STDIN):
-            _written(translator, lines, steering.lines(lines, done))
-            done += len(lines)
-        steering.check(done)
+        nbest = translator.search["nbest"]
+        batches = translated_batches(
+            sys.stdin.buffer,
+            translator.search["batch_size"],
+            STDIN,
+            translator.translate,
+            _steering(args),
+        )
+        for _, translations in batches:
+            for translation in translations:
+                sys.stdout.write(output_line(translation.candidates(), nbest) + "\n")
+            sys.stdout.flush()
     except InputTooLong as e:  # named as seq2seq-translate names a line on a pipe
-        print(f"seq2seq-lite: {e.describe(f'{STDIN}, line {done + e.index + 1}')}", file=sys.stderr)
+        print(f"seq2seq-lite: {e.describe(f'{STDIN}, line {e.index + 1}')}", file=sys.stderr)
+        sys.exit(1)
+    except BrokenPipeError:  # e.g. `... | head`: the reader left, nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
     except (ReleaseError, InputError, OSError, ValueError) as e:
         print(f"seq2seq-lite: {e}", file=sys.stderr)

@@ -220,6 +220,34 @@ def steer_lines(
     return found
 
 
+@dataclass
+class SteeringLines:
+    """What steers an input's lines: per-line prefixes and constraint lists (None: not given)
+    and a glossary; ``names`` say each per-line file as its command takes it (``prefix=p.txt``,
+    ``--prefix p.txt``)."""
+
+    prefixes: list[str] | None
+    constraints: list[list[str]] | None
+    glossary: list[tuple[str, str]]
+    names: dict[str, str]
+
+    def count_problem(self, count: int, input_name: str, more: bool = False) -> str | None:
+        """A per-line file of another line count than the input's ``count`` lines, or (``more``:
+        the input goes on) of fewer; None: none."""
+        for key, lines in (("prefix", self.prefixes), ("constraints", self.constraints)):
+            if lines is not None and (len(lines) < count if more else len(lines) != count):
+                said = f"more than {len(lines)}" if more else count
+                return (
+                    f"{self.names[key]} has {len(lines)} lines, {input_name} has {said}: "
+                    "give one line per input line (an empty line: none)"
+                )
+        return None
+
+    def for_lines(self, lines: Sequence[str], start: int = 0) -> list[LineSteering]:
+        """The steering of input ``lines``, the input's lines ``start`` on."""
+        return steer_lines(lines, self.prefixes, self.constraints, self.glossary, start)
+
+
 def steering_report(texts: Sequence[str], steer: Sequence[LineSteering]) -> dict[str, int]:
     """How far outputs ``texts`` (detokenised) kept their lines' steering: prefixes asked and
     kept (the output starts with the prefix's text), constraints asked and placed (the phrase's

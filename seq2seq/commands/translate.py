@@ -12,11 +12,10 @@ import logging
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from seq2seq_lite.rules import InputError
-from seq2seq_lite.text import line_batches
+from seq2seq_lite.text import output_line, translated_batches
 
 from seq2seq.commands.configs import STEERING_FILES, TranslateConfig
 from seq2seq.commands.wrapper import hydra_command
@@ -27,7 +26,7 @@ from seq2seq.decoding.inference import (
     Translator,
     open_model,
 )
-from seq2seq.decoding.nbest import NBEST_SEPARATOR, scored_lines
+from seq2seq.decoding.nbest import candidates, scored_lines
 from seq2seq.decoding.progress import LOG_EVERY_S
 from seq2seq.errors import DataError, Seq2SeqError
 
@@ -90,53 +89,37 @@ def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, 
                 readline.write_history_file(history)
 
 
-def _stdin_batches(max_lines: int) -> Iterator[list[str]]:
-    """Standard input's lines in batches of what has arrived (seq2seq_lite.text, the rule
-    seq2seq-lite reads a pipe by); invalid UTF-8 is DataError naming the line."""
-    try:
-        yield from line_batches(sys.stdin.buffer, max_lines, STDIN)
-    except InputError as e:
-        raise DataError(str(e)) from None
-
-
 def piped(translator: Translator, cfg: TranslateConfig) -> None:
     """Filter mode: one output line per input line, in order, flushed after every batch.
 
     n-best output keeps that: the candidates of a line are joined by " ||| ", each one
-    ``score<TAB>translation``. Alignment views, when asked for, go to stderr.
+    ``score<TAB>translation``. Alignment views, when asked for, go to stderr. The pipe is read
+    and answered by seq2seq-lite's rules (seq2seq_lite.text); invalid UTF-8 is DataError.
     """
     number = 0
     start = told = time.perf_counter()
     files = SteeringFiles.read(cfg.prefix, cfg.constraints, cfg.terms)
-    lines_given = files.lines() if files is not None else None  # per-line files' length
-    for lines in _stdin_batches(cfg.batch_size):
-        out = []
-        if lines_given is not None and number + len(lines) > lines_given:  # refused unread
-            files.check_count(f"more than {lines_given}", STDIN)
-        steer = None if files is None else files.for_lines(lines, number)
-        try:
-            translations = translator.translate(lines, steer=steer)
-        except InputTooLong as e:
-            raise Seq2SeqError(e.describe(f"{STDIN}, line {number + e.index + 1}")) from None
-        for translation in translations:
-            number += 1
-            if not translation.hypotheses:
-                out.append("")
-                continue
-            if cfg.nbest > 1:
-                out.append(NBEST_SEPARATOR.join(scored_lines(translator, translation)))
-            else:
-                out.append(translator.text(translation.hypotheses[0]))
-            if cfg.show_alignment:
-                view = best_alignment_view(translator, translation, 80)
-                print(f"line {number}:\n{view}", file=sys.stderr, flush=True)
-        sys.stdout.write("".join(line + "\n" for line in out))
-        sys.stdout.flush()
-        if time.perf_counter() - told >= LOG_EVERY_S:  # a long file: how far, how fast
-            told = time.perf_counter()
-            log.info("%s: %d lines translated, %.1f/s", STDIN, number, number / (told - start))
-    if lines_given is not None:
-        files.check_count(number, STDIN)
+    batches = translated_batches(
+        sys.stdin.buffer, cfg.batch_size, STDIN, translator.translate, files
+    )
+    try:
+        for number, translations in batches:
+            out = []
+            for translation in translations:
+                number += 1
+                out.append(output_line(candidates(translator, translation), cfg.nbest))
+                if cfg.show_alignment and translation.hypotheses:
+                    view = best_alignment_view(translator, translation, 80)
+                    print(f"line {number}:\n{view}", file=sys.stderr, flush=True)
+            sys.stdout.write("".join(line + "\n" for line in out))
+            sys.stdout.flush()
+            if time.perf_counter() - told >= LOG_EVERY_S:  # a long file: how far, how fast
+                told = time.perf_counter()
+                log.info("%s: %d lines translated, %.1f/s", STDIN, number, number / (told - start))
+    except InputTooLong as e:
+        raise Seq2SeqError(e.describe(f"{STDIN}, line {e.index + 1}")) from None
+    except InputError as e:
+        raise DataError(str(e)) from None
 
 
 def run_app(cfg: TranslateConfig) -> None:

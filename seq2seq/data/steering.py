@@ -5,10 +5,9 @@ source phrase TAB target phrase), turned into each input line's `LineSteering`."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq_lite.steering import LineSteering, constraint_lines, read_glossary, steer_lines
+from seq2seq_lite.steering import LineSteering, SteeringLines, constraint_lines, read_glossary
 
 from seq2seq.data.stream import decode_text
 from seq2seq.errors import Seq2SeqError
@@ -24,15 +23,8 @@ def _lines(key: str, path: str) -> list[str]:
     return [line.removesuffix("\r") for line in lines]
 
 
-@dataclass
-class SteeringFiles:
-    """The files read: per-line prefixes and constraint lists (None: not given), the glossary's
-    entries, and the keys and paths that name them in messages."""
-
-    prefixes: list[str] | None
-    constraints: list[list[str]] | None
-    glossary: list[tuple[str, str]]
-    given: dict[str, str]
+class SteeringFiles(SteeringLines):
+    """The files read (seq2seq_lite.steering.SteeringLines), named in messages as ``key=path``."""
 
     @classmethod
     def read(
@@ -49,25 +41,13 @@ class SteeringFiles:
             glossary = read_glossary("\n".join(read["terms"]), terms) if terms else []
         except ValueError as e:
             raise Seq2SeqError(str(e)) from None
-        return cls(read.get("prefix"), phrases, glossary, given)
+        names = {key: f"{key}={path}" for key, path in given.items()}
+        return cls(read.get("prefix"), phrases, glossary, names)
 
-    def lines(self) -> int | None:
-        """The line count of the per-line files (the shortest); None: only a glossary."""
-        counts = [len(x) for x in (self.prefixes, self.constraints) if x is not None]
-        return min(counts) if counts else None
-
-    def check_count(self, count: int | str, input_name: str) -> None:
+    def check_count(self, count: int, input_name: str) -> None:
         """Refuse, in one line, a per-line file of another line count than the input's."""
-        for key, lines in (("prefix", self.prefixes), ("constraints", self.constraints)):
-            if lines is not None and (not isinstance(count, int) or len(lines) != count):
-                raise Seq2SeqError(
-                    f"{key}={self.given[key]} has {len(lines)} lines, {input_name} has {count}: "
-                    f"give one line per input line (an empty line: none)"
-                )
-
-    def for_lines(self, lines: Sequence[str], start: int = 0) -> list[LineSteering]:
-        """The steering of input ``lines``, the input's lines ``start`` on."""
-        return steer_lines(lines, self.prefixes, self.constraints, self.glossary, start)
+        if problem := self.count_problem(count, input_name):
+            raise Seq2SeqError(problem)
 
     def for_input(self, lines: Sequence[str], input_name: str) -> list[LineSteering]:
         """The steering of a whole input, after its line count is checked."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from seq2seq.decoding.inference import Translation, Translator
+from seq2seq_lite.text import NBEST_SEPARATOR, scored
 
-NBEST_SEPARATOR = " ||| "  # Moses' field separator; between a piped line's candidates too
+from seq2seq.decoding.inference import Translation, Translator
 
 
 def candidates(translator: Translator, translation: Translation) -> list[tuple[str, float]]:
@@ -30,7 +30,7 @@ def moses_lines(index: int, translator: Translator, translation: Translation) ->
 
 def scored_lines(translator: Translator, translation: Translation) -> list[str]:
     """``score<TAB>text`` of each candidate (the translate command's form)."""
-    return [f"{score:.4f}\t{text}" for text, score in candidates(translator, translation)]
+    return [scored(text, score) for text, score in candidates(translator, translation)]
 
 
 def json_candidates(translator: Translator, translation: Translation) -> list[dict[str, Any]]:

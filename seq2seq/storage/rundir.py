@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from seq2seq_lite import release
+
 from seq2seq.errors import Seq2SeqError
 
 try:
@@ -22,7 +24,7 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"  # the resolved training config
 SRC_TOKENIZER = "src.model"  # sentencepiece models
 TGT_TOKENIZER = "tgt.model"
-MANIFEST = "manifest.json"  # sizes and SHA-256 of the tokenizer models and config
+MANIFEST = release.MANIFEST  # sizes and SHA-256 of the tokenizer models and config
 BEST = "best.pt"  # the checkpoint of the best validation BLEU
 LAST = "last.pt"  # the latest checkpoint, to resume from
 LOCK = "train.lock"  # held by the training that writes the folder
@@ -33,8 +35,8 @@ TENSORBOARD_DIR = "tensorboard"  # event files
 RELEASE_WEIGHTS = "model.safetensors"  # a release folder's weights (seq2seq-export)
 RELEASE_FACTS = "release.json"  # the model card's facts, for programs
 MODEL_CARD = "README.md"
-GRAPHS_DIR = "onnx"  # a release's ONNX graphs (seq2seq-export onnx=true)
-GRAPHS_FACTS = "graphs.json"  # in GRAPHS_DIR: the graphs' inputs and outputs (lite/'s GRAPHS)
+GRAPHS_DIR = str(release.GRAPHS.parent)  # a release's ONNX graphs (seq2seq-export onnx=true)
+GRAPHS_FACTS = release.GRAPHS.name  # in GRAPHS_DIR: the graphs' inputs and outputs, read by lite
 EVAL_DIR = "eval"  # seq2seq-evaluate's outputs
 SPLITS_DIR = "splits"  # validation and test text of corpora without files per split
 CHECKPOINTS = {"best": BEST, "last": LAST, "averaged": AVERAGED}
