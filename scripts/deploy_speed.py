@@ -49,7 +49,7 @@ def translator(release: str, variant: str, beam: int, batch: int, threads: int) 
     cfg = OmegaConf.structured(
         InferenceConfig(run_dir=release, device="cpu", precision=Precision(precision))
     )
-    engine, run = open_model(cfg, "measure")
+    engine, run = open_model(cfg)
     torch.set_num_threads(threads)
     return Translator.from_run(
         run, DecodeConfig(beam_size=beam, batch_size=batch), engine

@@ -11,7 +11,7 @@ wrong type on the command line stops in one line before anything runs. YAML file
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -26,6 +26,12 @@ from seq2seq.config_choices import (
 from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
+
+
+def needed(hint: str) -> Any:
+    """A key without a default: a command without it refuses to start, in one line that says
+    ``key=<hint>`` (commands/rules.py)."""
+    return field(default=MISSING, metadata={"give": hint})
 
 
 @dataclass
@@ -84,8 +90,8 @@ class CustomDataConfig(DataConfig):
     """User files; ``train``/``valid``/``test`` are prefixes: ``<prefix>.<lang>[.gz]``."""
 
     kind: str = "custom"
-    train: str = MISSING
-    valid: str = MISSING
+    train: str = needed("<prefix: files <prefix>.<src_lang> and <prefix>.<tgt_lang>>")
+    valid: str = needed("<prefix of the validation files>")
     test: Optional[str] = None
 
 
@@ -104,8 +110,9 @@ class TsvDataConfig(CarvedSplits, DataConfig):
     """One tab-separated file (plain, .gz, or a .zip holding one text file besides notes)."""
 
     kind: str = "tsv"
-    file: str = MISSING
-    columns: list[str] = MISSING  # the language of each column, in order, e.g. [en, de]
+    file: str = needed("<a tab-separated file: .tsv, .gz or .zip>")
+    # the language of each column, in order, e.g. [en, de]
+    columns: list[str] = needed("[<language of column 1>,<of column 2>,...]")
     valid: Optional[str] = None  # a tab-separated file of its own (same columns), or carved
     test: Optional[str] = None
     sha256: Optional[str] = None  # refuse any other file than this one (recipes pin their data)
@@ -116,7 +123,8 @@ class HfDataConfig(CarvedSplits, DataConfig):
     """A Hugging Face dataset: ``load_dataset(path, name)``, or ``load_from_disk(path)``."""
 
     kind: str = "hf"
-    path: str = MISSING  # a dataset on the hub (e.g. wmt14), or a save_to_disk folder
+    # a dataset on the hub (e.g. wmt14), or a save_to_disk folder
+    path: str = needed("<a dataset on the hub, or a save_to_disk folder>")
     name: Optional[str] = None  # the dataset's configuration, e.g. de-en
     column: str = "translation"  # {src_lang: ..., tgt_lang: ...} per row
     src_column: Optional[str] = None  # or two string columns
@@ -216,7 +224,7 @@ class InferenceConfig(DecodeConfig):
     they are typed at the top level: ``seq2seq-evaluate run_dir=runs/x beam_size=1``.
     """
 
-    run_dir: str = MISSING  # a training run folder
+    run_dir: str = needed("<a run or release folder>")
     ensemble: list[str] = field(default_factory=list)  # more run folders, decoding with run_dir
     checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps

@@ -110,8 +110,8 @@ def test_each_chunk_draws_with_seeds_of_its_own(smoke_run: Path, tmp_path: Path)
 def test_backtranslate_needs_text_and_an_out_folder(tmp_path: Path) -> None:
     (tmp_path / "blank").write_text("\n \n", encoding="utf-8")
     for overrides, says in (
-        ([f"out={tmp_path / 'x'}"], "mono=<file"),
-        ([f"mono={tmp_path / 'm'}"], "out=<folder>"),
+        ([f"out={tmp_path / 'x'}"], "give mono=<a file of text"),
+        ([f"mono={tmp_path / 'm'}"], "give out=<a folder for the synthetic corpus>"),
         ([f"mono={tmp_path / 'm'}", f"out={tmp_path / 'x'}"], "does not exist"),
         ([f"mono={tmp_path / 'blank'}", f"out={tmp_path / 'x'}"], "holds no sentences"),
     ):

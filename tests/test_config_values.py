@@ -3,9 +3,11 @@ commands/rules.py before the command starts; the defaults pass."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from seq2seq.commands.configs import (
@@ -21,7 +23,9 @@ from seq2seq.serving.settings import ServeConfig
 
 
 def _config(schema: type, values: dict[str, Any]) -> Any:
-    return OmegaConf.merge(OmegaConf.structured(schema), values)
+    """``schema``'s config with ``values``, each key it needs given (run_dir=x, ...)."""
+    cfg = OmegaConf.structured(schema)
+    return OmegaConf.merge(cfg, {key: "x" for key in OmegaConf.missing_keys(cfg)}, values)
 
 
 @pytest.mark.parametrize(
@@ -79,3 +83,31 @@ def test_the_rules_are_the_schemas() -> None:
         check_config(_config(EvaluateConfig, {"input": "x.de"}))
     with pytest.raises(Seq2SeqError, match="^n=0 must be positive"):
         check_config(_config(AverageConfig, {"n": 0}))
+
+
+@pytest.mark.parametrize(
+    ("command", "overrides", "message"),
+    [
+        (
+            "config",
+            ["data=tsv"],
+            "give data.file=<a tab-separated file: .tsv, .gz or .zip> data.columns=[",
+        ),
+        ("config", ["data=custom", "data.train=x"], "give data.valid=<prefix of the validation"),
+        ("config", ["data=hf"], "give data.path=<a dataset on the hub"),
+        ("serve", [], "give run_dir=<a run or release folder>$"),  # $: the whole line
+        ("export", [], "give run_dir=<a training run folder> out=<a new folder for the release>$"),
+        ("backtranslate", ["run_dir=x"], "give out=<a folder for the synthetic corpus> mono=<a"),
+        ("distill", ["run_dir=x"], "give out=<a folder for the distilled corpus>$"),
+        ("average", [], "give run_dir=<a run trained with train.keep_checkpoints=N>$"),
+    ],
+)
+def test_a_key_without_a_default_is_asked_for_in_one_line(command, overrides, message) -> None:
+    """Before any work (a traceback of the reader, before): each key the command needs, in its
+    schema's order, with what to give."""
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        cfg = compose(command, overrides)
+    whole = message.endswith("$")
+    pattern = "^" + re.escape(message.removesuffix("$")) + ("$" if whole else "")
+    with pytest.raises(Seq2SeqError, match=pattern):
+        check_config(cfg)

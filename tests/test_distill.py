@@ -88,7 +88,7 @@ def test_nearest_picks_the_highest_sentence_bleu_and_the_first_of_equals() -> No
 
 def test_distill_needs_an_out_folder_and_a_search(tmp_path: Path) -> None:
     for overrides, says in (
-        ([], "out=<folder>"),
+        ([], "give out=<a folder for the distilled corpus>"),
         ([f"out={tmp_path / 'x'}", "sampling=true"], "leave out sampling"),
         ([f"out={tmp_path / 'x'}", "pick=closest"], "pick=closest chooses among"),
     ):

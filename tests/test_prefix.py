@@ -186,7 +186,7 @@ def test_the_commands_refuse_name_and_record_prefix(tmp_path) -> None:
     for key in ("prefix", "constraints"):
         with pytest.raises(Seq2SeqError, match=f"^{key}: no such key; each request sends its own"):
             check_command_line("serve", ["run_dir=x", f"{key}=p.txt"])
-    check_config(OmegaConf.structured(replace(EvaluateConfig(), prefix="p.txt")))
+    check_config(OmegaConf.structured(replace(EvaluateConfig(), run_dir="x", prefix="p.txt")))
     given = replace(EvaluateConfig(), prefix=str(tmp_path / "p.txt"))
     assert _settings_part(given) == "best.beam5.prefix-p.txt"
     assert search_facts(given)["prefix"] == str(tmp_path / "p.txt")

@@ -98,4 +98,4 @@ def test_onnx_refusals(smoke_run: Path, onnx_release: Path, tmp_path: Path) -> N
     assert "no ensemble=" in refusal(
         f"run_dir={onnx_release}", "backend=onnx", f"ensemble=[{onnx_release}]"
     )
-    assert "say which model" in refusal("backend=onnx")
+    assert "give run_dir=<a run or release folder>" in refusal("backend=onnx")

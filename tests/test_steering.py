@@ -154,11 +154,12 @@ def test_the_commands_refuse_name_and_record_them() -> None:
     from seq2seq.serving.settings import ServeConfig
 
     for key, value in (("no_repeat_ngram", -1), ("min_len_a", -0.5), ("min_len_b", -2)):
-        cfg = OmegaConf.merge(OmegaConf.structured(EvaluateConfig), {key: value})
+        cfg = OmegaConf.merge(OmegaConf.structured(EvaluateConfig), {"run_dir": "x", key: value})
         with pytest.raises(Seq2SeqError, match=rf"^{key}={value} must not be negative$"):
             check_config(cfg)
-    check_config(OmegaConf.merge(OmegaConf.structured(ServeConfig), {"no_repeat_ngram": 3}))
-    served = OmegaConf.merge(OmegaConf.structured(ServeConfig), {"beam_size": 12})
+    served = OmegaConf.merge(OmegaConf.structured(ServeConfig), {"run_dir": "x"})
+    check_config(OmegaConf.merge(served, {"no_repeat_ngram": 3}))
+    served = OmegaConf.merge(served, {"beam_size": 12})
     with pytest.raises(Seq2SeqError, match="^beam_size=12 is above max_beam=10: every request"):
         check_config(served)
     plain = EvaluateConfig()

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from seq2seq.commands.configs import AlignConfig
 from seq2seq.commands.wrapper import hydra_command
@@ -92,14 +91,8 @@ def _weights_lines(
     ]
 
 
-def _check(cfg: AlignConfig) -> None:
-    if OmegaConf.is_missing(cfg, "run_dir"):
-        raise Seq2SeqError("say which model aligns: run_dir=<a run or release folder>")
-
-
 def align(cfg: AlignConfig) -> dict[str, Any]:
     """Align, write the links (and weights); return the result object."""
-    _check(cfg)
     pairs = _pairs(cfg)
     gold = read_gold(cfg.gold, pairs, cfg.gold_one_based) if cfg.gold is not None else None
     engine = Engine.create(cfg.device, cfg.precision, products=cfg.products)

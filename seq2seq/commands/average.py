@@ -11,7 +11,6 @@ import logging
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 from seq2seq.commands.configs import AverageConfig
 from seq2seq.commands.wrapper import hydra_command
@@ -38,8 +37,6 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
 
 def average(cfg: AverageConfig) -> Path:
     """Average the selected kept checkpoints of ``cfg.run_dir``; return the written path."""
-    if OmegaConf.is_missing(cfg, "run_dir"):
-        raise Seq2SeqError("say which run to average: run_dir=<a training run folder>")
     run_dir = Path(cfg.run_dir)
     steps = kept_steps(run_dir)
     if not steps:

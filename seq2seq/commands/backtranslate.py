@@ -19,8 +19,6 @@ import json
 import logging
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from seq2seq.commands.configs import BacktranslateConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.data.corpus import prefix_file, read_parallel
@@ -47,16 +45,12 @@ def _mixtures(cfg: BacktranslateConfig, real: tuple[list[str], list[str]], texts
 
 def backtranslate(cfg: BacktranslateConfig) -> dict:
     """Write the synthetic and mixed corpora of ``cfg``; return what was written."""
-    if OmegaConf.is_missing(cfg, "mono"):
-        raise Seq2SeqError("say which text to back-translate: mono=<file, one sentence a line>")
-    if OmegaConf.is_missing(cfg, "out"):
-        raise Seq2SeqError("say where the synthetic corpus goes: out=<folder>")
     if not Path(cfg.mono).is_file():
         raise DataError(f"mono={cfg.mono} does not exist")
     texts = [line for line in iter_lines(Path(cfg.mono)) if line]
     if not texts:
         raise DataError(f"mono={cfg.mono} holds no sentences")
-    engine, run = open_model(cfg, "back-translate with")
+    engine, run = open_model(cfg)
     mono_lang, synthetic_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
     real: tuple[list[str], list[str]] = ([], [])
     wanted: dict[float, int] = {}  # ratio -> synthetic pairs it takes

@@ -9,9 +9,8 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
 
-from seq2seq.config import InferenceConfig, register_configs
+from seq2seq.config import InferenceConfig, needed, register_configs
 from seq2seq.config_choices import (
     AlignMethod,
     Pick,
@@ -62,7 +61,7 @@ class TranslateConfig(SteeringKeys, InferenceConfig):
 class AverageConfig:
     """`seq2seq-average`: one checkpoint from the mean of a run's kept checkpoints."""
 
-    run_dir: str = MISSING  # a training run folder trained with train.keep_checkpoints=N
+    run_dir: str = needed("<a run trained with train.keep_checkpoints=N>")
     n: int = 5  # how many kept checkpoints to average
     select: Selection = Selection.last  # the n latest validations, or the n best by BLEU
     out: Optional[str] = None  # default: <run_dir>/averaged.pt (evaluate with checkpoint=averaged)
@@ -73,7 +72,8 @@ class AlignConfig:
     """`seq2seq-align`: word links of given sentence pairs, from the attention of a run reading
     them (forced decoding), optionally with a run of the reverse direction, scored against gold."""
 
-    run_dir: str = MISSING  # a run (or release) translating the input's source into its target
+    # a run (or release) translating the input's source into its target
+    run_dir: str = needed("<a run or release folder>")
     checkpoint: str = "best"
     input: Optional[str] = None  # "source ||| target" lines, words separated by spaces
     src_file: Optional[str] = None  # or two parallel files, one sentence per line
@@ -101,7 +101,8 @@ class DistillConfig(InferenceConfig):
     """`seq2seq-distill`: a teacher's beam output for every source of a split of its corpus
     (sequence-level knowledge distillation), written as a corpus for data=custom."""
 
-    out: str = MISSING  # the folder of the distilled corpus (and its chunks, for resuming)
+    # the folder of the distilled corpus (and its chunks, for resuming)
+    out: str = needed("<a folder for the distilled corpus>")
     split: str = "train"  # a split of the teacher's corpus
     data_source: Optional[str] = None  # where Multi30k is, if not where the teacher trained
     chunk_sentences: int = 2000  # sentences decoded and saved at a time
@@ -114,8 +115,10 @@ class BacktranslateConfig(InferenceConfig):
     """`seq2seq-backtranslate`: a run of the reverse direction translates monolingual text of
     its source language into synthetic sources (back-translation), mixed with real pairs."""
 
-    out: str = MISSING  # the folder of the synthetic and mixed corpora (and chunks, for resuming)
-    mono: str = MISSING  # monolingual text in the run's source language, one sentence a line
+    # the folder of the synthetic and mixed corpora (and chunks, for resuming)
+    out: str = needed("<a folder for the synthetic corpus>")
+    # monolingual text in the run's source language, one sentence a line
+    mono: str = needed("<a file of text, one sentence a line>")
     # real pairs of the direction to train, <prefix>.<lang>[.gz]: mixed_<ratio>.* are written
     parallel: Optional[str] = None
     ratios: list[float] = field(default_factory=lambda: [1.0])  # synthetic pairs per real pair
@@ -127,8 +130,8 @@ class BacktranslateConfig(InferenceConfig):
 class ExportConfig:
     """`seq2seq-export`: a release folder (safetensors weights, tokenizers, config, model card)."""
 
-    run_dir: str = MISSING  # a training run folder
-    out: str = MISSING  # the release folder to write (must not exist, or be empty)
+    run_dir: str = needed("<a training run folder>")
+    out: str = needed("<a new folder for the release>")
     checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
     # ONNX graphs of the encoder and one decoder step (fp32 and int8) in onnx/, for runtimes
     # without torch (lite/, the browser, seq2seq-serve backend=onnx): pip install 'seq2seq[onnx]'

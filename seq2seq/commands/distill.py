@@ -18,8 +18,6 @@ import json
 import logging
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from seq2seq.commands.configs import DistillConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config_choices import Pick
@@ -28,16 +26,13 @@ from seq2seq.decoding.chunked import PARTS, Nearest, translate_in_chunks, write_
 from seq2seq.decoding.inference import Translator, open_model, run_bleu_tokenizer
 from seq2seq.decoding.settings import STEERING_DEFAULTS
 from seq2seq.decoding.splits import run_split
-from seq2seq.errors import Seq2SeqError
 
 log = logging.getLogger("seq2seq.distill")
 
 
 def distill(cfg: DistillConfig) -> dict:
     """Write the distilled corpus of ``cfg``; return what was written (also printed as JSON)."""
-    if OmegaConf.is_missing(cfg, "out"):
-        raise Seq2SeqError("say where the distilled corpus goes: out=<folder>")
-    engine, run = open_model(cfg, "distil with")
+    engine, run = open_model(cfg)
     out = Path(cfg.out)
     (out / PARTS).mkdir(parents=True, exist_ok=True)
     split, src_file, tgt_file = run_split(run, cfg.data_source, cfg.split, out / PARTS)

@@ -181,7 +181,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     settings, facts = _settings_part(cfg), search_facts(cfg)
     members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
     out = Path(cfg.out) if cfg.out is not None else None
-    engine, run = open_model(cfg, "evaluate")
+    engine, run = open_model(cfg)
     device, engine_facts = engine.describe(), engine_choices(engine)
     translator = Translator.from_run(run, cfg, engine)
     tokenize = run_bleu_tokenizer(run.cfg.data, cfg.bleu_tokenize)

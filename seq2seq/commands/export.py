@@ -207,9 +207,6 @@ def page_card(run: TrainedRun, name: str, stated: dict[str, Any]) -> dict[str, A
 
 def export(cfg: ExportConfig) -> Path:
     """Write the release folder of ``cfg.run_dir``; return its path."""
-    for key in ("run_dir", "out"):
-        if OmegaConf.is_missing(cfg, key):
-            raise Seq2SeqError(f"say which {key}: seq2seq-export run_dir=<run> out=<new folder>")
     out = Path(cfg.out)
     if out.exists() and any(out.iterdir()):
         raise Seq2SeqError(f"{out} exists and is not empty: choose a new folder for the release")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -95,6 +96,8 @@ _NOT_NEGATIVE = (
 def check_config(cfg: Any) -> None:
     """Refuse, in one line, values that their types allow but that cannot work (a negative size,
     a dropout of 1, the same source and target language), before any work starts."""
+    if needed := _needed(cfg):  # keys without a default, not given
+        raise Seq2SeqError("give " + " ".join(f"{key}={hint}" for key, hint in needed))
     problems = _range_problems(cfg)
     schema = OmegaConf.get_type(cfg)
     if not problems and isinstance(schema, type):  # the rules may take each value in its range
@@ -105,6 +108,20 @@ def check_config(cfg: Any) -> None:
         raise Seq2SeqError("; ".join(problems))
     if schema is Config:
         _warn_dot_as_general(cfg)
+
+
+def _needed(cfg: Any) -> list[tuple[str, str]]:
+    """The keys without a value, in their schemas' order, each with what to give for it (its
+    field's hint, `seq2seq.config.needed`)."""
+    found = []
+    for key in OmegaConf.missing_keys(cfg):
+        section, _, name = key.rpartition(".")
+        schema = OmegaConf.get_type(OmegaConf.select(cfg, section) if section else cfg)
+        known = list(fields(schema)) if is_dataclass(schema) else []
+        place = [i for i, f in enumerate(known) if f.name == name] or [len(known)]
+        hint = known[place[0]].metadata.get("give", "...") if place[0] < len(known) else "..."
+        found.append(((section, place[0]), key, hint))
+    return [(key, hint) for _, key, hint in sorted(found)]
 
 
 def _range_problems(cfg: Any) -> list[str]:

@@ -127,7 +127,7 @@ def run_app(cfg: TranslateConfig) -> None:
     given = [k for k in STEERING_FILES if getattr(cfg, k) is not None]
     if given and sys.stdin.isatty():
         raise Seq2SeqError(f"{given[0]}=<file> is for piped input: it steers the lines piped in")
-    engine, run = open_model(cfg, "translate with")
+    engine, run = open_model(cfg)
     translator = Translator.from_run(run, cfg, engine)
     log.info("loaded %s (step %d) on %s", run.checkpoint, run.step, engine.describe())
     if sys.stdin.isatty():

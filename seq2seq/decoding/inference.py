@@ -28,12 +28,9 @@ from seq2seq.runtime.run_folder import TrainedRun, load_runs
 from seq2seq.vocab import EOS
 
 
-def open_model(cfg: InferenceConfig, purpose: str) -> tuple[Engine, TrainedRun]:
-    """The engine and the run (or release, or ensemble) an inference command's config names,
-    after refusing a missing run_dir ("say which model to <purpose>"); compiled when asked.
-    The values were checked by the command (commands/rules.py)."""
-    if OmegaConf.is_missing(cfg, "run_dir"):
-        raise Seq2SeqError(f"say which model to {purpose}: run_dir=<a run or release folder>")
+def open_model(cfg: InferenceConfig) -> tuple[Engine, TrainedRun]:
+    """The engine and the run (or release, or ensemble) an inference command's config names;
+    compiled when asked. The values were checked by the command (commands/rules.py)."""
     engine = Engine.create(
         cfg.device, cfg.precision, products=cfg.products, int8_engine=cfg.int8_engine
     )

@@ -35,7 +35,7 @@ def open_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
 
 def _torch_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
     """The folders' weights in PyTorch, on one engine."""
-    engine, run = open_model(cfg, "serve")
+    engine, run = open_model(cfg)
     models = [_torch_model(run, engine)]
     for folder in cfg.compare_with:
         try:

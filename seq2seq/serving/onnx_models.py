@@ -11,7 +11,6 @@ from types import ModuleType
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 from seq2seq_lite.steering import LineSteering
 
 from seq2seq.config import DecodeConfig, Precision
@@ -67,8 +66,6 @@ def open_onnx_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
     """run_dir's and compare_with's releases on onnxruntime; refused in one line before any is
     loaded: a setting only PyTorch has, a folder without graphs, no lite translator."""
     _refuse_torch_settings(cfg)
-    if OmegaConf.is_missing(cfg, "run_dir"):
-        raise Seq2SeqError("say which model to serve: run_dir=<a release folder with onnx/>")
     folders = [Path(cfg.run_dir), *map(Path, cfg.compare_with)]
     for folder in folders:
         if not (folder / GRAPHS_SPEC).is_file():
