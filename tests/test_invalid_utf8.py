@@ -4,14 +4,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from seq2seq_lite.rules import InputError
-from seq2seq_lite.text import decode_lines, line_batches
+from seq2seq_lite.text import decode_lines
 
 from seq2seq.data.stream import decode_text
 from seq2seq.errors import DataError
@@ -77,31 +76,3 @@ def test_every_command_names_the_file_and_line(smoke_run: Path, tmp_path: Path) 
     out, error = refusal("translate", run, "beam_size=1", stdin=src.read_bytes())
     assert error.endswith(f"standard input, {MESSAGE}")
     assert len(out.splitlines()) == 2 and all(out.splitlines())
-
-
-def test_line_batches_take_what_has_arrived() -> None:
-    read, write = os.pipe()
-    with os.fdopen(read, "rb") as stream, os.fdopen(write, "wb") as writer:
-        writer.write(b"one\n\ntwo\r\nthree\npart")
-        writer.flush()
-        batches = line_batches(stream, 2, "standard input")
-        assert next(batches) == ["one", ""]
-        assert next(batches) == ["two", "three"]
-        writer.write(b"ial\n")
-        writer.flush()
-        assert next(batches) == ["partial"]
-        writer.write(b"no newline at the end")
-        writer.close()
-        assert list(batches) == [["no newline at the end"]]
-
-
-def test_line_batches_stop_at_invalid_utf8_after_the_lines_before_it() -> None:
-    read, write = os.pipe()
-    with os.fdopen(read, "rb") as stream, os.fdopen(write, "wb") as writer:
-        writer.write(b"one\ntwo\nthree\nf\xfcnf\nsix\n")
-        writer.close()
-        batches = line_batches(stream, 2, "standard input")
-        assert next(batches) == ["one", "two"]
-        assert next(batches) == ["three"]
-        with pytest.raises(InputError, match=r"^standard input, line 4: invalid UTF-8 \(invalid"):
-            next(batches)

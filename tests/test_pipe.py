@@ -1,5 +1,6 @@
-"""How seq2seq-translate and seq2seq-lite answer a pipe (seq2seq_lite.text), without a model:
-what is written before a line is refused, the steering files' counts, the output line's form."""
+"""How seq2seq-translate and seq2seq-lite read and answer a pipe (seq2seq_lite.text), without a
+model: lines taken as they arrive, what is written before a line is refused, the steering files'
+counts, the output line's form."""
 
 from __future__ import annotations
 
@@ -86,3 +87,28 @@ def test_an_output_line_is_the_best_text_or_every_candidate_scored() -> None:
     assert output_line(candidates, 1) == "A dog runs."
     assert output_line(candidates, 2) == "-0.5123\tA dog runs. ||| -0.9000\tA dog is running."
     assert output_line([], 1) == output_line([], 3) == ""  # a blank line's
+
+
+def test_line_batches_take_what_has_arrived() -> None:
+    read, write = os.pipe()
+    with os.fdopen(read, "rb") as stream, os.fdopen(write, "wb") as writer:
+        writer.write(b"one\n\ntwo\r\nthree\npart")
+        writer.flush()
+        batches = line_batches(stream, 2, WHERE)
+        assert next(batches) == ["one", ""]
+        assert next(batches) == ["two", "three"]
+        writer.write(b"ial\n")
+        writer.flush()
+        assert next(batches) == ["partial"]
+        writer.write(b"no newline at the end")
+        writer.close()
+        assert list(batches) == [["no newline at the end"]]
+
+
+def test_line_batches_stop_at_invalid_utf8_after_the_lines_before_it() -> None:
+    with piped(b"one\ntwo\nthree\nf\xfcnf\nsix\n") as stream:
+        batches = line_batches(stream, 2, WHERE)
+        assert next(batches) == ["one", "two"]
+        assert next(batches) == ["three"]
+        with pytest.raises(InputError, match=r"^standard input, line 4: invalid UTF-8 \(invalid"):
+            next(batches)
