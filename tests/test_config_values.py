@@ -4,6 +4,7 @@ commands/rules.py before the command starts; the defaults pass."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from seq2seq.commands.configs import (
+    SCHEMAS,
     AlignConfig,
     AverageConfig,
     BacktranslateConfig,
@@ -110,4 +112,33 @@ def test_a_key_without_a_default_is_asked_for_in_one_line(command, overrides, me
     whole = message.endswith("$")
     pattern = "^" + re.escape(message.removesuffix("$")) + ("$" if whole else "")
     with pytest.raises(Seq2SeqError, match=pattern):
+        check_config(cfg)
+
+
+def test_a_rerun_from_a_saved_config_meets_its_commands_rules(tmp_path) -> None:
+    """A run's config.yaml is saved resolved, without its schema (``--config-path <run>
+    --config-name config``): the command's schema picks the rules."""
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        saved = OmegaConf.create(OmegaConf.to_container(compose("config", ["experiment=smoke"])))
+    assert OmegaConf.get_type(saved) is dict
+    check_config(saved, SCHEMAS["config"])
+    for values, message in (
+        ({"precision": "int8"}, "precision=int8 is for inference"),
+        ({"data": {"tgt_lang": "de"}}, "data.src_lang and data.tgt_lang are both 'de'"),
+    ):
+        with pytest.raises(Seq2SeqError, match=f"^{re.escape(message)}"):
+            check_config(OmegaConf.merge(saved, values), SCHEMAS["config"])
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    assert set(SCHEMAS) == {p.stem for p in configs.glob("*.yaml")}  # every command's
+
+
+def test_an_interpolation_to_nothing_is_one_line() -> None:
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        cfg = compose("export", ["out=${run_dir}/release"])
+    with pytest.raises(Seq2SeqError, match="^out: MissingMandatoryValue") as error:
+        check_config(cfg)
+    assert "\n" not in str(error.value)
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        cfg = compose("evaluate", ["run_dir=x", "ensemble=[a,???]"])
+    with pytest.raises(Seq2SeqError, match=r"^give ensemble=\.\.\.$"):  # the list, not its item
         check_config(cfg)

@@ -55,9 +55,27 @@ def test_the_lines_before_a_refused_line_are_answered_first() -> None:
             for done, translations in batches:
                 assert done == len(answered)
                 answered += translations
-    assert answered == [x.upper() for x in lines[:20]]  # 20 > 2 * BUFFER_BATCHES: two reads
+    assert answered == [x.upper() for x in lines[:20]]  # 20 > 2 * BUFFER_BATCHES: two batches
     assert refused.value.index == 20 and refused.value.length == 4
     assert 2 * BUFFER_BATCHES < 20
+
+
+def test_a_refused_line_first_in_a_later_batch_and_steered_lines_before_one() -> None:
+    """The refused line opening a batch: nothing more is answered; steered lines before one keep
+    their own steering."""
+    lines = [f"w{i}" for i in range(BUFFER_BATCHES)] + ["one two three four", "after"]
+    with piped("".join(f"{x}\n" for x in lines).encode()) as stream:
+        answered = []
+        with pytest.raises(InputTooLong) as refused:
+            for _, translations in translated_batches(stream, 1, WHERE, upper):
+                answered += translations
+    assert len(answered) == BUFFER_BATCHES and refused.value.index == BUFFER_BATCHES
+    steering = SteeringLines(["A", "B", "C", "D"], None, [], {"prefix": "--prefix p.txt"})
+    answered = []
+    with piped(b"x\ny\na b c d\nz\n") as stream, pytest.raises(InputTooLong):
+        for _, translations in translated_batches(stream, 4, WHERE, upper, steering):
+            answered += translations
+    assert answered == ["X <A>", "Y <B>"]
 
 
 def test_steering_files_must_have_the_inputs_line_count() -> None:

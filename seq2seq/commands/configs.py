@@ -10,7 +10,7 @@ from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 
-from seq2seq.config import InferenceConfig, needed, register_configs
+from seq2seq.config import Config, InferenceConfig, needed, register_configs
 from seq2seq.config_choices import (
     AlignMethod,
     Pick,
@@ -140,17 +140,27 @@ class ExportConfig:
     browser: bool = False
 
 
+# each command's schema, by its primary config's name (configs/<name>.yaml)
+SCHEMAS: dict[str, type] = {
+    "config": Config,
+    "evaluate": EvaluateConfig,
+    "translate": TranslateConfig,
+    "average": AverageConfig,
+    "export": ExportConfig,
+    "distill": DistillConfig,
+    "backtranslate": BacktranslateConfig,
+    "serve": ServeConfig,
+    "align": AlignConfig,
+}
+
+
 def register_command_configs() -> None:
-    """Register each command's schema with Hydra's ConfigStore (configs/<command>.yaml use them)."""
+    """Register each command's schema with Hydra's ConfigStore (configs/<command>.yaml use them
+    as ``<command>_config``; training's is seq2seq.config's ``base_config``)."""
     cs = ConfigStore.instance()
-    cs.store(name="evaluate_config", node=EvaluateConfig)
-    cs.store(name="translate_config", node=TranslateConfig)
-    cs.store(name="average_config", node=AverageConfig)
-    cs.store(name="export_config", node=ExportConfig)
-    cs.store(name="distill_config", node=DistillConfig)
-    cs.store(name="backtranslate_config", node=BacktranslateConfig)
-    cs.store(name="serve_config", node=ServeConfig)
-    cs.store(name="align_config", node=AlignConfig)
+    for name, schema in SCHEMAS.items():
+        if schema is not Config:
+            cs.store(name=f"{name}_config", node=schema)
 
 
 def register_schemas() -> None:

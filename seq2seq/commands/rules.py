@@ -5,12 +5,15 @@ config keeps). Old spellings of keys are refused by commands/keys.py with today'
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from typing import Any
 
 from omegaconf import OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 from seq2seq_lite.rules import search_problem
 from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM
 
@@ -93,34 +96,44 @@ _NOT_NEGATIVE = (
 )
 
 
-def check_config(cfg: Any) -> None:
+def check_config(cfg: Any, schema: type | None = None) -> None:
     """Refuse, in one line, values that their types allow but that cannot work (a negative size,
-    a dropout of 1, the same source and target language), before any work starts."""
-    if needed := _needed(cfg):  # keys without a default, not given
-        raise Seq2SeqError("give " + " ".join(f"{key}={hint}" for key, hint in needed))
-    problems = _range_problems(cfg)
-    schema = OmegaConf.get_type(cfg)
-    if not problems and isinstance(schema, type):  # the rules may take each value in its range
-        for owner, rule in _RULES:
-            if issubclass(schema, owner):
-                problems += rule(cfg)
+    a dropout of 1, the same source and target language), before any work starts. ``schema``:
+    the command's, for a config that carries none (a rerun from a run's saved config.yaml)."""
+    typed = OmegaConf.get_type(cfg)
+    try:
+        problems = _problems(cfg, typed if is_dataclass(typed) else schema)
+    except InterpolationResolutionError as e:  # ${...} naming what is not there
+        raise Seq2SeqError(f"{e.full_key}: {str(e).splitlines()[0]}") from None
     if problems:
         raise Seq2SeqError("; ".join(problems))
-    if schema is Config:
+
+
+def _problems(cfg: Any, schema: type | None) -> list[str]:
+    """The keys to give; else the ranges broken; else what the schema's rules refuse."""
+    if needed := _needed(cfg):  # keys without a default, not given
+        return ["give " + " ".join(f"{key}={hint}" for key, hint in needed)]
+    if problems := _range_problems(cfg):  # the rules may take each value in its range
+        return problems
+    problems = [
+        p for owner, rule in _RULES if schema and issubclass(schema, owner) for p in rule(cfg)
+    ]
+    if not problems and schema is Config:
         _warn_dot_as_general(cfg)
+    return problems
 
 
 def _needed(cfg: Any) -> list[tuple[str, str]]:
-    """The keys without a value, in their schemas' order, each with what to give for it (its
-    field's hint, `seq2seq.config.needed`)."""
-    found = []
+    """The keys without a value (a list's, not its item's), by section, each in its schema's
+    order, with what to give for it (its field's hint, `seq2seq.config.needed`)."""
+    found = set()
     for key in OmegaConf.missing_keys(cfg):
-        section, _, name = key.rpartition(".")
+        section, _, name = re.sub(r"\[\d+\]$", "", key).rpartition(".")
         schema = OmegaConf.get_type(OmegaConf.select(cfg, section) if section else cfg)
-        known = list(fields(schema)) if is_dataclass(schema) else []
-        place = [i for i, f in enumerate(known) if f.name == name] or [len(known)]
-        hint = known[place[0]].metadata.get("give", "...") if place[0] < len(known) else "..."
-        found.append(((section, place[0]), key, hint))
+        known = [f.name for f in fields(schema)] if is_dataclass(schema) else []
+        place = known.index(name) if name in known else len(known)
+        hint = fields(schema)[place].metadata.get("give", "...") if name in known else "..."
+        found.add(((section, place), ".".join(filter(None, (section, name))), hint))
     return [(key, hint) for _, key, hint in sorted(found)]
 
 
@@ -172,33 +185,33 @@ def _warn_dot_as_general(cfg: Any) -> None:
 
 
 def _training(cfg: Config) -> list[str]:
-    """seq2seq-train: values each fine alone that cannot work together."""
+    """seq2seq-train: values each fine alone that cannot work together (a key an old run's
+    saved config lacks is taken as its default)."""
+    at = functools.partial(OmegaConf.select, cfg, default=None)
     problems = []
-    if Precision(cfg.precision) is Precision.int8:
+    if Precision(at("precision") or "auto") is Precision.int8:
         problems.append(
             "precision=int8 is for inference (seq2seq-evaluate, -translate, "
             "-serve): train in fp32 or bf16"
         )
-    if str(cfg.train.cuda_graphs).lower() not in ("auto", "true", "false"):
-        problems.append(f"train.cuda_graphs={cfg.train.cuda_graphs} must be auto, true or false")
-    schedule = cfg.train.scheduler
-    if schedule.name == ScheduleName.inverse_sqrt and schedule.warmup < 1:
+    if str(at("train.cuda_graphs") or "auto").lower() not in ("auto", "true", "false"):
+        problems.append(f"train.cuda_graphs={at('train.cuda_graphs')} must be auto, true or false")
+    if at("train.scheduler.name") == ScheduleName.inverse_sqrt and at("train.scheduler.warmup") < 1:
         problems.append("train.scheduler.name=inverse_sqrt needs train.scheduler.warmup=N (N > 0)")
-    src, tgt = OmegaConf.select(cfg, "data.src_lang"), OmegaConf.select(cfg, "data.tgt_lang")
+    src, tgt = at("data.src_lang"), at("data.tgt_lang")
     if src is not None and src == tgt:
         problems.append(f"data.src_lang and data.tgt_lang are both {src!r}")
     if tgt is not None:
         try:
-            check_bleu_tokenizer(bleu_tokenizer(tgt, OmegaConf.select(cfg, "data.bleu_tokenize")))
+            check_bleu_tokenizer(bleu_tokenizer(tgt, at("data.bleu_tokenize")))
         except Seq2SeqError as e:
             problems.append(str(e))
-    alpha = OmegaConf.select(cfg, "data.sampling_alpha", default=0.0)
-    if cfg.train.guided_alignment is not None and alpha:
+    if at("train.guided_alignment") is not None and at("data.sampling_alpha"):
         problems.append(
             "train.guided_alignment needs data.sampling_alpha=0: its links fit "
             "the cached segmentation, not sampled subwords"
         )
-    if (cfg.log.alignment_pairs is None) != (cfg.log.alignment_links is None):
+    if (at("log.alignment_pairs") is None) != (at("log.alignment_links") is None):
         problems.append(
             "log.alignment_pairs=<pairs> and log.alignment_links=<gold links> go together"
         )

@@ -1,7 +1,8 @@
 """`seq2seq-translate`: translate with a trained run, at a prompt or as a filter over piped lines.
 
 On a terminal it is a prompt loop (readline editing, history in ~/.seq2seq_history); otherwise it
-reads standard input in batches and writes exactly one line per input line, flushing each batch.
+translates what has arrived on standard input and writes exactly one line per input line, flushed
+as each read's lines are done.
 Translations come from `seq2seq.decoding.inference.Translator`, as in evaluation and validation.
 """
 
@@ -90,7 +91,7 @@ def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, 
 
 
 def piped(translator: Translator, cfg: TranslateConfig) -> None:
-    """Filter mode: one output line per input line, in order, flushed after every batch.
+    """Filter mode: one output line per input line, in order, flushed as each read's are done.
 
     n-best output keeps that: the candidates of a line are joined by " ||| ", each one
     ``score<TAB>translation``. Alignment views, when asked for, go to stderr. The pipe is read

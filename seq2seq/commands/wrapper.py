@@ -16,7 +16,7 @@ from typing import Any
 
 import hydra
 
-from seq2seq.commands.configs import CONFIGS, register_schemas
+from seq2seq.commands.configs import CONFIGS, SCHEMAS, register_schemas
 from seq2seq.commands.keys import check_command_line
 from seq2seq.commands.rules import check_config
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
@@ -38,7 +38,7 @@ def hydra_command(
     def decorate(task: Task) -> Callable[[], None]:
         @functools.wraps(task)
         def body(cfg: Any) -> None:
-            _say(_run(task, cfg))
+            _say(_run(task, cfg, SCHEMAS[config_name]))
 
         run = hydra.main(version_base=None, config_path=CONFIGS, config_name=config_name)(body)
 
@@ -60,11 +60,12 @@ def hydra_command(
     return decorate
 
 
-def _run(task: Task, cfg: Any) -> Any:
-    """The task on its checked config; each way a user error ends, said once. A process-wide
-    setting of the command's: TensorBoard's writer thread keeps a full disk's traceback quiet."""
+def _run(task: Task, cfg: Any, schema: type) -> Any:
+    """The task on its config, checked by ``schema``'s rules; each way a user error ends, said
+    once. A process-wide setting of the command's: TensorBoard's writer thread keeps a full
+    disk's traceback quiet."""
     try:
-        check_config(cfg)
+        check_config(cfg, schema)
         quiet_event_writer_threads()
         return task(cfg)
     except Seq2SeqError as e:
