@@ -71,12 +71,12 @@ def _steering(args: argparse.Namespace) -> SteeringLines | None:
     given = {k: getattr(args, k) for k in ("prefix", "constraints", "terms") if getattr(args, k)}
     if not given:
         return None
-    prefixes = _read(args.prefix) if args.prefix else None
-    phrases = constraint_lines(_read(args.constraints)) if args.constraints else None
-    terms = args.terms
-    glossary = read_glossary("\n".join(_read(terms)), terms) if terms else []
+    read = {key: _read(path) for key, path in given.items()}  # every file before any input
+    phrases = constraint_lines(read["constraints"]) if "constraints" in read else None
+    terms = given.get("terms")
+    glossary = read_glossary("\n".join(read["terms"]), terms) if terms else []
     names = {key: f"--{key} {path}" for key, path in given.items()}
-    return SteeringLines(prefixes, phrases, glossary, names)
+    return SteeringLines(read.get("prefix"), phrases, glossary, names)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -130,9 +130,11 @@ def _needed(cfg: Any) -> list[tuple[str, str]]:
     for key in OmegaConf.missing_keys(cfg):
         section, _, name = re.sub(r"\[\d+\]$", "", key).rpartition(".")
         schema = OmegaConf.get_type(OmegaConf.select(cfg, section) if section else cfg)
-        known = [f.name for f in fields(schema)] if is_dataclass(schema) else []
-        place = known.index(name) if name in known else len(known)
-        hint = fields(schema)[place].metadata.get("give", "...") if name in known else "..."
+        known = (
+            {f.name: (i, f) for i, f in enumerate(fields(schema))} if is_dataclass(schema) else {}
+        )
+        place, field = known.get(name, (len(known), None))
+        hint = field.metadata.get("give", "...") if field else "..."
         found.add(((section, place), ".".join(filter(None, (section, name))), hint))
     return [(key, hint) for _, key, hint in sorted(found)]
 

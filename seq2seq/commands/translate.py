@@ -97,17 +97,15 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
     ``score<TAB>translation``. Alignment views, when asked for, go to stderr. The pipe is read
     and answered by seq2seq-lite's rules (seq2seq_lite.text); invalid UTF-8 is DataError.
     """
-    number = 0
     start = told = time.perf_counter()
     files = SteeringFiles.read(cfg.prefix, cfg.constraints, cfg.terms)
     batches = translated_batches(
         sys.stdin.buffer, cfg.batch_size, STDIN, translator.translate, files
     )
     try:
-        for number, translations in batches:
+        for done, translations in batches:
             out = []
-            for translation in translations:
-                number += 1
+            for number, translation in enumerate(translations, done + 1):
                 out.append(output_line(candidates(translator, translation), cfg.nbest))
                 if cfg.show_alignment and translation.hypotheses:
                     view = best_alignment_view(translator, translation, 80)
@@ -116,7 +114,8 @@ def piped(translator: Translator, cfg: TranslateConfig) -> None:
             sys.stdout.flush()
             if time.perf_counter() - told >= LOG_EVERY_S:  # a long file: how far, how fast
                 told = time.perf_counter()
-                log.info("%s: %d lines translated, %.1f/s", STDIN, number, number / (told - start))
+                count = done + len(translations)
+                log.info("%s: %d lines translated, %.1f/s", STDIN, count, count / (told - start))
     except InputTooLong as e:
         raise Seq2SeqError(e.describe(f"{STDIN}, line {e.index + 1}")) from None
     except InputError as e:

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from seq2seq_lite.release import GRAPHS
 from seq2seq_lite.steering import LineSteering
 
 from seq2seq.config import DecodeConfig, Precision
@@ -25,14 +26,12 @@ from seq2seq.serving.models import ServedModel, model_card, same_source
 from seq2seq.serving.settings import ServeConfig
 from seq2seq.storage.rundir import (
     CONFIG_FILE,
-    GRAPHS_DIR,
-    GRAPHS_FACTS,
     SRC_TOKENIZER,
     TGT_TOKENIZER,
     release_facts,
 )
 
-GRAPHS_SPEC = Path(GRAPHS_DIR) / GRAPHS_FACTS  # what seq2seq-export onnx=true writes
+GRAPHS_SPEC = GRAPHS  # what seq2seq-export onnx=true writes and lite reads
 VARIANTS = {Precision.fp32: "fp32", Precision.int8: "int8"}  # precision= -> the graphs served
 
 
