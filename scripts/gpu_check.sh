@@ -18,8 +18,9 @@
 # same machine starts clean: a fresh install, fresh run folders. COMMIT=<hash> names the code
 # where the copy has no .git. On an H200 (2026-11-28) tests took 140 s, peer 95 s, ours 200 s
 # (with the eager training, before the profiling part) and recipe 120 s a seed. A 15-minute
-# lease, start-up included, holds about 13 minutes of steps: run STEPS="machine peer ours", then
-# at once on the still warm machine STEPS="tests recipe", with RECIPE_SEEDS=2 (the second seed
+# lease, start-up included, holds about 11-13 minutes of steps: run STEPS="machine peer ours", then
+# at once on the still warm machine STEPS="tests recipe" with DEADLINE_S set to the device time
+# left minus a minute (a call ends at whichever comes first), and RECIPE_SEEDS=2 (the second seed
 # alone) where less than 7 minutes are left by then.
 set -uo pipefail
 out=${1:-gpu-check}

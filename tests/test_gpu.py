@@ -214,8 +214,10 @@ def test_graphs_are_captured_again_when_the_parameters_move(no_tf32) -> None:
         pending.append(graphed.step([batch], batch.ntokens))
     for got, want in zip(resolve(pending), expected, strict=True):
         assert float(got.loss_sum) == pytest.approx(float(want.loss_sum), rel=1e-4)
+    # rounding near 0 can move an element by up to lr (as above); graphs left on the old memory
+    # would leave three updates out: about 3 * lr
     for a, b in zip(graphed.module.parameters(), eager.module.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
 
 
 def test_a_recorder_keeps_the_caches_and_its_graphs_replay() -> None:
