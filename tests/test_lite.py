@@ -114,6 +114,10 @@ def test_lite_refuses_what_it_cannot_use_in_one_line(onnx_release, smoke_run, tm
     proc = lite(plain, text="Ein Hund.\n")
     assert proc.returncode == 1 and "onnx=true" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    for option, value in (("--max-len-a", -1), ("--alpha", -1), ("--threads", -2)):
+        proc = lite(onnx_release, option, value, text="Ein Hund.\n")  # as evaluate refuses
+        assert proc.returncode == 1 and proc.stdout == "", option
+        assert "must not be negative" in proc.stderr and "Traceback" not in proc.stderr
     proc = lite(onnx_release, "--max-source-len", 3, text="Ein Hund läuft über die Wiese.\n")
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("seq2seq-lite: standard input, line 1 has ")

@@ -57,8 +57,8 @@ class Translator:
         self.src_tok = spm.SentencePieceProcessor(model_file=str(folder / spec["src_tokenizer"]))
         self.tgt_tok = spm.SentencePieceProcessor(model_file=str(folder / spec["tgt_tokenizer"]))
         keys = ("beam_size", "nbest", "batch_size", "max_source_len")
-        steering = {k: search.get(k, 0) for k in ("no_repeat_ngram", "min_len_a", "min_len_b")}
-        if problem := rules.search_problem(**{k: search[k] for k in keys}, **steering):
+        others = {k: search.get(k, 0) for k in rules.NOT_NEGATIVE}
+        if problem := rules.search_problem(**{k: search[k] for k in keys}, **others):
             raise ReleaseError(problem)
 
     @classmethod
@@ -69,6 +69,8 @@ class Translator:
         was exported with (beam_size, nbest, alpha, max_len_a, max_len_b, no_repeat_ngram,
         min_len_a, min_len_b), and BATCH_SIZE."""
         folder = Path(folder)
+        if threads is not None and threads < 0:
+            raise ReleaseError(f"threads must not be negative, not {threads}")
         check_manifest(folder)
         spec = read_spec(folder)
         given = {k: v for k, v in search.items() if v is not None}

@@ -89,24 +89,28 @@ def eos_banned(first: bool, at_limit: Any) -> Any | None:
     return ~at_limit if first else None
 
 
+# the search settings that must not be negative (0 is allowed: no penalty, no ban, no minimum)
+NOT_NEGATIVE = ("alpha", "max_len_a", "max_len_b", "no_repeat_ngram", "min_len_a", "min_len_b")
+
+
 def search_problem(
     beam_size: int,
     nbest: int,
     batch_size: int,
     max_source_len: int,
     sampling: bool = False,
-    **steering: float,
+    **others: float,
 ) -> str | None:
     """What makes search settings unusable, in one line (None: nothing): a count below 1, a
-    negative ``steering`` setting (no_repeat_ngram, min_len_a, min_len_b), or more translations
-    than beams (sampling draws its ``nbest``, beams or not)."""
+    negative one of ``others`` (NOT_NEGATIVE's), or more translations than beams (sampling
+    draws its ``nbest``, beams or not)."""
     counts = dict(
         beam_size=beam_size, nbest=nbest, batch_size=batch_size, max_source_len=max_source_len
     )
     for key, value in counts.items():
         if value < 1:
             return f"{key} must be at least 1, not {value}"
-    for key, value in steering.items():
+    for key, value in others.items():
         if value < 0:
             return f"{key} must not be negative, not {value}"
     if nbest > beam_size and not sampling:

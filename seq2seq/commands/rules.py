@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
-from seq2seq_lite.rules import search_problem
+from seq2seq_lite.rules import NOT_NEGATIVE, search_problem
 from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM
 
 from seq2seq.commands.configs import (
@@ -76,11 +76,9 @@ _POSITIVE = (
 )
 _FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
 _NOT_NEGATIVE = (
+    *NOT_NEGATIVE,  # the search's, lite's rule
     "train.threads",
     "train.scheduler.warmup",
-    "alpha",
-    "max_len_a",
-    "max_len_b",
     "data.workers",
     "data.valid_size",
     "data.test_size",
@@ -88,9 +86,6 @@ _NOT_NEGATIVE = (
     "train.coverage_weight",
     "coverage_penalty",
     "top_k",
-    "no_repeat_ngram",
-    "min_len_a",
-    "min_len_b",
     "log_attention",
     "batch_wait_ms",
 )
