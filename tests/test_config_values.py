@@ -46,6 +46,8 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (BacktranslateConfig, {"ratios": [1.0, -2.0]}, r"ratios=\[1.0, -2.0\] must be positive"),
         (ExportConfig, {"browser": True}, "browser=true runs the ONNX graphs in the page"),
         (ServeConfig, {"batch_wait_ms": -1.0}, "batch_wait_ms=-1.0 must not be negative"),
+        (ServeConfig, {"port": 99999}, "port=99999 must be at most 65535"),
+        (ServeConfig, {"max_constraints": -1}, "max_constraints=-1 must not be negative"),
         (ServeConfig, {"beam_size": 12}, "beam_size=12 is above max_beam=10"),
         (ServeConfig, {"nbest": 6}, "nbest=6 needs at least as many beams: add beam_size=6"),
         (EvaluateConfig, {"nbest": 6}, "nbest=6 needs at least as many beams"),

@@ -88,6 +88,7 @@ _NOT_NEGATIVE = (
     "top_k",
     "log_attention",
     "batch_wait_ms",
+    "max_constraints",
 )
 
 
@@ -250,6 +251,8 @@ def _served(cfg: ServeConfig) -> list[str]:
             f"max_sentences={cfg.max_sentences}: a request of the largest size could never be "
             "admitted"
         )
+    if cfg.port > 65535:
+        problems.append(f"port={cfg.port} must be at most 65535")
     if cfg.sampling:
         problems.append("seq2seq-serve searches: sampling=true is for evaluate and translate")
     if cfg.beam_size > cfg.max_beam:

@@ -58,6 +58,8 @@ def parse(
         data = json.loads(text)
     except ValueError as e:
         raise BadRequest(400, f"the body is not JSON: {e}") from None
+    except RecursionError:  # [[[[...]]]]: valid, and deeper than Python's parser goes
+        raise BadRequest(400, "the body's JSON nests too deeply") from None
     options: dict[str, Any] = {}
     if isinstance(data, dict):
         unknown = set(data) - FIELDS
@@ -86,16 +88,22 @@ def parse(
             raise BadRequest(422, f"{name} must be a whole number from 1 to {top}")
     if type(alignment) is not bool:
         raise BadRequest(422, "alignment must be true or false")
-    steer = _steering(data, options, glossary, beam)
+    steer = _steering(data, options, glossary, beam, cfg)
     model = _model(options.get("model", models[0]), models)
     return Query(data, beam, nbest, alignment, model, steer)
 
 
 def _steering(
-    sentences: list[str], options: dict, glossary: Sequence[tuple[str, str]], beam: int
+    sentences: list[str],
+    options: dict,
+    glossary: Sequence[tuple[str, str]],
+    beam: int,
+    cfg: ServeConfig,
 ) -> list[LineSteering] | None:
     """Each sentence's steering from the request's "prefixes" (a string or null each) and
-    "constraints" (a list of phrases each), with the glossary's hits; None where none."""
+    "constraints" (a list of phrases each), with the glossary's hits; None where none. A
+    sentence's prefix, and its phrases together, have at most ``max_chars`` characters, and it
+    has at most ``max_constraints`` phrases: the search's work grows with them."""
     prefixes, constraints = options.get("prefixes"), options.get("constraints")
     count = len(sentences)
     wrong = f"must be a list of {count}"
@@ -113,6 +121,18 @@ def _steering(
         or not all(isinstance(c, list) and all(isinstance(p, str) for p in c) for c in constraints)
     ):
         raise BadRequest(422, f"constraints {wrong} lists of phrases (strings), one a sentence")
+    for i, phrases in enumerate(constraints or []):
+        if len(phrases) > cfg.max_constraints:
+            raise BadRequest(
+                413, f"sentence {i} has {len(phrases)} constraints; at most {cfg.max_constraints}"
+            )
+    for name, given in (("prefix", prefixes), ("constraints", constraints)):
+        for i, item in enumerate(given or []):
+            chars = len(item or "") if name == "prefix" else sum(map(len, item))
+            if chars > cfg.max_chars:
+                raise BadRequest(
+                    413, f"sentence {i}'s {name} has {chars} characters; at most {cfg.max_chars}"
+                )
     if prefixes is None and constraints is None and not glossary:
         return None
     prefixes = [p or "" for p in prefixes] if prefixes is not None else None

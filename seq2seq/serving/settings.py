@@ -28,7 +28,8 @@ class ServeConfig(InferenceConfig):
     api_key: str | None = None  # when set, /translate, /model(s) need header X-API-Key
     max_body_bytes: int = 65536  # request body
     max_sentences: int = 64  # per request
-    max_chars: int = 1000  # per sentence
+    max_chars: int = 1000  # per sentence (and per sentence's prefix, and its constraints)
+    max_constraints: int = 20  # phrases a request may ask one sentence to hold
     max_beam: int = 10  # largest beam_size a request may ask for
     batch_sentences: int = 64  # sentences of concurrent requests decoded together
     batch_wait_ms: float = 5.0  # how long a request may wait for others to share its batch
