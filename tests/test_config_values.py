@@ -41,6 +41,9 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (AlignConfig, {"src_file": "a"}, "give the pairs as input="),
         (AlignConfig, {"input": "p.txt", "threshold": 0.0}, "threshold=0.0 must be above 0 and"),
         (AlignConfig, {"input": "p.txt", "threshold": 1.5}, "threshold=1.5 must be above 0 and"),
+        (AlignConfig, {"input": "p.txt", "output": "./p.txt"}, "output=./p.txt is also input="),
+        (AlignConfig, {"src_file": "a", "tgt_file": "b", "weights": "b"}, "weights=b is also tgt"),
+        (AlignConfig, {"input": "p", "output": "o", "weights": "o"}, "weights=o is also output="),
         (AverageConfig, {"n": 0}, "n=0 must be positive"),
         (BacktranslateConfig, {"ratios": []}, r"ratios=\[\] must be positive"),
         (BacktranslateConfig, {"ratios": [1.0, -2.0]}, r"ratios=\[1.0, -2.0\] must be positive"),
@@ -67,6 +70,7 @@ def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message
         (EvaluateConfig, {"input": "x.de", "reference": "x.en"}),
         (AlignConfig, {"input": "p.txt", "threshold": 1.0}),
         (AlignConfig, {"src_file": "a", "tgt_file": "b"}),
+        (AlignConfig, {"input": "p.txt", "output": "p.links", "weights": "p.json"}),
         (AverageConfig, {}),
         (BacktranslateConfig, {"ratios": [0.5, 3]}),
         (ExportConfig, {"browser": True, "onnx": True}),
@@ -144,3 +148,12 @@ def test_an_interpolation_to_nothing_is_one_line() -> None:
         cfg = compose("evaluate", ["run_dir=x", "ensemble=[a,???]"])
     with pytest.raises(Seq2SeqError, match=r"^give ensemble=\.\.\.$"):  # the list, not its item
         check_config(cfg)
+
+
+def test_align_refuses_to_write_over_its_input_by_another_name(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.txt"
+    pairs.write_text("a ||| b\n")
+    (tmp_path / "link.txt").symlink_to(pairs)
+    values = {"input": str(pairs), "output": str(tmp_path / "link.txt")}
+    with pytest.raises(Seq2SeqError, match="is also input="):
+        check_config(_config(AlignConfig, values))

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -279,7 +281,20 @@ def _aligned(cfg: AlignConfig) -> list[str]:
         )
     if not 0 < cfg.threshold <= 1:
         problems.append(f"threshold={cfg.threshold} must be above 0 and at most 1")
+    written = [k for k in ("output", "weights") if cfg[k] is not None]
+    for i, key in enumerate(written):
+        for other in (*written[:i], "input", "src_file", "tgt_file", "gold"):
+            if cfg[other] is not None and _same_file(cfg[key], cfg[other]):
+                problems.append(f"{key}={cfg[key]} is also {other}=: write it elsewhere")
     return problems
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (a link or another spelling of it too)."""
+    first, second = Path(a), Path(b)
+    if first.exists() and second.exists():
+        return os.path.samefile(first, second)
+    return first.resolve() == second.resolve()
 
 
 def _distilled(cfg: DistillConfig) -> list[str]:
