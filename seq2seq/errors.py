@@ -1,5 +1,9 @@
 """Errors a user can cause and fix; the command-line apps print them without a traceback."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
 
 class Seq2SeqError(Exception):
     """Base class: a problem with the user's input, data or run folder."""
@@ -15,3 +19,13 @@ class ChecksumError(DataError):
 
 class ReportedByRankZero(Seq2SeqError):
     """Rank 0's error, received by another process under torchrun: rank 0 reports it."""
+
+
+def require_file(path: str | Path, key: str = "") -> Path:
+    """``path`` where it is a file; else DataError saying what it is instead (a folder, or
+    nothing), named by the ``key`` that gave it where there is one."""
+    path = Path(path)
+    if not path.is_file():
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise DataError(f"{key}={path} {what}" if key else f"{path} {what}")
+    return path

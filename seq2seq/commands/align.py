@@ -33,7 +33,7 @@ from seq2seq.decoding.wordalign import (
     read_parallel_pairs,
     symmetrize,
 )
-from seq2seq.errors import Seq2SeqError
+from seq2seq.errors import Seq2SeqError, require_file
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import TrainedRun, load_run
 
@@ -42,10 +42,9 @@ log = logging.getLogger("seq2seq.align")
 
 def _pairs(cfg: AlignConfig) -> list[WordPair]:
     """The input's pairs in the input's own orientation."""
-    paths = [cfg.input] if cfg.input is not None else [cfg.src_file, cfg.tgt_file]
-    for path in paths:
-        if not Path(path).is_file():
-            raise Seq2SeqError(f"no such file: {path}")
+    keys = ["input"] if cfg.input is not None else ["src_file", "tgt_file"]
+    for key in keys:
+        require_file(cfg[key], key)
     if cfg.input is not None:
         return read_pairs(cfg.input)
     return read_parallel_pairs(cfg.src_file, cfg.tgt_file)

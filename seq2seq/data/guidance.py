@@ -17,7 +17,7 @@ import torch
 
 from seq2seq.data.dataset import TokenizedCorpus
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.errors import DataError
+from seq2seq.errors import DataError, require_file
 
 log = logging.getLogger(__name__)
 WORD_START = "▁"  # sentencepiece's mark of a piece that begins a word
@@ -56,9 +56,7 @@ class AlignmentTargets:
         cls, path: str | Path, corpus: TokenizedCorpus, src_tok: Tokenizer, tgt_tok: Tokenizer
     ) -> AlignmentTargets:
         """The targets of ``corpus`` from the links of its training lines."""
-        path = Path(path)
-        if not path.is_file():
-            raise DataError(f"guided alignment links not found: {path}")
+        path = require_file(path, "train.guided_alignment")
         links = _read_links(path)
         if len(corpus) and int(np.max(corpus.line_numbers)) >= len(links):
             raise DataError(

@@ -13,7 +13,7 @@ from seq2seq.data.readers import CarvingReader, open_reader
 from seq2seq.data.stream import PairStream, available_cores, from_lists
 from seq2seq.data.textstore import SideText, text_store
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
-from seq2seq.errors import DataError
+from seq2seq.errors import require_file
 from seq2seq.storage.rundir import SPLITS_DIR, SRC_TOKENIZER, TGT_TOKENIZER, split_file
 
 TokenizerSource = Callable[[PairStream], tuple[Tokenizer, Tokenizer]]
@@ -57,9 +57,9 @@ def run_tokenizers(
         return Tokenizer.load(src_model), Tokenizer.load(tgt_model)
     if cfg.tokenizer.from_folder:
         for name, model in ((SRC_TOKENIZER, src_model), (TGT_TOKENIZER, tgt_model)):
-            given = Path(cfg.tokenizer.from_folder) / name
-            if not given.is_file():
-                raise DataError(f"data.tokenizer.from_folder: {given} does not exist")
+            given = require_file(
+                Path(cfg.tokenizer.from_folder) / name, "data.tokenizer.from_folder"
+            )
             shutil.copyfile(given, model)
         return Tokenizer.load(src_model), Tokenizer.load(tgt_model)
     return train_tokenizers(cfg, train, run_dir)

@@ -16,7 +16,7 @@ from seq2seq.data.corpus import check_files, file_stream, split_files, split_nam
 from seq2seq.data.hf import hf_stream, load_splits
 from seq2seq.data.stream import PairStream, file_digest, limited
 from seq2seq.data.tsv import column_indices, tsv_stream
-from seq2seq.errors import DataError
+from seq2seq.errors import DataError, require_file
 
 SPLITS = ("train", "valid", "test")
 
@@ -104,9 +104,9 @@ class TsvReader(CarvingReader):
     def check(self) -> None:
         super().check()
         column_indices(self.cfg.columns, self.cfg.src_lang, self.cfg.tgt_lang, self.cfg.file)
-        for path in (self.cfg.file, self.cfg.valid, self.cfg.test):
-            if path is not None and not Path(path).is_file():
-                raise DataError(f"{path} does not exist")
+        for key in ("file", "valid", "test"):
+            if self.cfg[key] is not None:
+                require_file(self.cfg[key], f"data.{key}")
         if self.cfg.sha256 and file_digest(Path(self.cfg.file)) != self.cfg.sha256.lower():
             raise DataError(
                 f"{self.cfg.file} is not the file data.sha256 names (SHA-256 "

@@ -14,7 +14,7 @@ from typing import IO
 
 from seq2seq.data.stream import PairStream, TextChunk, file_digest, fingerprint, line_blocks
 from seq2seq.data.stream import open_binary as open_plain
-from seq2seq.errors import DataError
+from seq2seq.errors import DataError, require_file
 
 
 def _zip_member(archive: zipfile.ZipFile, path: Path) -> str:
@@ -35,9 +35,7 @@ def _zip_member(archive: zipfile.ZipFile, path: Path) -> str:
 @contextmanager
 def open_table(path: Path) -> Iterator[tuple[IO[bytes], str]]:
     """The file's bytes (decompressed, or its text member of a .zip) and a name for messages."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path} does not exist")
+    path = require_file(path)
     if path.suffix.lower() != ".zip":
         with open_plain(path) as f:
             yield f, str(path)
@@ -70,9 +68,7 @@ def tsv_stream(
     path: Path, columns: Sequence[str], src_lang: str, tgt_lang: str, limit: int | None = None
 ) -> PairStream:
     """The (source, target) pairs of a tab-separated file, the first ``limit`` if given."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path} does not exist")
+    path = require_file(path)
     src_col, tgt_col = column_indices(columns, src_lang, tgt_lang, path)
     key = fingerprint("tsv", file_digest(path), src_col, tgt_col, limit)
 
