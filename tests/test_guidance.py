@@ -86,7 +86,7 @@ def test_a_links_file_that_does_not_fit_is_refused(corpus, tmp_path) -> None:
     short.write_text("0:0\n" * 30, encoding="utf-8")
     with pytest.raises(DataError, match="short.align:1: not Pharaoh links"):
         AlignmentTargets.load(short, train, src_tok, tgt_tok)
-    with pytest.raises(DataError, match="not found"):
+    with pytest.raises(DataError, match="train.guided_alignment=.* does not exist"):
         AlignmentTargets.load(tmp_path / "missing", train, src_tok, tgt_tok)
 
 
