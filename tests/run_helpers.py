@@ -8,6 +8,7 @@ import contextlib
 import gzip
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,25 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
         out, _ = proc.communicate()
         pytest.fail(f"{proc.args} did not finish in {timeout} s; its output:\n{out}")
     return out
+
+
+def interrupted(args: list[str], line: str, env: dict | None = None) -> tuple[int, str, str]:
+    """A command reading a pipe, sent Ctrl-C (SIGINT) once it has answered ``line`` and waits
+    for more: its exit status, the answer, what it said on stderr."""
+    proc = subprocess.Popen(
+        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    try:
+        proc.stdin.write(f"{line}\n".encode())
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "no answer to the first line"
+        answer = proc.stdout.readline().decode()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc.returncode, answer, err.decode()
 
 
 def events(run_dir: Path) -> EventAccumulator:

@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from run_helpers import command
+from run_helpers import command, interrupted
 from seq2seq_lite.release import GRAPHS
 from serve_helpers import SENTENCES, cli_translations, export
 
@@ -190,6 +190,14 @@ def test_lite_answers_each_line_as_it_arrives(onnx_release: Path) -> None:
         proc.kill()
     assert proc.returncode == 1 and first.strip() and rest == b""
     assert err.decode().startswith("seq2seq-lite: standard input, line 2 has "), err
+
+
+def test_ctrl_c_ends_lite_in_one_line(onnx_release: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(LITE)}
+    args = [sys.executable, "-c", WITHOUT_TORCH, str(onnx_release)]
+    status, answer, said = interrupted(args, SENTENCES[0], env)
+    assert status == 130 and answer.strip()  # the line answered before stays written
+    assert said == "seq2seq-lite: interrupted\n"
 
 
 @pytest.mark.slow

@@ -16,15 +16,17 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from run_helpers import TRAIN_TIMEOUT, finish
+from omegaconf import OmegaConf
+from run_helpers import TRAIN_TIMEOUT, finish, interrupted
 
+from seq2seq.commands.configs import ExportConfig
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.inference import Translator
 from seq2seq.errors import DataError, Seq2SeqError
 from seq2seq.runtime.checkpoint import load_checkpoint, save_checkpoint
 from seq2seq.runtime.run_folder import load_run
-from seq2seq.storage.rundir import LOCK
+from seq2seq.storage.rundir import LOCK, MANIFEST
 from seq2seq.vocab import EOS
 
 SMOKE = ["experiment=smoke", "log.progress=false"]
@@ -342,3 +344,31 @@ def test_control_characters_alone_are_a_blank_line(translator: Translator) -> No
     blank, text = translator.translate(["\x1b\x07", "ein \x1bHund"])
     assert blank.hypotheses == [] and translator.best_text(blank) == ""
     assert text.hypotheses and text.source_ids[-1] == EOS
+
+
+def test_ctrl_c_ends_a_command_in_one_line(smoke_run: Path) -> None:
+    """seq2seq-translate on a pipe, interrupted after its first answer: exit 130, no traceback."""
+    args = [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={smoke_run}"]
+    status, answer, said = interrupted(args, "Ein Hund läuft.")
+    assert status == 130 and answer.strip()
+    assert said.strip().splitlines()[-1].endswith("interrupted") and "Traceback" not in said
+
+
+def test_an_interrupted_export_leaves_no_release(smoke_run: Path, tmp_path: Path, monkeypatch):
+    """A release is whole or absent: Ctrl-C before its manifest leaves nothing (not a folder a
+    rerun refuses as not empty and a server as without its manifest)."""
+    from seq2seq.commands import export as export_command
+
+    def stop(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    out = tmp_path / "release"
+    cfg = OmegaConf.structured(ExportConfig(run_dir=str(smoke_run), out=str(out)))
+    monkeypatch.setattr(export_command, "write_manifest", stop)
+    with pytest.raises(KeyboardInterrupt):
+        export_command.export(cfg)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    out.mkdir()  # an empty folder of that name is taken
+    export_command.export(cfg)
+    assert (out / MANIFEST).is_file() and list(tmp_path.iterdir()) == [out]

@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # e.g. `... | head`: the reader left, nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C: the lines written so far stay written
+        print("seq2seq-lite: interrupted", file=sys.stderr)
+        sys.exit(130)
     except (ReleaseError, InputError, OSError, ValueError) as e:
         print(f"seq2seq-lite: {e}", file=sys.stderr)
         sys.exit(1)

@@ -42,6 +42,7 @@ from seq2seq.storage.rundir import (
     SRC_TOKENIZER,
     TGT_TOKENIZER,
 )
+from seq2seq.storage.staging import staged_folder
 
 log = logging.getLogger("seq2seq.export")
 
@@ -215,7 +216,14 @@ def export(cfg: ExportConfig) -> Path:
     if cfg.browser:
         require_npm()
     run = load_run(cfg.run_dir, cfg.checkpoint)
-    out.mkdir(parents=True, exist_ok=True)
+    with staged_folder(out) as staging:  # a release is whole or absent: Ctrl-C leaves none
+        _write_release(run, cfg, staging, out.name)
+    log.info("wrote the release of %s (%s) into %s", run.run_dir, run.checkpoint.name, out)
+    return out
+
+
+def _write_release(run: TrainedRun, cfg: ExportConfig, out: Path, title: str) -> None:
+    """The release's files into ``out``; ``title``: the name of the folder it becomes."""
     safetensors.torch.save_model(run.model, str(out / RELEASE_WEIGHTS))
     as_umask_allows(out / RELEASE_WEIGHTS)  # safetensors writes it 0600
     config = OmegaConf.masked_copy(run.cfg, ["model", "data", "train"])
@@ -235,14 +243,12 @@ def export(cfg: ExportConfig) -> Path:
         stated["onnx"] = sorted(p.relative_to(out).as_posix() for p in graphs)
         files += graphs
     if cfg.browser:
-        files += write_browser(out, page_card(run, out.name, stated))
+        files += write_browser(out, page_card(run, title, stated))
         stated["browser"] = BROWSER_DIR
     (out / RELEASE_FACTS).write_text(json.dumps(stated, indent=1, ensure_ascii=False))
     (out / MODEL_CARD).write_text(model_card(stated), encoding="utf-8")
     files += [out / RELEASE_FACTS, out / MODEL_CARD]
     write_manifest(out / MANIFEST, files)
-    log.info("wrote the release of %s (%s) into %s", run.run_dir, run.checkpoint.name, out)
-    return out
 
 
 main = hydra_command("export")(export)  # the command: errors and output in wrapper.py

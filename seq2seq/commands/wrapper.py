@@ -71,6 +71,9 @@ def _run(task: Task, cfg: Any, schema: type) -> Any:
     except Seq2SeqError as e:
         if not isinstance(e, ReportedByRankZero):  # rank 0 has said it for every rank
             log.error("%s", e)
+    except KeyboardInterrupt:  # Ctrl-C: what each command keeps (chunks, checkpoints) is kept
+        log.error("interrupted")
+        sys.exit(130)
     except BrokenPipeError:  # e.g. `... | head`: the reader left, nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError as e:  # a full disk, a folder that went away: which file, in one line
