@@ -14,6 +14,9 @@ from run_helpers import TRAIN_TIMEOUT, command, gz_lines
 from sacrebleu.metrics import BLEU
 
 from seq2seq.decoding.chunked import Nearest
+from seq2seq.decoding.splits import split_pairs
+from seq2seq.errors import DataError
+from seq2seq.runtime.run_folder import load_run
 
 SEARCH = ["split=valid", "beam_size=2", "chunk_sentences=400"]
 
@@ -99,3 +102,14 @@ def test_distill_needs_an_out_folder_and_a_search(tmp_path: Path) -> None:
             timeout=120,
         )
         assert proc.returncode == 1 and says in proc.stderr, proc.stderr
+
+
+def test_a_split_may_name_another_corpus_files(smoke_run, multi30k_dir, tmp_path) -> None:
+    """``split=<prefix>`` reads ``<prefix>.<lang>.gz`` too, whatever the teacher's corpus (a
+    Multi30k teacher took it for a Multi30k split name)."""
+    run = load_run(smoke_run)
+    prefix = str(multi30k_dir / "val")
+    got = split_pairs(run, run.cfg.data, prefix, tmp_path)
+    assert got == (prefix, multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz")
+    with pytest.raises(DataError, match="neither .*nothing.de nor"):
+        split_pairs(run, run.cfg.data, str(tmp_path / "nothing"), tmp_path)

@@ -4,11 +4,12 @@ files, else the split written beside the outputs."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.data.corpus import split_files, split_name
+from seq2seq.data.corpus import prefix_file, split_files, split_name
 from seq2seq.data.readers import FileReader, open_reader
 from seq2seq.data.stream import PairStream
 from seq2seq.errors import DataError, Seq2SeqError
@@ -37,6 +38,8 @@ def split_pairs(
     Relative paths in the run's config (``data.root``, ``data.source``, custom prefixes) are taken
     from the current directory, as they were by training.
     """
+    if (files := _other_files(split, data)) is not None:
+        return split, *files
     reader = open_reader(data)
     if split in ("valid", "test") and not reader.has(split):
         raise Seq2SeqError(
@@ -63,6 +66,20 @@ def split_pairs(
         )
         raise DataError(f"{e}{hint}") from e
     return name, src, ref
+
+
+def _other_files(split: str, data: DictConfig) -> tuple[Path, Path] | None:
+    """A split named by another corpus's files, ``<prefix>.<lang>`` or ``.gz`` (whatever the
+    run's corpus): a prefix with a folder in it must have both; a bare name only where both are
+    here (else it names a split of the run's corpus: None)."""
+    if split in ("train", "valid", "test"):
+        return None
+    try:
+        return prefix_file(split, data.src_lang), prefix_file(split, data.tgt_lang)
+    except DataError:
+        if "/" in split or os.sep in split:
+            raise
+        return None
 
 
 def _written(pairs: PairStream, out_dir: Path, split: str, data: DictConfig) -> tuple[Path, Path]:
