@@ -231,26 +231,36 @@ def test_results_curve_leaves_out_the_pause_of_a_resume(tmp_path: Path, monkeypa
     assert points[1][0] == pytest.approx(4.0 + 1.5)  # the first file's 240 s, then 90 s
 
 
-def test_a_model_card_leaves_out_ensemble_and_int8_scores(smoke_run: Path, tmp_path: Path) -> None:
-    """An ensemble or an int8 evaluation of a run writes into its folder; the card states the
-    model's own score."""
+def test_a_model_card_states_the_models_own_scores(smoke_run: Path, tmp_path: Path) -> None:
+    """An ensemble's, an int8, another checkpoint's (a file of the same name rewritten since,
+    or an evaluation from before checkpoints were fingerprinted) or given files' evaluation
+    writes into the run's folder too; the card states the model's own score on a split."""
     from types import SimpleNamespace
 
     from seq2seq.commands.export import facts
+    from seq2seq.storage.manifest import sha256_file
 
     folder = tmp_path / "run"
     shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("eval"))
     (folder / "eval").mkdir()
     base = {"signature": "s", "chrf": 1.0, "chrf_signature": "c", "beam_size": 5, "sentences": 9}
-    for name, bleu, runs, precision in [
-        ("test_2016_flickr.best.beam5", 10.0, [folder], "fp32"),
-        ("test_2016_flickr.ensemble2.best.beam5", 20.0, [folder, "x"], "fp32"),
-        ("test_2017_flickr.best.beam5.int8", 9.0, [folder], "int8"),
+    weights = sha256_file(folder / "best.pt")
+    for name, bleu, runs, precision, split, sha in [
+        ("test_2016_flickr.best.beam5", 10.0, [folder], "fp32", "x", weights),
+        ("test_2016_flickr.ensemble2.best.beam5", 20.0, [folder, "x"], "fp32", "x", None),
+        ("test_2017_flickr.best.beam5.int8", 9.0, [folder], "int8", "x", weights),
+        ("test_2018_flickr.best.beam5", 8.0, [folder], "fp32", "x", "0" * 64),
+        ("test_2017_mscoco.best.beam5", 7.0, [folder], "fp32", "x", None),
+        ("mine.best.beam5", 6.0, [folder], "fp32", None, weights),
     ]:
         result = {**base, "bleu": bleu, "runs": [str(r) for r in runs], "precision": precision}
+        result |= {"split": split, "checkpoint_sha256": sha}
         (folder / "eval" / f"{name}.json").write_text(json.dumps(result))
     cfg = OmegaConf.load(folder / "config.yaml")
-    run = SimpleNamespace(cfg=cfg, run_dir=folder, model=torch.nn.Linear(2, 2), step=1)
+    model = torch.nn.Linear(2, 2)
+    run = SimpleNamespace(
+        cfg=cfg, run_dir=folder, model=model, step=1, checkpoint=folder / "best.pt"
+    )
     assert facts(run, "best")["test"] == {"test_2016_flickr": {**base, "bleu": 10.0}}
 
 

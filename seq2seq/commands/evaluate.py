@@ -39,6 +39,7 @@ from seq2seq.decoding.splits import run_split
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import engine_choices
 from seq2seq.runtime.run_folder import TrainedRun
+from seq2seq.storage.manifest import sha256_file
 from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR
 
 log = logging.getLogger("seq2seq.evaluate")
@@ -220,6 +221,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         "source": str(src_path.resolve()),
         "reference": str(ref_path.resolve()),
         "checkpoint": str(run.checkpoint.resolve()),
+        # which weights were scored, whatever the file is called later (the model card's test)
+        "checkpoint_sha256": None if cfg.ensemble else sha256_file(run.checkpoint),
         "runs": members,  # more than one: an ensemble of these run folders
         "step": run.step,
         **facts,

@@ -27,7 +27,7 @@ from seq2seq.runtime.browser import BROWSER_DIR, require_npm, write_browser
 from seq2seq.runtime.checkpoint import load_checkpoint
 from seq2seq.runtime.graph_export import export_graphs, require_exporter
 from seq2seq.runtime.run_folder import TrainedRun, load_run
-from seq2seq.storage.manifest import write_manifest
+from seq2seq.storage.manifest import sha256_file, write_manifest
 from seq2seq.storage.permissions import as_umask_allows
 from seq2seq.storage.rundir import (
     CHECKPOINTS,
@@ -82,10 +82,13 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
     last = load_checkpoint(folder / LAST) if (folder / LAST).is_file() else {}
     name = checkpoint if checkpoint in CHECKPOINTS else Path(checkpoint).stem
     started = OmegaConf.select(cfg, "train.init_from")
+    weights = sha256_file(run.checkpoint)
     tests = {}
     for result in sorted((folder / EVAL_DIR).glob(f"*.{name}.beam*.json")):
         scores = json.loads(result.read_text())
-        if len(scores.get("runs", [folder])) > 1:  # an ensemble's score is not this model's
+        if scores.get("checkpoint_sha256") != weights:  # of other weights, or not known whose
+            continue
+        if scores.get("split") is None:  # files given to evaluate, not a split of a corpus
             continue
         if scores.get("precision", "fp32") != "fp32":  # the card gives the model's own score
             continue
