@@ -24,9 +24,15 @@ from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.inference import Translator
 from seq2seq.errors import DataError, Seq2SeqError
-from seq2seq.runtime.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq.runtime.checkpoint import (
+    CheckpointWriter,
+    keep,
+    kept_steps,
+    load_checkpoint,
+    save_checkpoint,
+)
 from seq2seq.runtime.run_folder import load_run
-from seq2seq.storage.rundir import LOCK, MANIFEST
+from seq2seq.storage.rundir import KEPT_DIR, KEPT_INDEX, LOCK, MANIFEST
 from seq2seq.vocab import EOS
 
 SMOKE = ["experiment=smoke", "log.progress=false"]
@@ -372,3 +378,27 @@ def test_an_interrupted_export_leaves_no_release(smoke_run: Path, tmp_path: Path
     out.mkdir()  # an empty folder of that name is taken
     export_command.export(cfg)
     assert (out / MANIFEST).is_file() and list(tmp_path.iterdir()) == [out]
+
+
+@pytest.mark.parametrize("text", ["garbage{", "[1, 2]", '"10"', '{"10": "x"}'])
+def test_a_damaged_index_of_kept_checkpoints_is_one_line(tmp_path: Path, text: str) -> None:
+    """seq2seq-average names the damaged index; training starts a new one and goes on."""
+    index = tmp_path / KEPT_DIR / KEPT_INDEX
+    index.parent.mkdir()
+    index.write_text(text)
+    with pytest.raises(Seq2SeqError, match=f"{KEPT_INDEX} is damaged"):
+        kept_steps(tmp_path)
+    writer = CheckpointWriter()
+    try:
+        keep(writer, tmp_path, 5, 1.5, {"model": {"w": torch.zeros(1)}}, 2)
+    finally:
+        writer.close()
+    assert kept_steps(tmp_path) == {5: 1.5}
+
+
+def test_a_file_that_is_no_checkpoint_is_one_line_without_unsafe_advice(tmp_path: Path) -> None:
+    text = tmp_path / "sentences.de"
+    text.write_text("Ein Hund läuft.\n")
+    with pytest.raises(Seq2SeqError, match="not a checkpoint this program wrote") as error:
+        load_checkpoint(text)
+    assert "\n" not in str(error.value) and "weights_only" not in str(error.value)

@@ -95,7 +95,17 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location=HOST, weights_only=True)
     except Exception as e:  # a truncated or foreign file
-        raise Seq2SeqError(f"cannot read checkpoint {path}: {e}") from e
+        raise Seq2SeqError(f"cannot read checkpoint {path}: {_why(e)}") from e
+
+
+def _why(error: Exception) -> str:
+    """torch.load's reason in a line: its weights-only refusal goes on for lines and advises
+    loading the file with ``weights_only=False``, which would run code from it."""
+    text = str(error)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1]
+        return f"not a checkpoint this program wrote, or damaged ({text.strip().splitlines()[0]})"
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
 def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
@@ -124,11 +134,15 @@ def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
 
 
 def kept_steps(run_dir: Path) -> dict[int, float]:
-    """{step: validation BLEU} of the checkpoints kept in the run folder."""
+    """{step: validation BLEU} of the checkpoints kept in the run folder; a damaged index is a
+    Seq2SeqError naming it."""
     index = Path(run_dir) / KEPT_DIR / KEPT_INDEX
     if not index.is_file():
         return {}
-    return {int(step): bleu for step, bleu in json.loads(index.read_text()).items()}
+    try:
+        return {int(step): float(bleu) for step, bleu in json.loads(index.read_text()).items()}
+    except (ValueError, TypeError, AttributeError, OSError) as e:  # not {"step": bleu, ...}
+        raise Seq2SeqError(f"{index} is damaged ({e}): it lists the kept checkpoints") from None
 
 
 def keep(
@@ -136,7 +150,11 @@ def keep(
 ) -> None:
     """Keep the weights validated at ``step`` (written in the background); of all kept, only
     the ``n`` latest and the ``n`` best by BLEU stay."""
-    steps = {**kept_steps(run_dir), step: bleu}
+    try:
+        steps = {**kept_steps(run_dir), step: bleu}
+    except Seq2SeqError as e:  # training goes on: the index starts again from this one
+        log.warning("%s; a new one starts with step %d", e, step)
+        steps = {step: bleu}
     by_bleu = sorted(steps, key=lambda s: (-steps[s], -s))[:n]
     stay = set(sorted(steps)[-n:]) | set(by_bleu)
     writer.save([kept_checkpoint(run_dir, step)], {**weights, "step": step, "bleu": bleu})
@@ -144,4 +162,6 @@ def keep(
         kept_checkpoint(run_dir, old).unlink(missing_ok=True)
     index = Path(run_dir) / KEPT_DIR / KEPT_INDEX
     index.parent.mkdir(parents=True, exist_ok=True)
-    index.write_text(json.dumps({str(s): steps[s] for s in sorted(stay)}))
+    tmp = index.with_name(f".{index.name}.{os.getpid()}.tmp")  # replaced whole, never half
+    tmp.write_text(json.dumps({str(s): steps[s] for s in sorted(stay)}))
+    os.replace(tmp, index)
