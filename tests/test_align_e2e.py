@@ -142,6 +142,7 @@ def test_parallel_files_swap_and_both_directions(smoke_run: Path, multi30k_dir, 
         (("input=missing.txt",), "input=missing.txt does not exist"),
         (("input=.",), "input=. is a folder, not a file"),
         (("input=pairs.txt", "output=pairs.txt"), "output=pairs.txt is also input="),
+        (("input=pairs.txt", "reverse_run_dir=RUN"), "reverse_run_dir translates de->en; a run"),
         (("input=pairs.txt", "src_file=pairs.txt"), "give the pairs as input="),
         (("input=pairs.txt", "gold=short.talp"), "1 lines of links for 40 sentence pairs"),
         (("input=pairs.txt", "threshold=0"), "threshold=0.0 must be above 0 and at most 1"),
@@ -152,6 +153,7 @@ def test_bad_input_is_one_line_and_exit_1(smoke_run, multi30k_dir, tmp_path, arg
     pairs_of(multi30k_dir, tmp_path)
     (tmp_path / "short.talp").write_text("1-1\n")
     run_arg = () if message.startswith("give run_dir") else (f"run_dir={smoke_run}",)
+    args = [a.replace("=RUN", f"={smoke_run}") for a in args]  # the same direction again
     proc = run_align(*run_arg, *args, cwd=tmp_path)
     assert proc.returncode != 0
     assert message in proc.stderr and "Traceback" not in proc.stderr

@@ -90,6 +90,17 @@ def _weights_lines(
     ]
 
 
+def _check_reverse(run: TrainedRun, reverse: TrainedRun) -> None:
+    """The reverse run translates the other way: its source is the run's target."""
+    pair = (run.cfg.data.src_lang, run.cfg.data.tgt_lang)
+    other = (reverse.cfg.data.src_lang, reverse.cfg.data.tgt_lang)
+    if other != pair[::-1]:
+        raise Seq2SeqError(
+            f"reverse_run_dir translates {'->'.join(other)}; a run of the other direction "
+            f"({'->'.join(pair[::-1])}) is needed to symmetrise with run_dir's {'->'.join(pair)}"
+        )
+
+
 def align(cfg: AlignConfig) -> dict[str, Any]:
     """Align, write the links (and weights); return the result object."""
     pairs = _pairs(cfg)
@@ -98,6 +109,7 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
     runs = [load_run(cfg.run_dir, cfg.checkpoint, engine)]
     if cfg.reverse_run_dir is not None:
         runs.append(load_run(cfg.reverse_run_dir, cfg.reverse_checkpoint, engine))
+        _check_reverse(*runs)
     engine.choose_products(runs[0].model)
     log.info(
         "aligning %d pairs with %s (step %d) on %s",

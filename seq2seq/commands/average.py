@@ -38,6 +38,8 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
 def average(cfg: AverageConfig) -> Path:
     """Average the selected kept checkpoints of ``cfg.run_dir``; return the written path."""
     run_dir = Path(cfg.run_dir)
+    if not run_dir.is_dir():
+        raise Seq2SeqError(f"run_dir={run_dir} is not a folder")
     steps = kept_steps(run_dir)
     if not steps:
         raise Seq2SeqError(

@@ -69,8 +69,8 @@ def open_onnx_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
     for folder in folders:
         if not (folder / GRAPHS_SPEC).is_file():
             raise Seq2SeqError(
-                f"{folder} has no ONNX graphs ({GRAPHS_SPEC}): backend=onnx serves releases "
-                f"exported with seq2seq-export run_dir=<run> out={folder} onnx=true"
+                f"{folder} has no ONNX graphs ({GRAPHS_SPEC}): backend=onnx serves releases, "
+                f"exported with seq2seq-export run_dir={folder} out=<a new folder> onnx=true"
             )
     lite = _lite()
     variant = VARIANTS[Precision(cfg.precision)]
