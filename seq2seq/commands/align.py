@@ -44,7 +44,7 @@ def _pairs(cfg: AlignConfig) -> list[WordPair]:
     """The input's pairs in the input's own orientation."""
     keys = ["input"] if cfg.input is not None else ["src_file", "tgt_file"]
     for key in keys:
-        require_file(cfg[key], key)
+        require_file(getattr(cfg, key), key)
     if cfg.input is not None:
         return read_pairs(cfg.input)
     return read_parallel_pairs(cfg.src_file, cfg.tgt_file)

@@ -105,8 +105,8 @@ class TsvReader(CarvingReader):
         super().check()
         column_indices(self.cfg.columns, self.cfg.src_lang, self.cfg.tgt_lang, self.cfg.file)
         for key in ("file", "valid", "test"):
-            if self.cfg[key] is not None:
-                require_file(self.cfg[key], f"data.{key}")
+            if (path := getattr(self.cfg, key)) is not None:
+                require_file(path, f"data.{key}")
         if self.cfg.sha256 and file_digest(Path(self.cfg.file)) != self.cfg.sha256.lower():
             raise DataError(
                 f"{self.cfg.file} is not the file data.sha256 names (SHA-256 "
