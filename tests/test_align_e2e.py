@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding.forced import ForcedAligner, segment
 from seq2seq.decoding.inference import Translator
 from seq2seq.runtime.run_folder import load_run
+from seq2seq.storage.manifest import write_manifest
+from seq2seq.storage.rundir import CONFIG_FILE, MANIFEST
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +31,18 @@ def run_align(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     differ by which fp32 products a start-up timing chose (near ties of the argmax)."""
     cmd = [sys.executable, "-m", "seq2seq.commands.align", "products=pytorch", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def labelled_the_other_way(run: Path, dest: Path) -> Path:
+    """A copy of ``run`` whose config names the other direction (its manifest written anew):
+    a stand-in for a run of the other direction, without training one."""
+    shutil.copytree(run, dest)
+    cfg = OmegaConf.load(dest / CONFIG_FILE)
+    cfg.data.src_lang, cfg.data.tgt_lang = cfg.data.tgt_lang, cfg.data.src_lang
+    OmegaConf.save(cfg, dest / CONFIG_FILE)
+    names = json.loads((dest / MANIFEST).read_text())
+    write_manifest(dest / MANIFEST, [dest / name for name in names])
+    return dest
 
 
 def pairs_of(multi30k_dir: Path, tmp_path: Path, count: int = 40) -> tuple[Path, list[str]]:
@@ -117,13 +133,14 @@ def test_parallel_files_swap_and_both_directions(smoke_run: Path, multi30k_dir, 
         for line in one.stdout.splitlines()[:-1]
     ]
     assert [" ".join(sorted(x.split())) for x in back.stdout.splitlines()[:-1]] == flip
-    # with a reverse run (the same run here): the intersection is inside the union
+    # with a reverse run (the same weights, labelled en->de): the intersection is inside the union
+    reverse = labelled_the_other_way(smoke_run, tmp_path / "reverse")
     found = {}
     for how in ("intersection", "grow_diag_final", "union"):
         proc = run_align(
             f"run_dir={smoke_run}",
             f"input={pairs}",
-            f"reverse_run_dir={smoke_run}",
+            f"reverse_run_dir={reverse}",
             f"symmetrize={how}",
             cwd=tmp_path,
         )

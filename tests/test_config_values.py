@@ -44,6 +44,7 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (AlignConfig, {"input": "p.txt", "output": "./p.txt"}, "output=./p.txt is also input="),
         (AlignConfig, {"src_file": "a", "tgt_file": "b", "weights": "b"}, "weights=b is also tgt"),
         (AlignConfig, {"input": "p", "output": "o", "weights": "o"}, "weights=o is also output="),
+        (AlignConfig, {"input": "p", "symmetrize": "union"}, "symmetrize=union combines two"),
         (AverageConfig, {"n": 0}, "n=0 must be positive"),
         (BacktranslateConfig, {"ratios": []}, r"ratios=\[\] must be positive"),
         (BacktranslateConfig, {"ratios": [1.0, -2.0]}, r"ratios=\[1.0, -2.0\] must be positive"),

@@ -21,6 +21,7 @@ import numpy as np
 
 from seq2seq.commands.configs import AlignConfig
 from seq2seq.commands.wrapper import hydra_command
+from seq2seq.config_choices import Symmetrize
 from seq2seq.decoding.aer import alignment_scores, read_gold
 from seq2seq.decoding.forced import ForcedAligner
 from seq2seq.decoding.wordalign import (
@@ -90,6 +91,11 @@ def _weights_lines(
     ]
 
 
+def _symmetrized(cfg: AlignConfig) -> Symmetrize:
+    """How two directions' links are combined: as given, else grow-diag-final."""
+    return Symmetrize(cfg.symmetrize or Symmetrize.grow_diag_final)
+
+
 def _check_reverse(run: TrainedRun, reverse: TrainedRun) -> None:
     """The reverse run translates the other way: its source is the run's target."""
     pair = (run.cfg.data.src_lang, run.cfg.data.tgt_lang)
@@ -123,7 +129,7 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
     links = found[0][0]
     if len(found) == 2:
         both = zip(found[0][0], found[1][0], strict=True)
-        links = [symmetrize(forward, backward, cfg.symmetrize) for forward, backward in both]
+        links = [symmetrize(f, b, _symmetrized(cfg)) for f, b in both]
     seconds = time.perf_counter() - start
     _write(cfg.output, [pharaoh_line(x) for x in links])
     if cfg.weights is not None:
@@ -140,7 +146,7 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
         "method": cfg.method.value,
         **({"threshold": cfg.threshold} if cfg.method.value == "threshold" else {}),
         "shift": cfg.shift,
-        "symmetrize": cfg.symmetrize.value if len(runs) == 2 else None,
+        "symmetrize": _symmetrized(cfg).value if len(runs) == 2 else None,
         "runs": [str(run.run_dir.resolve()) for run in runs],
         "checkpoints": [str(run.checkpoint.resolve()) for run in runs],
         "steps": [run.step for run in runs],

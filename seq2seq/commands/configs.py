@@ -87,7 +87,8 @@ class AlignConfig:
     reverse_run_dir: Optional[str] = None  # a run of the other direction: both are symmetrised
     reverse_checkpoint: str = "best"
     reverse_shift: int = 0
-    symmetrize: Symmetrize = Symmetrize.grow_diag_final
+    # how the two runs' links are combined (with reverse_run_dir only): grow_diag_final if not given
+    symmetrize: Optional[Symmetrize] = None
     gold: Optional[str] = None  # human links, "i-j" sure and "ipj" possible: prints AER
     gold_one_based: bool = True  # positions in gold count from 1 (the talp files do)
     batch_size: int = 64  # pairs read together

@@ -29,7 +29,7 @@ from seq2seq.commands.configs import (
     SteeringKeys,
 )
 from seq2seq.config import Config, InferenceConfig, Precision, ScheduleName
-from seq2seq.config_choices import Pick
+from seq2seq.config_choices import Pick, Symmetrize
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ServeConfig
@@ -281,6 +281,12 @@ def _aligned(cfg: AlignConfig) -> list[str]:
         )
     if not 0 < cfg.threshold <= 1:
         problems.append(f"threshold={cfg.threshold} must be above 0 and at most 1")
+    if cfg.symmetrize is not None and cfg.reverse_run_dir is None:
+        problems.append(
+            f"symmetrize={Symmetrize(cfg.symmetrize).value} combines two runs' links: add "
+            "reverse_run_dir=<a run "
+            "of the other direction>"
+        )
     written = [k for k in ("output", "weights") if cfg[k] is not None]
     for i, key in enumerate(written):
         for other in (*written[:i], "input", "src_file", "tgt_file", "gold"):
