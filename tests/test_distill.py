@@ -113,3 +113,11 @@ def test_a_split_may_name_another_corpus_files(smoke_run, multi30k_dir, tmp_path
     assert got == (prefix, multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz")
     with pytest.raises(DataError, match="neither .*nothing.de nor"):
         split_pairs(run, run.cfg.data, str(tmp_path / "nothing"), tmp_path)
+
+
+@pytest.mark.slow
+def test_a_split_that_is_not_there_leaves_no_out_folder(smoke_run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "distilled"
+    proc = distill(smoke_run, out, f"split={tmp_path / 'nothing'}")
+    assert proc.returncode == 1 and "nothing.de nor" in proc.stderr
+    assert not out.exists()  # not even the chunks' folder

@@ -34,7 +34,6 @@ def distill(cfg: DistillConfig) -> dict:
     """Write the distilled corpus of ``cfg``; return what was written (also printed as JSON)."""
     engine, run = open_model(cfg)
     out = Path(cfg.out)
-    (out / PARTS).mkdir(parents=True, exist_ok=True)
     split, src_file, tgt_file = run_split(run, cfg.data_source, cfg.split, out / PARTS)
     sources, originals = read_parallel(src_file, tgt_file)
     teachers = [str(Path(p).resolve()) for p in [cfg.run_dir, *cfg.ensemble]]

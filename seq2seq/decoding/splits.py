@@ -84,6 +84,7 @@ def _other_files(split: str, data: DictConfig) -> tuple[Path, Path] | None:
 
 def _written(pairs: PairStream, out_dir: Path, split: str, data: DictConfig) -> tuple[Path, Path]:
     """A split of a dataset (not one training kept) written beside the evaluations."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     paths = tuple(out_dir / f"{split}.{lang}" for lang in (data.src_lang, data.tgt_lang))
     src, tgt = pairs.lists()
     for path, lines in zip(paths, (src, tgt), strict=True):
