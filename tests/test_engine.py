@@ -217,3 +217,17 @@ def test_precision_auto_is_for_training_only() -> None:
         evaluate = compose("evaluate", ["run_dir=x", "precision=auto"])
     with pytest.raises(Seq2SeqError, match="precision=auto is chosen when training"):
         check_config(evaluate)
+
+
+def test_timing_the_products_draws_none_of_the_runs_random_numbers() -> None:
+    """products=auto times at start-up: a run that times gives what the path given does (a
+    rerun from its config.yaml reproduces it)."""
+    from seq2seq.model.linear import Linear
+    from seq2seq.runtime.kernels import time_products
+
+    model = torch.nn.Sequential(Linear(8, 4))
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    time_products(model, rows=(4,), repeats=1)
+    assert torch.equal(torch.rand(4), expected)
