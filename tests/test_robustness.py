@@ -402,3 +402,18 @@ def test_a_file_that_is_no_checkpoint_is_one_line_without_unsafe_advice(tmp_path
     with pytest.raises(Seq2SeqError, match="not a checkpoint this program wrote") as error:
         load_checkpoint(text)
     assert "\n" not in str(error.value) and "weights_only" not in str(error.value)
+
+
+def test_a_validation_split_without_a_line_to_translate_is_refused_before_training() -> None:
+    """All blank, or all over max_source_len: refused before any update (it ended the first
+    epoch in a traceback, without a checkpoint)."""
+    from types import SimpleNamespace
+
+    from seq2seq.training.validation import check_validation_lines
+
+    tok = SimpleNamespace(encode_batch=lambda lines: [line.split() for line in lines])
+    search = DecodeConfig(max_source_len=3)
+    for lines, says in ((["", " "], "2 lines are blank;"), (["a b c d", ""], "2 lines are blank or over")):
+        with pytest.raises(DataError, match=f"no line to translate: its {says}"):
+            check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=lines), search)
+    check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=["", "a b"]), search)

@@ -44,7 +44,7 @@ from seq2seq.training.schedule import LearningRate
 from seq2seq.training.state import Progress, epoch_plan, restore_training, training_state
 from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
 from seq2seq.training.updater import NonFiniteGuard, StepResult
-from seq2seq.training.validation import Validator
+from seq2seq.training.validation import Validator, check_validation_lines, validation_search
 from seq2seq.training.warm_start import adopt_model, start_from
 
 log = logging.getLogger("seq2seq.train")
@@ -58,6 +58,7 @@ def prepare_data(cfg: DictConfig, run_dir: Path, engine: Engine, resuming: bool)
     def on_main() -> tuple[bytes, bytes]:
         make = functools.partial(run_tokenizers, cfg.data, run_dir, resuming)
         data = training_data(cfg.data, make)
+        check_validation_lines(data, validation_search(cfg.train))
         files = [run_dir / name for name in (SRC_TOKENIZER, TGT_TOKENIZER, CONFIG_FILE)]
         files += write_splits(cfg.data, run_dir)
         write_manifest(run_dir / MANIFEST, files)

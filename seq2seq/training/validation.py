@@ -23,6 +23,7 @@ from seq2seq.decoding.alignment import (
 )
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator, score
+from seq2seq.errors import DataError
 from seq2seq.languages import bleu_tokenizer
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import Engine
@@ -51,6 +52,18 @@ def within_limit(tok: Tokenizer, lines: list[str], limit: int) -> tuple[list[str
     lengths = [len(ids) for ids in tok.encode_batch(lines)]
     kept = [line if n <= limit else "" for line, n in zip(lines, lengths, strict=True)]
     return kept, sum(n > limit for n in lengths)
+
+
+def check_validation_lines(data: TrainingData, search: DecodeConfig) -> None:
+    """Refuse, before any update, a validation split without a line to translate (all blank,
+    or over max_source_len): its BLEU would be of nothing."""
+    sources, blanked = within_limit(data.src_tok, data.valid_src, search.max_source_len)
+    if not any(line.strip() for line in sources):
+        over = f" or over max_source_len={search.max_source_len} subwords" if blanked else ""
+        raise DataError(
+            f"the validation split has no line to translate: its {len(sources)} lines are "
+            f"blank{over}; give data.valid (or data.valid_size) some sentences"
+        )
 
 
 class Validator:
