@@ -413,7 +413,8 @@ def test_a_validation_split_without_a_line_to_translate_is_refused_before_traini
 
     tok = SimpleNamespace(encode_batch=lambda lines: [line.split() for line in lines])
     search = DecodeConfig(max_source_len=3)
-    for lines, says in ((["", " "], "2 lines are blank;"), (["a b c d", ""], "2 lines are blank or over")):
+    cases = ((["", " "], "2 lines are blank;"), (["a b c d", ""], "2 lines are blank or over"))
+    for lines, says in cases:
         with pytest.raises(DataError, match=f"no line to translate: its {says}"):
             check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=lines), search)
     check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=["", "a b"]), search)
