@@ -418,3 +418,21 @@ def test_a_validation_split_without_a_line_to_translate_is_refused_before_traini
         with pytest.raises(DataError, match=f"no line to translate: its {says}"):
             check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=lines), search)
     check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=["", "a b"]), search)
+
+
+@pytest.mark.slow
+def test_a_refused_resume_leaves_the_runs_config(tmp_path: Path, data_dirs) -> None:
+    """A resume refused for another epoch plan (in the middle of an epoch) changes nothing in
+    the folder: config.yaml still says what ran (it said the refused values)."""
+    folder = tmp_path / "run"
+    out = finish(
+        start("train", *SMOKE, "train.max_steps=5", f"hydra.run.dir={folder}", *data_dirs),
+        TRAIN_TIMEOUT,
+    )
+    assert (folder / "last.pt").is_file(), out
+    before = (folder / "config.yaml").read_bytes()
+    again = ["train.resume=true", "train.max_steps=10", "train.seed=7"]
+    proc = start("train", *SMOKE, *again, f"hydra.run.dir={folder}", *data_dirs)
+    out = finish(proc, TRAIN_TIMEOUT)
+    assert proc.returncode == 1 and "train.seed 1234 (now 7)" in out, out
+    assert (folder / "config.yaml").read_bytes() == before

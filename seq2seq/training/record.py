@@ -62,10 +62,10 @@ def choose_and_record(
     model: nn.Module,
     kept: dict[str, Any],
     vocab: list[int],
-    run_dir: Path,
 ) -> None:
     """The engine's start-up choices for ``model`` (a resumed run's ``kept`` ones), written
-    into ``cfg`` and, by rank 0, into the run's config.yaml."""
+    into ``cfg`` (`save_config` writes them into the run's config.yaml once the start is
+    accepted)."""
     engine.choose_products(model, kept=kept.get("products"))
     engine.choose_precision(model, vocab, cfg.train.batch_tokens, kept.get("precision"))
     normalizer = cfg.model.attention.get("normalizer", "softmax")
@@ -73,7 +73,6 @@ def choose_and_record(
     cfg.train.cuda_graphs = "true" if graphs else "false"  # what runs, for a rerun
     if changed := record_choices(cfg, engine):
         log.warning("the config names other library versions: %s", ", ".join(changed))
-    engine.from_main(lambda: save_config(cfg, run_dir))
 
 
 def save_config(cfg: DictConfig, run_dir: Path) -> None:

@@ -38,7 +38,7 @@ from seq2seq.storage.rundir import (
     RunLock,
 )
 from seq2seq.training.graphed import make_updater
-from seq2seq.training.record import choose_and_record
+from seq2seq.training.record import choose_and_record, save_config
 from seq2seq.training.report import Report, Window
 from seq2seq.training.schedule import LearningRate
 from seq2seq.training.state import Progress, epoch_plan, restore_training, training_state
@@ -151,7 +151,7 @@ class Trainer:
             engine.keep_freed_memory()
         self.epochs = Epochs(self.data, cfg, engine)
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
-        choose_and_record(cfg, engine, model, state or {}, self._vocab(), run_dir)
+        choose_and_record(cfg, engine, model, state or {}, self._vocab())
         self.updater = make_updater(engine, model, tcfg)  # as choose_and_record decided
         self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
         self.plan, self.progress = epoch_plan(cfg, engine, self.data.train), Progress()
@@ -159,6 +159,7 @@ class Trainer:
             start_from(tcfg, self.updater, self.schedule)
         if state is not None:
             self.progress = restore_training(state, self.updater, self.schedule, engine, self.plan)
+        engine.from_main(lambda: save_config(cfg, run_dir))  # a start refused above leaves it
         purge = self.progress.step + 1 if state is not None else None  # hide logs after last.pt
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
         self.report = Report(cfg, engine, self.monitor)
