@@ -103,6 +103,16 @@ def test_what_is_left_to_hydra_passes() -> None:
         check_command_line("config", overrides)
 
 
+def test_a_run_folder_that_is_a_file_is_one_line(tmp_path: Path) -> None:
+    """Hydra would make the folder and end in FileExistsError's traceback."""
+    (tmp_path / "afile").write_text("hi\n")
+    for key in ("hydra.run.dir", "hydra.sweep.dir"):
+        for value in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+            with pytest.raises(Seq2SeqError, match="afile is a file, not a folder$"):
+                check_command_line("config", [f"{key}={value}"])
+    check_command_line("config", [f"hydra.run.dir={tmp_path / 'new' / 'run'}"])
+
+
 def test_a_typo_stops_a_command_before_any_work(tmp_path: Path) -> None:
     """End to end: one line on stderr, exit 1, no traceback; a run folder that does not exist is
     not even looked at, and training creates no folder."""

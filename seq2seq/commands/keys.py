@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Iterator, Sequence
 from copy import deepcopy
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_module
@@ -61,6 +62,9 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
         overrides = OverridesParser.create().parse_overrides(args.overrides)
     except Exception:  # a syntax error: Hydra's own message says where
         return
+    for override in overrides:
+        if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):
+            _check_folder(override.key_or_group, override.value())
     overrides = [o for o in overrides if not o.key_or_group.startswith("hydra")]
     with initialize_config_module(CONFIG_MODULE, version_base=None):
         repository = GlobalHydra.instance().config_loader().repository
@@ -73,6 +77,18 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
     for override in overrides:
         if override not in groups:
             _check_value(configs, override)
+
+
+def _check_folder(key: str, value: Any) -> None:
+    """The run folder can be made: what of it exists already is a folder, not a file (Hydra
+    would end in FileExistsError's traceback); ${...} is left to Hydra."""
+    if not isinstance(value, str) or "${" in value:
+        return
+    path = Path(value)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if path.exists() and not path.is_dir():
+        raise Seq2SeqError(f"{key}={value}: {path} is a file, not a folder")
 
 
 def _check_option(override: Override, options_of: Any) -> None:
