@@ -9,11 +9,18 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from run_helpers import composed
 
 from seq2seq.commands.average import average
 from seq2seq.commands.configs import AverageConfig
 from seq2seq.errors import Seq2SeqError
-from seq2seq.runtime.checkpoint import CheckpointWriter, keep, load_checkpoint, save_checkpoint
+from seq2seq.runtime.checkpoint import (
+    CheckpointWriter,
+    keep,
+    load_checkpoint,
+    save_checkpoint,
+    start_or_resume,
+)
 
 
 def test_saved_checkpoint_loads_and_follows_the_umask(tmp_path: Path) -> None:
@@ -86,3 +93,15 @@ def test_average_takes_the_mean_of_the_best_or_latest_kept_weights(tmp_path: Pat
         average(settings(run_dir=str(tmp_path / "empty")))
     with pytest.raises(Seq2SeqError, match="run_dir=.*nowhere is not a folder"):
         average(settings(run_dir=str(tmp_path / "nowhere")))
+
+
+def test_a_resume_with_other_model_settings_names_them(tmp_path: Path) -> None:
+    saved = composed("experiment=smoke")
+    save_checkpoint(
+        tmp_path / "last.pt",
+        {"config": OmegaConf.to_container(saved, resolve=True, enum_to_str=True)},
+    )
+    now = composed("experiment=smoke", "train.resume=true", "model.hidden_size=128")
+    says = r"differ from last.pt's: model.hidden_size \d+ \(now 128\)$"
+    with pytest.raises(Seq2SeqError, match=says):
+        start_or_resume(tmp_path, now)

@@ -121,16 +121,25 @@ def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
     elif last.exists():
         state = load_checkpoint(last)
         model = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
-        if (
-            OmegaConf.to_container(upgrade_saved_config(OmegaConf.create(state["config"])).model)
-            != model
-        ):
-            raise Seq2SeqError(f"train.resume=true, but the model settings differ from {LAST}'s")
+        saved = upgrade_saved_config(OmegaConf.create(state["config"])).model
+        if changed := _differences(OmegaConf.to_container(saved), model, "model"):
+            raise Seq2SeqError(
+                f"train.resume=true, but the model settings differ from {LAST}'s: "
+                f"{'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''}"
+            )
         return upgrade_saved_state(state)
     else:
         log.warning("train.resume=true but %s has no %s: starting afresh", run_dir, LAST)
     OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
     return None
+
+
+def _differences(saved: Any, now: Any, key: str) -> list[str]:
+    """``key``'s settings that differ between two nested dicts, as "key saved (now value)"."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        names = [*saved, *(k for k in now if k not in saved)]
+        return [d for k in names for d in _differences(saved.get(k), now.get(k), f"{key}.{k}")]
+    return [] if saved == now else [f"{key} {saved} (now {now})"]
 
 
 def kept_steps(run_dir: Path) -> dict[int, float]:

@@ -228,10 +228,11 @@ class Trainer:
                 if self.engine.is_main:
                     log.warning(
                         "stopped by signal %d at step %d; %s saved: rerun with "
-                        "train.resume=true to continue",
+                        "train.resume=true hydra.run.dir=%s to continue",
                         stop,
                         self.progress.step,
                         LAST,
+                        self.run_dir,
                     )
                 self.engine.barrier()  # no rank leaves before rank 0 has written last.pt
                 raise SystemExit(128 + stop)
