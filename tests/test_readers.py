@@ -55,6 +55,11 @@ def test_tsv_errors_name_the_file_and_line(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "a.tsv", ["a\tb", "only one field", "c\td"])
     with pytest.raises(DataError, match=re.escape(f"{path}, line 2: 1 tab-separated field")):
         list(tsv_stream(path, ["en", "de"], "en", "de"))
+    named = "but data.columns names 3"  # the unused third as any other (it was not checked)
+    with pytest.raises(
+        DataError, match=re.escape(f"{path}, line 1: 2 tab-separated fields, {named}")
+    ):
+        list(tsv_stream(path, ["de", "en", "fr"], "de", "en"))
     bad = tmp_path / "b.tsv"
     bad.write_bytes(b"a\tb\nc\t\xff\n")
     with pytest.raises(DataError, match="line 2: invalid UTF-8"):

@@ -436,3 +436,14 @@ def test_a_refused_resume_leaves_the_runs_config(tmp_path: Path, data_dirs) -> N
     out = finish(proc, TRAIN_TIMEOUT)
     assert proc.returncode == 1 and "train.seed 1234 (now 7)" in out, out
     assert (folder / "config.yaml").read_bytes() == before
+
+
+def test_a_tokenizer_of_blank_lines_says_why_it_cannot_be_trained(tmp_path: Path) -> None:
+    """sentencepiece's reason is its own code's condition: said in words (it was empty)."""
+    from seq2seq.data.tokenizer import _train_one
+
+    text = tmp_path / "blank.txt"
+    text.write_text("\n\n\n\n")
+    settings = {"model_type": "unigram", "vocab_size": 100}
+    with pytest.raises(DataError, match="on 4 lines: no line with text \\(all are blank\\)$"):
+        _train_one(text, 4, settings, "src")

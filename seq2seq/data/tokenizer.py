@@ -246,7 +246,9 @@ def _train_one(text: Path, count: int, settings: dict, label: str) -> bytes:
                 **options,
             )
         except RuntimeError as e:
-            reason = str(e).rsplit("] ", 1)[-1]
+            reason = str(e).rsplit("] ", 1)[-1].strip()
+            if "sentences_.empty()" in str(e) or not reason:  # sentencepiece's own words
+                reason = "no line with text (all are blank)" if count else "no lines"
             raise DataError(
                 f"cannot train the {label} tokenizer on {count} lines: {reason}"
             ) from None

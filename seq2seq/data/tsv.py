@@ -81,9 +81,10 @@ def tsv_stream(
 def _batches(
     path: Path, src_col: int, tgt_col: int, limit: int | None, named: int
 ) -> Iterator[TextChunk]:
-    """Pairs of every line, a block at a time; a line with fewer fields than it needs is a
-    DataError naming it. A blank line is an empty pair (dropped from training like any other)."""
-    need = max(src_col, tgt_col) + 1
+    """Pairs of every line, a block at a time; a line with fewer fields than data.columns names
+    (``named``) is a DataError naming it. A blank line is an empty pair (dropped from training
+    like any other)."""
+    need = named  # data.columns names the file's first columns, in order (more may follow)
     count = 0
     with open_table(path) as (raw, where):
         for lines in line_blocks(raw, where, strip=False):
