@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_helpers import command
 
-from seq2seq.commands.keys import check_command_line
+from seq2seq.commands.keys import check_command_line, sweep_jobs
 from seq2seq.errors import Seq2SeqError
 
 # each command's config: a key of its schema, a typo of it, and a value the key takes
@@ -154,3 +155,18 @@ def test_every_command_checks_before_it_starts(config: str, tmp_path: Path) -> N
     expected = f"seq2seq-{module}: {typo}: no such key; did you mean {key}?"
     assert proc.stderr.splitlines() == [expected]
     assert not any(tmp_path.iterdir())  # nothing written, not even Hydra's folders
+
+
+def test_every_job_of_a_sweep_is_checked_before_the_first_starts() -> None:
+    """A value out of range in one job of ``-m`` stopped the sweep when that job came (after
+    the jobs before it had trained), or never ran the jobs after it."""
+    argv = ["-m", "experiment=smoke", "train.lr=1e-3,-1", "train.seed=range(1,3)"]
+    jobs = [job for job, _ in sweep_jobs("config", argv)]
+    assert jobs == [f"train.lr={lr} train.seed={s}" for lr in ("0.001", "-1") for s in (1, 2)]
+    assert list(sweep_jobs("config", argv[1:])) == []  # no -m: one run, checked as it starts
+    mine = ["-m", "experiment=attention_comparison", "train.lr=1e-3,3e-4"]
+    assert list(sweep_jobs("config", mine)) == []  # the experiment's own sweep: Hydra's jobs
+    proc = command("train", *argv, "hydra.sweep.dir=/nonexistent/never")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    said = "seq2seq-train: the sweep's job train.lr=-1 train.seed=1: train.lr=-1.0 must be positive"
+    assert proc.stderr.strip() == said

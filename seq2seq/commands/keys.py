@@ -79,6 +79,32 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
             _check_value(configs, override)
 
 
+def sweep_jobs(config_name: str, argv: Sequence[str]) -> Iterator[tuple[str, DictConfig]]:
+    """Under ``-m``, each job's config (at most _MAX_COMBINATIONS), named by its swept values,
+    so that all are checked before the first starts; nothing without a sweep."""
+    args = get_args_parser().parse_args(list(argv))
+    if not args.multirun or args.config_name or any(getattr(args, f, None) for f in _SKIP_FLAGS):
+        return
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+    except Exception:  # a syntax error: Hydra's own message says where
+        return
+    parsed = [o for o in parsed if not o.key_or_group.startswith("hydra")]
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    swept = [o for o in parsed if o.is_sweep_override()]
+    values = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in swept]
+    with initialize_config_module(CONFIG_MODULE, version_base=None):
+        for job in itertools.islice(itertools.product(*values), _MAX_COMBINATIONS if swept else 0):
+            try:
+                whole = compose(config_name, [*fixed, *job], return_hydra_config=True)
+                if OmegaConf.select(whole, "hydra.sweeper.params"):  # an experiment's own sweep
+                    return  # its jobs are not these: Hydra checks each as it starts
+                cfg = compose(config_name, overrides=[*fixed, *job])
+            except Exception:  # Hydra says it when the job starts
+                return
+            yield " ".join(job), cfg
+
+
 def _check_folder(key: str, value: Any) -> None:
     """The run folder can be made: what of it exists already is a folder, not a file (Hydra
     would end in FileExistsError's traceback); ${...} is left to Hydra."""

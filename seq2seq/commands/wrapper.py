@@ -17,7 +17,7 @@ from typing import Any
 import hydra
 
 from seq2seq.commands.configs import CONFIGS, SCHEMAS, register_schemas
-from seq2seq.commands.keys import check_command_line
+from seq2seq.commands.keys import check_command_line, sweep_jobs
 from seq2seq.commands.rules import check_config
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
 from seq2seq.storage.diskfull import quiet_event_writer_threads
@@ -51,6 +51,8 @@ def hydra_command(
                 if before is not None:
                     sys.argv[1:] = before(sys.argv[1:])
                 check_command_line(config_name, sys.argv[1:])
+                for job, cfg in sweep_jobs(config_name, sys.argv[1:]):  # -m: all before any
+                    _check_job(job, cfg, SCHEMAS[config_name])
             except Seq2SeqError as e:
                 sys.exit(f"seq2seq-{command_name}: {e}")
             run()
@@ -58,6 +60,14 @@ def hydra_command(
         return command
 
     return decorate
+
+
+def _check_job(job: str, cfg: Any, schema: type) -> None:
+    """One job of a sweep meets its command's rules, or the refusal names the job."""
+    try:
+        check_config(cfg, schema)
+    except Seq2SeqError as e:
+        raise Seq2SeqError(f"the sweep's job {job}: {e}") from None
 
 
 def _run(task: Task, cfg: Any, schema: type) -> Any:
