@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import os
 import re
 import stat
@@ -296,3 +297,20 @@ def test_run_configs_of_older_versions_name_their_reader(tmp_path: Path) -> None
     )
     cfg = read_config(old)
     assert cfg.data.kind == "custom" and open_reader(cfg.data).describe() == "custom (a)"
+
+
+def test_an_unreachable_hub_is_one_line_that_says_how_to_go_offline(monkeypatch, caplog) -> None:
+    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install 'seq2seq[hf]')")
+    from seq2seq.data import hf
+
+    def unreachable(*args: object) -> None:
+        logging.getLogger("huggingface_hub").warning("Retrying in 1s [Retry 1/5].")
+        raise ConnectionError("Couldn't reach 'wmt14' on the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", unreachable)
+    hf.load_splits.cache_clear()
+    before = logging.getLogger("huggingface_hub").level
+    with pytest.raises(DataError, match="HF_HUB_OFFLINE=1 loads a dataset from the .* cache"):
+        hf.load_splits("wmt14", "de-en")
+    assert logging.getLogger("huggingface_hub").level == before  # as it was
+    assert "Retrying" not in caplog.text  # the hub client's retries left out

@@ -7,7 +7,9 @@ files and is read in record batches; ``datasets`` is an optional extra (``seq2se
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,26 @@ from seq2seq.errors import DataError
 
 _BATCH = 10_000  # rows per Arrow record batch
 INSTALL = "data=hf needs the datasets library: pip install 'seq2seq[hf]'"
+
+
+# said where the hub cannot be reached
+OFFLINE = (
+    "; without a network, HF_HUB_OFFLINE=1 loads a dataset from the Hugging Face cache at once, "
+    "or give data.path=<a folder written by save_to_disk>"
+)
+
+
+@contextlib.contextmanager
+def _quiet_hub() -> Iterator[None]:
+    """The hub client's warnings left out while loading (each retry of an unreachable hub is a
+    line, twice): the error that ends the loading says what went wrong."""
+    hub = logging.getLogger("huggingface_hub")
+    level = hub.level
+    hub.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        hub.setLevel(level)
 
 
 def _datasets() -> Any:
@@ -37,10 +59,13 @@ def load_splits(path: str, name: str | None) -> dict[str, Any]:
         if Path(path).is_dir():
             loaded = datasets.load_from_disk(path)
         else:
-            loaded = datasets.load_dataset(path, name)
+            with _quiet_hub():
+                loaded = datasets.load_dataset(path, name)
     except Exception as e:  # the hub's, the network's and datasets' many errors
         where = "folder" if Path(path).is_dir() else "dataset"
-        raise DataError(f"cannot load the {where} {path!r}: {type(e).__name__}: {e}") from None
+        said = f"{type(e).__name__}: {e}"
+        hint = OFFLINE if "connect" in said.lower() else ""
+        raise DataError(f"cannot load the {where} {path!r}: {said}{hint}") from None
     if isinstance(loaded, datasets.Dataset):
         return {"train": loaded}
     return dict(loaded)
