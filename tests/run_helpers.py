@@ -54,18 +54,28 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
     return out
 
 
+def piping(args: list[str], env: dict | None = None) -> subprocess.Popen:
+    """A command started with pipes on its three streams (bytes)."""
+    return subprocess.Popen(
+        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+
+
+def first_answer(proc: subprocess.Popen, line: str, seconds: float = 120) -> str:
+    """What ``proc`` writes for ``line``, written into its pipe, before the input ends."""
+    proc.stdin.write(f"{line}\n".encode())
+    proc.stdin.flush()
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    assert ready, "no answer to the first line before the input ended"
+    return proc.stdout.readline().decode()
+
+
 def interrupted(args: list[str], line: str, env: dict | None = None) -> tuple[int, str, str]:
     """A command reading a pipe, sent Ctrl-C (SIGINT) once it has answered ``line`` and waits
     for more: its exit status, the answer, what it said on stderr."""
-    proc = subprocess.Popen(
-        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
+    proc = piping(args, env)
     try:
-        proc.stdin.write(f"{line}\n".encode())
-        proc.stdin.flush()
-        ready, _, _ = select.select([proc.stdout], [], [], 120)
-        assert ready, "no answer to the first line"
-        answer = proc.stdout.readline().decode()
+        answer = first_answer(proc, line)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:

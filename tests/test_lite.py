@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
-from run_helpers import command, interrupted
+from run_helpers import command, first_answer, interrupted, piping
 from seq2seq_lite.release import GRAPHS
 from serve_helpers import SENTENCES, cli_translations, export
 
@@ -172,19 +171,12 @@ def test_lite_refuses_invalid_utf8_as_seq2seq_translate_does(onnx_release: Path)
 def test_lite_answers_each_line_as_it_arrives(onnx_release: Path) -> None:
     """A line written into the pipe is translated before the input ends (as seq2seq-translate
     answers a pipe), and a line too long after it is refused by its number in the input."""
-    proc = subprocess.Popen(
+    proc = piping(
         [sys.executable, "-c", WITHOUT_TORCH, str(onnx_release), "--max-source-len", "20"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": str(LITE), "PYTHONUNBUFFERED": ""},  # it must flush
     )
     try:
-        proc.stdin.write(f"{SENTENCES[0]}\n".encode())
-        proc.stdin.flush()
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
-        assert ready, "no answer before the input ended"
-        first = proc.stdout.readline().decode()
+        first = first_answer(proc, SENTENCES[0], 60)
         rest, err = proc.communicate(f"{' '.join(['Hund'] * 30)}\n".encode(), timeout=120)
     finally:
         proc.kill()

@@ -129,7 +129,8 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
     links = found[0][0]
     if len(found) == 2:
         both = zip(found[0][0], found[1][0], strict=True)
-        links = [symmetrize(f, b, _symmetrized(cfg)) for f, b in both]
+        how = _symmetrized(cfg)
+        links = [symmetrize(forward, backward, how) for forward, backward in both]
     seconds = time.perf_counter() - start
     _write(cfg.output, [pharaoh_line(x) for x in links])
     if cfg.weights is not None:

@@ -55,13 +55,9 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
     """Refuse, in one line (Seq2SeqError), the first override of ``argv`` (a command's
     arguments) that names no key or option of ``configs/<config_name>.yaml``'s composed config,
     or gives a key a value of the wrong type. Help and Hydra's own keys are left alone."""
-    args = get_args_parser().parse_args(list(argv))
-    if any(getattr(args, flag, None) for flag in _SKIP_FLAGS) or args.experimental_rerun:
+    if (parsed := _parsed(argv)) is None:
         return
-    try:
-        overrides = OverridesParser.create().parse_overrides(args.overrides)
-    except Exception:  # a syntax error: Hydra's own message says where
-        return
+    args, overrides = parsed
     for override in overrides:
         if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir"):
             _check_folder(override.key_or_group, override.value())
@@ -82,27 +78,36 @@ def check_command_line(config_name: str, argv: Sequence[str]) -> None:
 def sweep_jobs(config_name: str, argv: Sequence[str]) -> Iterator[tuple[str, DictConfig]]:
     """Under ``-m``, each job's config (at most _MAX_COMBINATIONS), named by its swept values,
     so that all are checked before the first starts; nothing without a sweep."""
-    args = get_args_parser().parse_args(list(argv))
-    if not args.multirun or args.config_name or any(getattr(args, f, None) for f in _SKIP_FLAGS):
+    parsed = _parsed(argv)
+    if parsed is None or not parsed[0].multirun or parsed[0].config_name:
         return
-    try:
-        parsed = OverridesParser.create().parse_overrides(args.overrides)
-    except Exception:  # a syntax error: Hydra's own message says where
-        return
-    parsed = [o for o in parsed if not o.key_or_group.startswith("hydra")]
-    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
-    swept = [o for o in parsed if o.is_sweep_override()]
+    overrides = [o for o in parsed[1] if not o.key_or_group.startswith("hydra")]
+    fixed = [o.input_line for o in overrides if not o.is_sweep_override()]
+    swept = [o for o in overrides if o.is_sweep_override()]
     values = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in swept]
     with initialize_config_module(CONFIG_MODULE, version_base=None):
         for job in itertools.islice(itertools.product(*values), _MAX_COMBINATIONS if swept else 0):
             try:
-                whole = compose(config_name, [*fixed, *job], return_hydra_config=True)
-                if OmegaConf.select(whole, "hydra.sweeper.params"):  # an experiment's own sweep
-                    return  # its jobs are not these: Hydra checks each as it starts
-                cfg = compose(config_name, overrides=[*fixed, *job])
+                cfg = compose(config_name, [*fixed, *job], return_hydra_config=True)
             except Exception:  # Hydra says it when the job starts
                 return
+            if OmegaConf.select(cfg, "hydra.sweeper.params"):  # an experiment's own sweep:
+                return  # its jobs are not these, and Hydra checks each as it starts
+            with open_dict(cfg):
+                del cfg["hydra"]  # the job's own config, as the command gets it
             yield " ".join(job), cfg
+
+
+def _parsed(argv: Sequence[str]) -> tuple[Any, list[Override]] | None:
+    """Hydra's reading of a command's arguments and overrides; None where the checks leave it
+    to Hydra (help, a rerun, a syntax error: Hydra's own message says where)."""
+    args = get_args_parser().parse_args(list(argv))
+    if any(getattr(args, flag, None) for flag in _SKIP_FLAGS) or args.experimental_rerun:
+        return None
+    try:
+        return args, OverridesParser.create().parse_overrides(args.overrides)
+    except Exception:
+        return None
 
 
 def _check_folder(key: str, value: Any) -> None:

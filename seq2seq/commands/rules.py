@@ -284,8 +284,7 @@ def _aligned(cfg: AlignConfig) -> list[str]:
     if cfg.symmetrize is not None and cfg.reverse_run_dir is None:
         problems.append(
             f"symmetrize={Symmetrize(cfg.symmetrize).value} combines two runs' links: add "
-            "reverse_run_dir=<a run "
-            "of the other direction>"
+            "reverse_run_dir=<a run of the other direction>"
         )
     written = [k for k in ("output", "weights") if cfg[k] is not None]
     for i, key in enumerate(written):

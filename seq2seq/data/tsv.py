@@ -84,7 +84,6 @@ def _batches(
     """Pairs of every line, a block at a time; a line with fewer fields than data.columns names
     (``named``) is a DataError naming it. A blank line is an empty pair (dropped from training
     like any other)."""
-    need = named  # data.columns names the file's first columns, in order (more may follow)
     count = 0
     with open_table(path) as (raw, where):
         for lines in line_blocks(raw, where, strip=False):
@@ -92,8 +91,8 @@ def _batches(
                 lines = lines[: limit - count]
             src, tgt = [], []
             for number, line in enumerate(lines, count + 1):
-                fields = line.split("\t", need) if line.strip() else [""] * need
-                if len(fields) < need:
+                fields = line.split("\t", named) if line.strip() else [""] * named
+                if len(fields) < named:
                     raise DataError(
                         f"{where}, line {number}: {len(fields)} tab-separated field"
                         f"{'s' if len(fields) > 1 else ''}, but data.columns names {named}"

@@ -62,12 +62,13 @@ def time_products(
     )
     gen = torch.Generator().manual_seed(0)  # not the global one: the run's draws stay its own
     inputs = [
-        (torch.randn(n, i, generator=gen), torch.randn(o, i, generator=gen))
+        (
+            torch.randn(n, i, generator=gen, requires_grad=True),
+            torch.randn(o, i, generator=gen, requires_grad=True),
+        )
         for n in rows
         for i, o in shapes
     ]
-    for x, w in inputs:
-        x.requires_grad_(), w.requires_grad_()
     seconds = {}
     for name in PRODUCTS:
         laps = []

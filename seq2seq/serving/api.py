@@ -126,13 +126,9 @@ def _steering(
             raise BadRequest(
                 413, f"sentence {i} has {len(phrases)} constraints; at most {cfg.max_constraints}"
             )
-    for name, given in (("prefix", prefixes), ("constraints", constraints)):
-        for i, item in enumerate(given or []):
-            chars = len(item or "") if name == "prefix" else sum(map(len, item))
-            if chars > cfg.max_chars:
-                raise BadRequest(
-                    413, f"sentence {i}'s {name} has {chars} characters; at most {cfg.max_chars}"
-                )
+        _within_chars(i, "constraints", sum(map(len, phrases)), cfg.max_chars)
+    for i, prefix in enumerate(prefixes or []):
+        _within_chars(i, "prefix", len(prefix or ""), cfg.max_chars)
     if prefixes is None and constraints is None and not glossary:
         return None
     prefixes = [p or "" for p in prefixes] if prefixes is not None else None
@@ -140,6 +136,14 @@ def _steering(
     if beam < 2 and any(s.constraints or s.terms for s in steer):
         raise BadRequest(422, CONSTRAINTS_NEED_BEAM)
     return steer
+
+
+def _within_chars(sentence: int, name: str, chars: int, limit: int) -> None:
+    """A sentence's prefix or constraints within ``limit`` characters, else 413."""
+    if chars > limit:
+        raise BadRequest(
+            413, f"sentence {sentence}'s {name} has {chars} characters; at most {limit}"
+        )
 
 
 def _model(name: Any, models: Sequence[str]) -> str:
