@@ -20,7 +20,7 @@ from seq2seq_lite import search as lite_search
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decoding import hypothesis, settings
-from seq2seq.decoding.inference import InputTooLong
+from seq2seq.decoding.inference import InputTooLong, Translator
 from seq2seq.errors import Seq2SeqError
 from seq2seq.storage import manifest
 from seq2seq.vocab import BOS, EOS, PAD
@@ -32,11 +32,16 @@ VOCAB = 7
 # token histories of every length up to 12 over four tokens: many repeated n-grams
 HISTORIES = np.random.default_rng(0).integers(4, 8, (40, 12))
 HISTORIES = [row[: i % 13].tolist() for i, row in enumerate(HISTORIES)]
+# (nbest-th finished score, best live score, best penalty), float32 (-inf: none finished/live)
+SCORES = np.float32([-np.inf, -7.3, -3.1, -2.2, -1.0, -0.4])
+ENDS = np.array(
+    [(k, b, p) for k in SCORES for b in SCORES for p in np.float32([1.0, 1.2, 2.3, 3.7])]
+)
 
 # search.js's rules on the same grids, as JSON
 JS_RULES = """
-import { lengthPenalty, maxLength, minLength, ngramBans, restrict } from "%s";
-const [alphas, lengthRules, ids, vocab, histories] = %s;
+import { lengthPenalty, maxLength, minLength, ngramBans, restrict, settled } from "%s";
+const [alphas, lengthRules, ids, vocab, histories, ends] = %s;
 const lengths = [...Array(80).keys()];
 const longest = (n) => maxLength(n, 1.2, 4);
 const byValue = (x, y) => x - y;
@@ -52,12 +57,15 @@ console.log(JSON.stringify({
   minimums: lengthRules.map(([a, b]) => lengths.map((n) => minLength(n, a, b, longest(n)))),
   bans: [0, 1, 2, 3, 4].map((n) => histories.map((h) => [...ngramBans(h, n)].sort(byValue))),
   restricted,
+  settled: ends.map(([kept, live, p]) => settled(kept ?? -Infinity, live ?? -Infinity, p)),
 }));
 """
 
 
 def _browser_rules() -> dict:
-    return browser_search(JS_RULES, json.dumps([ALPHAS, LENGTH_RULES, IDS, VOCAB, HISTORIES]))
+    ends = [[None if x == -np.inf else float(x) for x in row] for row in ENDS]
+    grids = [ALPHAS, LENGTH_RULES, IDS, VOCAB, HISTORIES, ends]
+    return browser_search(JS_RULES, json.dumps(grids))
 
 
 def _row(first: bool, at_limit: bool) -> list[float | None]:
@@ -82,6 +90,17 @@ def test_the_browser_search_follows_the_python_rules() -> None:
     assert any(found["bans"][2]) and any(found["bans"][3])
     cases = [(first, at_limit) for first in (False, True) for at_limit in (False, True)]
     assert found["restricted"] == [_row(*case) for case in cases]
+    kept, live, penalty = ENDS.astype(np.float32).T
+    assert found["settled"] == rules.settled(kept, live, penalty).tolist()
+    assert any(found["settled"]) and not all(found["settled"])
+
+
+def test_the_torch_and_numpy_beams_settle_alike() -> None:
+    kept, live, penalty = ENDS.astype(np.float32).T
+    want = rules.settled(kept, live, penalty)
+    tensors = (torch.from_numpy(x) for x in (kept, live, penalty))
+    assert rules.settled(*tensors).tolist() == want.tolist()
+    assert not want[kept == -np.inf].any()  # nothing finished: never settled
 
 
 @pytest.mark.parametrize("look", [True, False])
@@ -134,6 +153,7 @@ def test_every_search_reads_the_one_copy() -> None:
     assert lite_search.min_lengths is rules.min_lengths
     assert lite_search.ngram_bans is rules.ngram_bans
     assert beam.follow_back is lite_search.follow_back is rules.follow_back
+    assert beam.settled is lite_search.settled is rules.settled
     assert manifest.damage is rules.damage and manifest.sha256_file is rules.sha256_file
     assert tuple(f.name for f in fields(DecodeConfig)) == settings.SEARCH_KEYS
     assert onnx_models.SEARCH_KEYS is settings.SEARCH_KEYS
@@ -144,6 +164,16 @@ def test_every_search_reads_the_one_copy() -> None:
     assert recorded == settings.RECORDED_KEYS
     assert tuple(settings.STEERING_DEFAULTS) == steering
     assert settings.SAMPLING_KEYS == ("temperature", "top_k", "top_p", "seed")
+
+
+@pytest.mark.parametrize("key", rules.NOT_NEGATIVE)
+def test_the_torch_translator_refuses_what_lites_refuses(key: str) -> None:
+    search = DecodeConfig(**{key: -1})
+    with pytest.raises(Seq2SeqError, match=f"{key} must not be negative, not -1"):
+        Translator(None, None, None, search)  # type: ignore[arg-type]  # refused before use
+    keys = ("beam_size", "nbest", "batch_size", "max_source_len")
+    others = {k: getattr(search, k) for k in rules.NOT_NEGATIVE}
+    assert rules.search_problem(**{k: getattr(search, k) for k in keys}, **others)
 
 
 def test_a_line_too_long_is_refused_in_each_packages_words() -> None:

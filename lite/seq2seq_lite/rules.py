@@ -22,6 +22,13 @@ def length_penalty(length: Any, alpha: float) -> Any:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+def settled(kept: Any, best_live: Any, best_penalty: Any) -> Any:
+    """Where a sentence's n-best can no longer change: its nbest-th finished score (-inf: not
+    yet) at least its best live score over the largest length penalty that beam can still get
+    (EOS at the length limit); numbers, numpy arrays or tensors."""
+    return (kept > -np.inf) & (kept >= best_live / best_penalty)
+
+
 def max_lengths(src_lengths: Sequence[int] | np.ndarray, a: float, b: int) -> np.ndarray:
     """Target tokens before EOS is forced, floor(a * src_len + b) and at least 0 (src_len counts
     the source EOS): an output as long as its input allows, and no search without an end."""

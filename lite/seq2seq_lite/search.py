@@ -25,6 +25,7 @@ from seq2seq_lite.rules import (
     max_lengths,
     min_lengths,
     ngram_bans,
+    settled,
 )
 from seq2seq_lite.steering import forced_max_lengths
 
@@ -251,8 +252,7 @@ class _Beam:
             top = (top_scores, top_rows, top_tokens)
             rows, next_tokens, next_scores = self._allocate(log_probs, top, sent, t, short)
         kept = -np.sort(-self.ended_score[self.sent, :k], axis=1)[:, self.nbest - 1]
-        bound = next_scores.max(1) / self.best_penalty[self.sent]
-        beyond = np.isfinite(kept) & (kept >= bound)
+        beyond = settled(kept, next_scores.max(1), self.best_penalty[self.sent])
         done = self.done | at_limit | (self.ended[self.sent] >= k) | beyond
         next_scores[done] = NEG_INF
         self.parents.append(rows)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from seq2seq_lite.rules import follow_back, length_penalty
+from seq2seq_lite.rules import follow_back, length_penalty, settled
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
@@ -230,12 +230,12 @@ class BeamSearch:
             next_tokens.copy_(tokens)
         # [n] the nbest-th finished score of each sentence
         kept = self.mine(self.ended.score)[:, :k].topk(self.nbest, dim=1).values[:, -1]
-        best = next_scores.max(1).values / self.mine(self.best_penalty)
+        best = next_scores.max(1).values
         done = (
             beams.done
             | at_limit
             | (self.mine(self.ended.count) >= k)
-            | (kept.isfinite() & (kept >= best))
+            | settled(kept, best, self.mine(self.best_penalty))
         )
         next_scores = next_scores.masked_fill(done.unsqueeze(1), float("-inf"))
         enc = beams.enc if width == k else beams.enc.index_select(rows)  # k beams each

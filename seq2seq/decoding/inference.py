@@ -95,7 +95,14 @@ class Translator:
     ) -> None:
         """``graphs``: CUDA graphs of the searches to keep using (a training's validations);
         by default a new set on a GPU, none elsewhere."""
-        keys = ("beam_size", "nbest", "batch_size", "max_source_len", "sampling")
+        keys = (
+            "beam_size",
+            "nbest",
+            "batch_size",
+            "max_source_len",
+            "sampling",
+            *rules.NOT_NEGATIVE,
+        )
         if problem := rules.search_problem(**{k: getattr(search, k) for k in keys}):
             raise Seq2SeqError(problem)
         self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok

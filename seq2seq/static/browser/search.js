@@ -86,6 +86,12 @@ function rules(out, vocab, histories, t, limit, minLen, n, prefix, ids) {
   return kept ? keepOnly(logProbs, vocab, prefix[t], kept) : logProbs;
 }
 
+// rules.settled: the nbest-th finished score (-Infinity: not yet) at least the best live score
+// over the largest length penalty it can still get (float32, as the numpy search divides)
+export function settled(kept, bestLive, bestPenalty) {
+  return kept > -Infinity && kept >= f32(bestLive / bestPenalty);
+}
+
 // Whether EOS is forbidden: at the first step unless at the length limit (no empty output).
 export function eosBanned(first, atLimit) {
   return first && !atLimit;
@@ -204,8 +210,7 @@ export async function beam(graphs, src, cfg) {
     const next = [...slots.filter((s) => s.token !== ids.eos), ...slots.filter((s) => s.token === ids.eos)].slice(0, k);
     const finished = ended.map((e) => e.score).sort((a, b) => b - a);
     const kept = finished.length >= nbest ? finished[nbest - 1] : -Infinity;
-    const beyond = Number.isFinite(kept) && kept >= f32(next[0].score / bestPenalty);
-    const done = t === limit || ended.length >= k || beyond;
+    const done = t === limit || ended.length >= k || settled(kept, next[0].score, bestPenalty);
     const rows = next.map((s) => s.row);
     parents.push(rows);
     fed.push(next.map((s) => s.token));
