@@ -54,6 +54,11 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (ServeConfig, {"max_constraints": -1}, "max_constraints=-1 must not be negative"),
         (ServeConfig, {"beam_size": 12}, "beam_size=12 is above max_beam=10"),
         (ServeConfig, {"nbest": 6}, "nbest=6 needs at least as many beams: add beam_size=6"),
+        (ServeConfig, {"compare_with": ["a"], "ensemble": ["b"]}, "compare_with= serves each"),
+        (ServeConfig, {"backend": "onnx", "precision": "bf16"}, "backend=onnx serves the fp32"),
+        (ServeConfig, {"backend": "onnx", "device": "cuda"}, "backend=onnx runs on the CPU"),
+        (ServeConfig, {"backend": "onnx", "compile": True}, "backend=onnx has no compile="),
+        (ServeConfig, {"backend": "onnx", "checkpoint": "last"}, "backend=onnx serves a release"),
         (EvaluateConfig, {"nbest": 6}, "nbest=6 needs at least as many beams"),
         (EvaluateConfig, {"sampling": True, "coverage_penalty": 0.2}, "coverage_penalty reranks"),
         (EvaluateConfig, {"terms": "t.tsv", "beam_size": 1}, "terms=: "),
@@ -76,6 +81,8 @@ def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message
         (BacktranslateConfig, {"ratios": [0.5, 3]}),
         (ExportConfig, {"browser": True, "onnx": True}),
         (ServeConfig, {"beam_size": 10, "no_repeat_ngram": 3, "nbest": 2}),
+        (ServeConfig, {"backend": "onnx", "precision": "int8", "compare_with": ["a"]}),
+        (ServeConfig, {"precision": "bf16", "device": "cuda", "compile": True}),  # torch's
         (EvaluateConfig, {"sampling": True, "nbest": 6}),  # draws, as many as asked
     ],
 )

@@ -1,7 +1,7 @@
 """What the config's types cannot say, refused in one line before any work starts: the ranges of
 keys by name, then the rules of each command's schema (keyed by its class, which a Hydra-composed
 config keeps). Old spellings of keys are refused by commands/keys.py with today's name
-(runtime/migrate.py's REMOVED); a saved run's old config is read by runtime/migrate.py."""
+(its REMOVED); a saved run's old config is read by runtime/migrate.py."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from seq2seq.commands.configs import (
     SteeringKeys,
 )
 from seq2seq.config import Config, InferenceConfig, Precision, ScheduleName
-from seq2seq.config_choices import Pick, Symmetrize
+from seq2seq.config_choices import Backend, Pick, Symmetrize
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
-from seq2seq.serving.settings import ServeConfig
+from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
 
 log = logging.getLogger("seq2seq.config")
 
@@ -262,6 +262,33 @@ def _served(cfg: ServeConfig) -> list[str]:
             f"beam_size={cfg.beam_size} is above max_beam={cfg.max_beam}: every request that "
             "leaves out beam_size would be refused"
         )
+    if cfg.compare_with and cfg.ensemble:
+        problems.append(
+            "compare_with= serves each folder as its own model and ensemble= decodes several "
+            "as one: give one or the other"
+        )
+    return problems
+
+
+def _served_onnx(cfg: ServeConfig) -> list[str]:
+    """What the graphs cannot do, refused rather than ignored."""
+    if Backend(cfg.backend) is not Backend.onnx:
+        return []
+    problems = []
+    if (precision := Precision(cfg.precision)) not in ONNX_VARIANTS:
+        problems.append(
+            "backend=onnx serves the fp32 graphs, or the int8 ones with precision=int8: not "
+            f"precision={precision.value}"
+        )
+    if cfg.device not in ("auto", "cpu"):
+        problems.append(
+            f"backend=onnx runs on the CPU (onnxruntime): leave out device={cfg.device}"
+        )
+    for key, default in (("ensemble", []), ("compile", False), ("coverage_penalty", 0.0)):
+        if cfg[key] != default:
+            problems.append(f"backend=onnx has no {key}=: that is the PyTorch backend's")
+    if cfg.checkpoint != "best":
+        problems.append("backend=onnx serves a release's one model: leave out checkpoint=")
     return problems
 
 
@@ -338,6 +365,7 @@ _RULES: tuple[tuple[type, Callable[[Any], list[str]]], ...] = (
     (InferenceConfig, _search),
     (SteeringKeys, _steered),
     (ServeConfig, _served),
+    (ServeConfig, _served_onnx),
     (EvaluateConfig, _evaluated),
     (AlignConfig, _aligned),
     (DistillConfig, _distilled),

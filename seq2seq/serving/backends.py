@@ -21,13 +21,8 @@ from seq2seq.serving.settings import ServeConfig
 
 def open_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
     """Where the models run (one line for the log) and the models, run_dir's first; refused in
-    one line before any is loaded: two folders of one name, or compare_with= with ensemble=; and
-    a folder that does not load, or reads another source language than run_dir's."""
-    if cfg.compare_with and cfg.ensemble:
-        raise Seq2SeqError(
-            "compare_with= serves each folder as its own model and ensemble= decodes several "
-            "as one: give one or the other"
-        )
+    one line before any is loaded: two folders of one name; and a folder that does not load, or
+    reads another source language than run_dir's."""
     if cfg.compare_with and not OmegaConf.is_missing(cfg, "run_dir"):
         refuse_duplicate_names([cfg.run_dir, *cfg.compare_with])
     return BACKENDS[Backend(cfg.backend)](cfg)

@@ -23,7 +23,7 @@ from seq2seq.decoding.settings import SEARCH_KEYS
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.run_folder import read_config
 from seq2seq.serving.models import ServedModel, model_card, same_source
-from seq2seq.serving.settings import ServeConfig
+from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
 from seq2seq.storage.rundir import (
     CONFIG_FILE,
     SRC_TOKENIZER,
@@ -32,7 +32,6 @@ from seq2seq.storage.rundir import (
 )
 
 GRAPHS_SPEC = GRAPHS  # what seq2seq-export onnx=true writes and lite reads
-VARIANTS = {Precision.fp32: "fp32", Precision.int8: "int8"}  # precision= -> the graphs served
 
 
 class OnnxTranslator(Translator):
@@ -63,8 +62,8 @@ class OnnxTranslator(Translator):
 
 def open_onnx_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
     """run_dir's and compare_with's releases on onnxruntime; refused in one line before any is
-    loaded: a setting only PyTorch has, a folder without graphs, no lite translator."""
-    _refuse_torch_settings(cfg)
+    loaded: a folder without graphs, no lite translator (the settings only PyTorch has are the
+    schema's rules: commands/rules.py)."""
     folders = [Path(cfg.run_dir), *map(Path, cfg.compare_with)]
     for folder in folders:
         if not (folder / GRAPHS_SPEC).is_file():
@@ -73,30 +72,12 @@ def open_onnx_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
                 f"exported with seq2seq-export run_dir={folder} out=<a new folder> onnx=true"
             )
     lite = _lite()
-    variant = VARIANTS[Precision(cfg.precision)]
+    variant = ONNX_VARIANTS[Precision(cfg.precision)]
     models = [_onnx_model(folder, lite, variant, cfg.precision) for folder in folders]
     first = read_config(folders[0] / CONFIG_FILE)
     for folder in folders[1:]:
         same_source(read_config(folder / CONFIG_FILE), first, str(folder), str(folders[0]))
     return f"onnxruntime on the cpu, the {variant} graphs", models
-
-
-def _refuse_torch_settings(cfg: ServeConfig) -> None:
-    """What the graphs cannot do, refused rather than ignored."""
-    if Precision(cfg.precision) not in VARIANTS:
-        raise Seq2SeqError(
-            f"backend=onnx serves the fp32 graphs, or the int8 ones with precision=int8: not "
-            f"precision={Precision(cfg.precision).value}"
-        )
-    if cfg.device not in ("auto", "cpu"):
-        raise Seq2SeqError(
-            f"backend=onnx runs on the CPU (onnxruntime): leave out device={cfg.device}"
-        )
-    for key, default in (("ensemble", []), ("compile", False), ("coverage_penalty", 0.0)):
-        if cfg[key] != default:
-            raise Seq2SeqError(f"backend=onnx has no {key}=: that is the PyTorch backend's")
-    if cfg.checkpoint != "best":
-        raise Seq2SeqError("backend=onnx serves a release's one model: leave out checkpoint=")
 
 
 def _lite() -> ModuleType:

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from seq2seq.config import InferenceConfig
-from seq2seq.config_choices import Backend
+from seq2seq.config_choices import Backend, Precision
+
+ONNX_VARIANTS = {Precision.fp32: "fp32", Precision.int8: "int8"}  # precision= -> graphs served
 
 
 @dataclass
