@@ -76,15 +76,41 @@ COMMANDS = {
 }
 
 
-def _imports(path: Path) -> set[str]:
-    """The `seq2seq.*` modules that a file imports, as dotted names without the `seq2seq.`."""
+def _imported(path: Path, root: Path) -> set[str]:
+    """Every module a file imports, dotted and absolute: relative imports resolved against the
+    file's package under ``root``, and each name of ``from package import name`` counted as a
+    module too (it may be one), wherever the import sits (top level, a function, a TYPE_CHECKING
+    block)."""
+    package = path.relative_to(root).with_suffix("").parts[:-1]
     names = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            names.add(module)
+            names.update(f"{module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
+    return names
+
+
+def _imports(path: Path) -> set[str]:
+    """The `seq2seq.*` modules that a file imports, as dotted names without the `seq2seq.`."""
+    names = _imported(path, ROOT)
     return {n.removeprefix("seq2seq.") for n in names if n.startswith("seq2seq.")}
+
+
+def test_imports_are_found_however_they_are_written(tmp_path: Path) -> None:
+    module = tmp_path / "seq2seq" / "data" / "x.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(
+        "from ..commands import configs\nfrom . import batching\nfrom seq2seq import training\n"
+        "def f():\n    import seq2seq.serving.api\n",
+        encoding="utf-8",
+    )
+    found = {n for n in _imported(module, tmp_path) if n.startswith("seq2seq.")}
+    assert {"seq2seq.commands.configs", "seq2seq.data.batching"} <= found
+    assert {"seq2seq.training", "seq2seq.serving.api"} <= found
 
 
 def test_the_library_folders_import_downward_only_and_never_a_command() -> None:
@@ -96,6 +122,30 @@ def test_the_library_folders_import_downward_only_and_never_a_command() -> None:
                 allowed = top in SHARED or (top in LAYERS and LAYERS.index(top) <= rank)
                 if not allowed:
                     wrong.append(f"{path.relative_to(ROOT)} imports seq2seq.{name}")
+    assert not wrong, wrong
+
+
+def test_the_shared_modules_import_each_other_and_the_models_schema_only() -> None:
+    """Every layer may import the shared modules, so they import no layer: only one another and
+    the model's own schema, which the app's typed config nests."""
+    wrong = [
+        f"seq2seq/{name}.py imports seq2seq.{imported}"
+        for name in sorted(SHARED)
+        for imported in _imports(PACKAGE / f"{name}.py")
+        if imported.split(".")[0] not in SHARED and not imported.startswith("model.config")
+    ]
+    assert not wrong, wrong
+
+
+def test_lite_imports_nothing_of_seq2seq() -> None:
+    """seq2seq builds on lite (its rules), never the reverse: lite installs without torch."""
+    lite = ROOT / "lite"
+    wrong = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((lite / "seq2seq_lite").rglob("*.py"))
+        for name in _imported(path, lite)
+        if name == "seq2seq" or name.startswith(("seq2seq.", "torch"))
+    ]
     assert not wrong, wrong
 
 
@@ -186,5 +236,6 @@ def test_no_test_module_imports_another() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            names = [n.removeprefix("tests.") for n in names]
             wrong += [f"{path.name} imports {n}" for n in names if n.startswith("test_")]
     assert not wrong, wrong
