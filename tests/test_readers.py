@@ -303,14 +303,22 @@ def test_an_unreachable_hub_is_one_line_that_says_how_to_go_offline(monkeypatch,
     datasets = pytest.importorskip("datasets", reason="the hf extra (pip install 'seq2seq[hf]')")
     from seq2seq.data import hf
 
+    bars_while_loading = []
+
     def unreachable(*args: object) -> None:
+        bars_while_loading.append(datasets.is_progress_bar_enabled())
         logging.getLogger("huggingface_hub").warning("Retrying in 1s [Retry 1/5].")
         raise ConnectionError("Couldn't reach 'wmt14' on the Hub")
 
     monkeypatch.setattr(datasets, "load_dataset", unreachable)
     hf.load_splits.cache_clear()
-    before = logging.getLogger("huggingface_hub").level
+    before, bars = logging.getLogger("huggingface_hub").level, datasets.is_progress_bar_enabled()
+    datasets.enable_progress_bars()
     with pytest.raises(DataError, match="HF_HUB_OFFLINE=1 loads a dataset from the .* cache"):
         hf.load_splits("wmt14", "de-en")
     assert logging.getLogger("huggingface_hub").level == before  # as it was
+    assert bars_while_loading == [False]
+    assert datasets.is_progress_bar_enabled()  # the process's setting, as it was
+    if not bars:
+        datasets.disable_progress_bars()
     assert "Retrying" not in caplog.text  # the hub client's retries left out

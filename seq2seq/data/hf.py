@@ -29,16 +29,19 @@ OFFLINE = (
 
 
 @contextlib.contextmanager
-def _quiet_hub() -> Iterator[None]:
-    """The hub client's warnings left out while loading (each retry of an unreachable hub is a
-    line, twice): the error that ends the loading says what went wrong."""
+def _quiet(datasets: Any) -> Iterator[None]:
+    """The hub client's warnings and datasets' progress bars left out while loading (each retry
+    of an unreachable hub is a line, twice; a bar is noise in a log), as they were after it."""
     hub = logging.getLogger("huggingface_hub")
-    level = hub.level
+    level, bars = hub.level, datasets.is_progress_bar_enabled()
     hub.setLevel(logging.ERROR)
+    datasets.disable_progress_bars()
     try:
         yield
     finally:
         hub.setLevel(level)
+        if bars:
+            datasets.enable_progress_bars()
 
 
 def _datasets() -> Any:
@@ -46,7 +49,6 @@ def _datasets() -> Any:
         import datasets
     except ImportError:
         raise DataError(INSTALL) from None
-    datasets.disable_progress_bars()
     return datasets
 
 
@@ -56,10 +58,10 @@ def load_splits(path: str, name: str | None) -> dict[str, Any]:
     "train")."""
     datasets = _datasets()
     try:
-        if Path(path).is_dir():
-            loaded = datasets.load_from_disk(path)
-        else:
-            with _quiet_hub():
+        with _quiet(datasets):
+            if Path(path).is_dir():
+                loaded = datasets.load_from_disk(path)
+            else:
                 loaded = datasets.load_dataset(path, name)
     except Exception as e:  # the hub's, the network's and datasets' many errors
         where = "folder" if Path(path).is_dir() else "dataset"
