@@ -184,8 +184,7 @@ class TrainConfig:
     guided_weight: float = 0.5
     # an attention with coverage (model.attention.coverage=true): the weight of See et al.'s
     # coverage loss, sum over steps and source positions of min(weight, coverage so far); 0: the
-    # coverage vector in the score alone (from the first update, the loss made the attention a
-    # cursor in the comparison: docs/attention.md)
+    # coverage vector in the score alone (docs/attention.md says when the loss helps)
     coverage_weight: float = 0.0
 
 

@@ -490,5 +490,5 @@ def test_a_served_model_shares_one_set_of_graphs(monkeypatch, smoke_run) -> None
     monkeypatch.setattr(SearchGraphs, "where_they_run", classmethod(lambda cls, e: cls(e)))
     engine = Engine.create("cpu")
     served = backends._torch_model(load_run(smoke_run, engine=engine), engine)
-    greedy, beam = (served.translator(DecodeConfig(beam_size=k)) for k in (1, 5))
+    greedy, beam = (served.make_translator(DecodeConfig(beam_size=k)) for k in (1, 5))
     assert greedy.graphs is not None and greedy.graphs is beam.graphs

@@ -23,8 +23,8 @@ from seq2seq_lite.steering import (
 
 __all__ = ["Hypothesis", "InputTooLong", "ReleaseError", "Translation", "Translator"]
 
-# sentences decoded together unless asked: the beam's arrays of 64 (the export's default) take
-# about 120 MB more for about 6 % less time (docs/deploy.md, "Size and memory")
+# sentences decoded together unless asked: fewer than the export's 64, whose beam arrays cost far
+# more memory than the time they save (docs/deploy.md, "Size and memory")
 BATCH_SIZE = 16
 
 

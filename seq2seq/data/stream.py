@@ -66,7 +66,7 @@ def available_cores() -> int:
 def worker_context() -> BaseContext:
     """Start method for tokenizer training and encoding processes: forked from a clean
     single-threaded server, since a child forked from this process (torch's, the logger's
-    threads) can crash: a sentencepiece trainer did so under pytest."""
+    threads) can crash."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")  # Windows
     # The server imports these once; each child forks from it. A child also imports the main
@@ -103,18 +103,14 @@ def from_lists(src: Sequence[str], tgt: Sequence[str], name: str = "pairs") -> P
 
 
 def file_digest(path: Path) -> str:
-    """SHA-256 of a file's bytes, once per process (a file is read whole for it)."""
+    """SHA-256 of a file's bytes (`rules.sha256_file`), once per process and file version."""
     stat = os.stat(path)
     key = (str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
     if key not in _DIGESTS:
-        digest = hashlib.sha256()
         try:
-            with open(path, "rb") as f:
-                while chunk := f.read(_BLOCK):
-                    digest.update(chunk)
+            _DIGESTS[key] = rules.sha256_file(path)
         except OSError as e:
             raise DataError(f"cannot read {path}: {e.strerror or e}") from None
-        _DIGESTS[key] = digest.hexdigest()
     return _DIGESTS[key]
 
 

@@ -23,7 +23,6 @@ _ONEDNN_OP = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
 # rows x in x out below which a oneDNN call (and this module's autograd step) costs more than it
 # saves (twice the break-even measured: docs/performance.md, "Where fp32 comes from")
 MIN_WORK = 2**22
-_compiling = getattr(torch.compiler, "is_compiling", lambda: False)  # torch < 2.3 lacks it
 
 
 def _plain(matrix: Tensor) -> Tensor:
@@ -71,7 +70,7 @@ def _takes(x: Tensor, weight: Tensor) -> bool:
         and x.dtype == weight.dtype == torch.float32
         and x.numel() * weight.size(0) >= MIN_WORK
         and not torch.is_autocast_enabled("cpu")
-        and not _compiling()
+        and not torch.compiler.is_compiling()
     )
 
 

@@ -21,13 +21,11 @@ from torch import Tensor, nn
 from seq2seq.model.autocast import cast
 from seq2seq.model.linear import linear, linear_add, product, takes_onednn
 
-_compiling = getattr(torch.compiler, "is_compiling", lambda: False)
-
 
 def gru_update(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:
     """The next GRU state (``nn.GRU``'s gates r, z, n) from the input projection gi [B, 3H],
     the state's projection gh [B, 3H] (both biases in them) and the state [B, H]."""
-    if gi.is_cuda and gi.dtype == gh.dtype == hidden.dtype and not _compiling():
+    if gi.is_cuda and gi.dtype == gh.dtype == hidden.dtype and not torch.compiler.is_compiling():
         return torch.ops.aten._thnn_fused_gru_cell(gi, gh, hidden)[0]
     size = hidden.size(1)
     gi_rz, gi_n = gi.split([2 * size, size], dim=1)

@@ -13,17 +13,6 @@ from seq2seq.model.config import ATTENTION_CONFIGS
 
 log = logging.getLogger("seq2seq.config")
 
-# keys taken out or renamed, and what to use instead: refused in one line where given (a renamed
-# key is read under its new name from a saved run's config, a removed one dropped)
-REMOVED = {
-    "train.precision": "it is the top-level precision=..., one key for every command",
-    "log.alignment_gold": "it is log.alignment_pairs=...",
-    "source": "evaluate's is data_source=..., align's src_file=...",
-    "target": "align's is tgt_file=...",
-    "train.compile": "it trained slower than without on a GPU and no faster on the CPU "
-    "(docs/gpu.md); delete it: on a GPU, train.cuda_graphs=auto (the default) is the fast path",
-}
-
 
 def upgrade_saved_config(cfg: Any) -> Any:
     """A run's saved config (config.yaml, a checkpoint's) in today's keys: written before

@@ -212,7 +212,7 @@ class Batcher:
         # every search key of the server's config; a request changes beam_size and nbest alone
         defaults = {key: getattr(self.cfg, key) for key in SEARCH_KEYS}
         search = DecodeConfig(**{**defaults, "beam_size": beam_size, "nbest": nbest})
-        return self.models[model].translator(search)
+        return self.models[model].make_translator(search)
 
     def close(self) -> None:
         """Let the decoding thread finish its batch and end."""

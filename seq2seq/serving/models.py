@@ -30,7 +30,7 @@ class ServedModel:
     card: dict[str, Any]
     src_tok: Tokenizer
     device: str
-    translator: Callable[[DecodeConfig], Translator]
+    make_translator: Callable[[DecodeConfig], Translator]
 
 
 def folder_name(folder: str | Path) -> str:
