@@ -32,6 +32,7 @@ import argparse
 import json
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -150,8 +151,13 @@ def row_name(folder: Path, cfg: Any) -> str:
 
 
 def run_command(args: Sequence[str]) -> dict[str, Any]:
-    """Run a seq2seq command; its last stdout line is its JSON result."""
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    """Run a seq2seq command, found on PATH or beside this Python (a virtual environment run
+    without activating it); its last stdout line is its JSON result."""
+    beside = Path(sys.executable).with_name(args[0])
+    program = shutil.which(args[0]) or (str(beside) if beside.is_file() else None)
+    if program is None:
+        sys.exit(f"{args[0]} not found: install seq2seq (pip install -e .) in this environment")
+    done = subprocess.run([program, *args[1:]], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"{' '.join(args)} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
