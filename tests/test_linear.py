@@ -1,5 +1,5 @@
 """The model's products: oneDNN's fp32 path equals F.linear (values and gradients), and leaves
-autocast and other dtypes to PyTorch."""
+autocast and other dtypes to PyTorch, as it leaves everything outside a ``products`` block."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def test_values_and_gradients_equal_f_linear(shape, bias, sliced, calls) -> None
     leaves = [t for t in (x, wide if sliced else weight, b) if t is not None]
     grad_out = torch.randn(*shape[:-1], 11)
 
-    out = linear(x, weight, b)
+    with products.products("onednn"):  # the backward takes the forward's path
+        out = linear(x, weight, b)
     got = torch.autograd.grad(out, leaves, grad_out)
     assert len(calls) == 3  # forward, the input's gradient, the weight's gradient
     want_out = F.linear(x, weight, b)
@@ -60,6 +61,12 @@ def test_values_and_gradients_equal_f_linear(shape, bias, sliced, calls) -> None
 @needs_onednn
 def test_autocast_other_dtypes_and_the_switch_use_pytorch(calls) -> None:
     x, layer = torch.randn(4, 8), Linear(8, 3)
+    with products.products("onednn"):
+        _other_paths_use_pytorch(x, layer, calls)
+
+
+def _other_paths_use_pytorch(x: torch.Tensor, layer: Linear, calls: list) -> None:
+    """Inside a oneDNN block: autocast, bf16, the switch, empty and small products."""
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert layer(x).dtype == torch.bfloat16
     assert layer.to(torch.bfloat16)(x.bfloat16()).dtype == torch.bfloat16
@@ -91,7 +98,8 @@ def test_a_training_step_matches_pytorch_products(attention, calls) -> None:
         loss.backward()
         return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
-    loss, grads = step()
+    with products.products("onednn"):
+        loss, grads = step()
     assert len(calls) > 10
     with pytorch_products():
         want_loss, want_grads = step()
@@ -112,9 +120,9 @@ def test_the_fastest_products_are_timed_on_both_paths_and_change_nothing(calls) 
         assert (name, seconds) == ("pytorch", {})
     calls.clear()
     x, w = torch.randn(64, 24), torch.randn(24, 24)
-    linear(x, w)  # outside a products block: the default path, whatever was timed
-    assert len(calls) == int(products.onednn_available())
-    with products.products("pytorch"):
+    linear(x, w)  # outside a products block: PyTorch's, whatever was timed
+    assert calls == []
+    with products.products("onednn"):
         linear(x, w)
     assert len(calls) == int(products.onednn_available())
     with pytest.raises(ValueError, match="onednn, pytorch"), products.products("mkl"):

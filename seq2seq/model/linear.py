@@ -1,6 +1,6 @@
 """The model's matrix products: fp32 on the CPU through oneDNN or PyTorch's BLAS, whichever is
 faster on this CPU (chosen by the runtime, `seq2seq.runtime.kernels`, and in force inside a
-``products`` block); everything else through F.linear.
+``products`` block); everything else, and everything outside such a block, through F.linear.
 
 PyTorch multiplies fp32 matrices on the CPU with its BLAS (MKL). oneDNN (the library PyTorch
 already uses for bf16) does the same arithmetic much faster on some CPUs and slower on others
@@ -118,9 +118,9 @@ def onednn_available() -> bool:
     return _ONEDNN_OP is not None and torch.backends.mkldnn.is_available()
 
 
-# the fp32 CPU path of the products inside ``products`` blocks (this thread's); oneDNN's outside
-_AVAILABLE = onednn_available()
-_ONEDNN: ContextVar[bool] = ContextVar("seq2seq_onednn_products", default=_AVAILABLE)
+# whether this thread's fp32 CPU products go through oneDNN: inside a ``products("onednn")``
+# block only (the runtime's choice); the model alone multiplies as nn.Linear does
+_ONEDNN: ContextVar[bool] = ContextVar("seq2seq_onednn_products", default=False)
 
 
 @contextlib.contextmanager

@@ -190,7 +190,8 @@ class Kernels:
                 raise Seq2SeqError(f"int8_engine={name}: this torch has {have} (or auto)")
             why = f"int8_engine={name}"
         else:
-            name, seconds = fastest_int8_engine(model)
+            with products(self.fp32):  # the unquantized products as they will run
+                name, seconds = fastest_int8_engine(model)
             timed = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in seconds.items())
             why = f"timed on a decoding probe: {timed}" if timed else "the only one here"
         log.info("int8 engine: %s (%s)", name, why)
