@@ -17,7 +17,7 @@ import numpy as np
 from torch import Tensor
 
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.inference import Translation, Translator
+from seq2seq.decoding.inference import Translation, TranslatorBase
 from seq2seq.decoding.search import Hypothesis
 from seq2seq.vocab import EOS
 
@@ -137,7 +137,7 @@ def _rounded(weights: Tensor) -> list:
 
 
 def alignment_record(
-    translator: Translator, translation: Translation, head_weights: bool = True
+    translator: TranslatorBase, translation: Translation, head_weights: bool = True
 ) -> dict[str, Any]:
     """The JSON form of where the best hypothesis attended: subword labels and weights
     [target + EOS][source + EOS] (4 decimals); with `head_weights`, multi-head attention adds
@@ -251,7 +251,7 @@ def alignment_view(
     )
 
 
-def best_alignment_view(translator: Translator, translation: Translation, width: int) -> str:
+def best_alignment_view(translator: TranslatorBase, translation: Translation, width: int) -> str:
     """`alignment_view` of the best hypothesis of a (non-blank) translation."""
     best = translation.hypotheses[0]
     view = alignment_view(

@@ -6,6 +6,7 @@ Validation during training, ``seq2seq-evaluate`` and ``seq2seq-translate`` all g
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import functools
 from collections.abc import Sequence
@@ -77,7 +78,41 @@ def encode_sources(
     return rules.encode_lines(encode, lines, limit, InputTooLong)
 
 
-class Translator:
+class TranslatorBase(abc.ABC):
+    """What every translator gives: the translations of raw lines under its search setting, and
+    their texts and subword labels read through its two tokenizers. `Translator` searches a
+    PyTorch model; the server's onnx backend searches the exported graphs the same way."""
+
+    def __init__(self, src_tok: Tokenizer, tgt_tok: Tokenizer, search: DecodeConfig) -> None:
+        self.src_tok, self.tgt_tok, self.search = src_tok, tgt_tok, search
+
+    @abc.abstractmethod
+    def translate(
+        self,
+        lines: Sequence[str],
+        seed: int | None = None,
+        steer: Sequence[LineSteering | None] | None = None,
+    ) -> list[Translation]:
+        """Each line's n-best list, in order (a blank line: none)."""
+
+    def text(self, hypothesis: Hypothesis) -> str:
+        """Detokenized translation on one line (any line break inside becomes a space)."""
+        return " ".join(self.tgt_tok.decode(hypothesis.tokens).split())
+
+    def best_text(self, translation: Translation) -> str:
+        """The text of the best hypothesis; empty for a blank line."""
+        return self.text(translation.hypotheses[0]) if translation.hypotheses else ""
+
+    def source_pieces(self, translation: Translation) -> list[str]:
+        """Subword labels of the source as read, ending with "</s>" like the attention columns."""
+        return self.src_tok.pieces(translation.source_ids)
+
+    def target_pieces(self, hypothesis: Hypothesis) -> list[str]:
+        """Subword labels of a hypothesis, ending with "</s>" like the attention rows."""
+        return self.tgt_tok.pieces([*hypothesis.tokens, EOS])
+
+
+class Translator(TranslatorBase):
     """A model with its tokenizers, ready for raw sentences: subwords in, detokenized text out.
 
     Decoding runs under the engine's autocast. Every line is read whole; one over the search's
@@ -105,8 +140,8 @@ class Translator:
         )
         if problem := rules.search_problem(**{k: getattr(search, k) for k in keys}):
             raise Seq2SeqError(problem)
-        self.model, self.src_tok, self.tgt_tok = model, src_tok, tgt_tok
-        self.search, self.engine = search, engine
+        super().__init__(src_tok, tgt_tok, search)
+        self.model, self.engine = model, engine
         self.graphs = graphs if graphs is not None else SearchGraphs.where_they_run(engine)
 
     @classmethod
@@ -147,22 +182,6 @@ class Translator:
         for i, hypotheses in zip(todo, nbest, strict=True):
             results[i].hypotheses = hypotheses
         return results
-
-    def text(self, hypothesis: Hypothesis) -> str:
-        """Detokenized translation on one line (any line break inside becomes a space)."""
-        return " ".join(self.tgt_tok.decode(hypothesis.tokens).split())
-
-    def best_text(self, translation: Translation) -> str:
-        """The text of the best hypothesis; empty for a blank line."""
-        return self.text(translation.hypotheses[0]) if translation.hypotheses else ""
-
-    def source_pieces(self, translation: Translation) -> list[str]:
-        """Subword labels of the source as read, ending with "</s>" like the attention columns."""
-        return self.src_tok.pieces(translation.source_ids)
-
-    def target_pieces(self, hypothesis: Hypothesis) -> list[str]:
-        """Subword labels of a hypothesis, ending with "</s>" like the attention rows."""
-        return self.tgt_tok.pieces([*hypothesis.tokens, EOS])
 
 
 @dataclass

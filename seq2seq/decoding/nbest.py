@@ -11,16 +11,16 @@ from typing import Any
 
 from seq2seq_lite.text import NBEST_SEPARATOR, scored
 
-from seq2seq.decoding.inference import Translation, Translator
+from seq2seq.decoding.inference import Translation, TranslatorBase
 
 
-def candidates(translator: Translator, translation: Translation) -> list[tuple[str, float]]:
+def candidates(translator: TranslatorBase, translation: Translation) -> list[tuple[str, float]]:
     """(detokenized text, the search's score) of each hypothesis, best first; none for a blank
     line."""
     return [(translator.text(h), h.score) for h in translation.hypotheses]
 
 
-def moses_lines(index: int, translator: Translator, translation: Translation) -> list[str]:
+def moses_lines(index: int, translator: TranslatorBase, translation: Translation) -> list[str]:
     """Moses' n-best lines of input line `index` (from 0): ``index ||| text ||| score``."""
     return [
         NBEST_SEPARATOR.join((str(index), text, f"{score:.4f}"))
@@ -28,12 +28,12 @@ def moses_lines(index: int, translator: Translator, translation: Translation) ->
     ]
 
 
-def scored_lines(translator: Translator, translation: Translation) -> list[str]:
+def scored_lines(translator: TranslatorBase, translation: Translation) -> list[str]:
     """``score<TAB>text`` of each candidate (the translate command's form)."""
     return [scored(text, score) for text, score in candidates(translator, translation)]
 
 
-def json_candidates(translator: Translator, translation: Translation) -> list[dict[str, Any]]:
+def json_candidates(translator: TranslatorBase, translation: Translation) -> list[dict[str, Any]]:
     """``{"translation": text, "score": score}`` of each candidate (the server's form)."""
     return [
         {"translation": text, "score": round(score, 4)}

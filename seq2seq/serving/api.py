@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse
 
 from seq2seq.data.stream import decode_text
 from seq2seq.decoding.alignment import alignment_record
-from seq2seq.decoding.inference import Translation, Translator
+from seq2seq.decoding.inference import Translation, TranslatorBase
 from seq2seq.decoding.nbest import json_candidates
 from seq2seq.errors import DataError
 from seq2seq.serving.settings import ServeConfig
@@ -157,7 +157,7 @@ def _model(name: Any, models: Sequence[str]) -> str:
 
 
 def answer(
-    translator: Translator,
+    translator: TranslatorBase,
     translation: Translation,
     nbest: int,
     alignment: bool,

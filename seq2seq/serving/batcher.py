@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from seq2seq_lite.steering import LineSteering
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decoding.inference import Translation, Translator
+from seq2seq.decoding.inference import Translation, TranslatorBase
 from seq2seq.decoding.settings import SEARCH_KEYS
 from seq2seq.serving.metrics import Metrics
 from seq2seq.serving.models import ServedModel
@@ -200,13 +200,13 @@ class Batcher:
         beam_size: int,
         nbest: int,
         steer: list[LineSteering | None] | None,
-    ) -> tuple[Translator, list[Translation]]:
+    ) -> tuple[TranslatorBase, list[Translation]]:
         """On the decoding thread: the translations of ``lines`` by ``model``, steered."""
         translator = self.translator(model, beam_size, nbest)
         return translator, translator.translate(lines, steer=steer)
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 (one batcher per server, kept to the end)
-    def translator(self, model: str, beam_size: int, nbest: int) -> Translator:
+    def translator(self, model: str, beam_size: int, nbest: int) -> TranslatorBase:
         """The translator of one model and search setting (built once, on the decoding
         thread)."""
         # every search key of the server's config; a request changes beam_size and nbest alone

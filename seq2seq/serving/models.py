@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from seq2seq.config import DecodeConfig
 from seq2seq.config_choices import Backend
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.inference import Translator
+from seq2seq.decoding.inference import TranslatorBase
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
 from seq2seq.storage.rundir import release_facts
@@ -30,7 +30,7 @@ class ServedModel:
     card: dict[str, Any]
     src_tok: Tokenizer
     device: str
-    make_translator: Callable[[DecodeConfig], Translator]
+    make_translator: Callable[[DecodeConfig], TranslatorBase]
 
 
 def folder_name(folder: str | Path) -> str:

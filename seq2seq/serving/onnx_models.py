@@ -18,7 +18,7 @@ from seq2seq.config import DecodeConfig, Precision
 from seq2seq.config_choices import Backend
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.hypothesis import Hypothesis
-from seq2seq.decoding.inference import Translation, Translator
+from seq2seq.decoding.inference import Translation, TranslatorBase
 from seq2seq.decoding.settings import SEARCH_KEYS
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.run_folder import read_config
@@ -34,20 +34,21 @@ from seq2seq.storage.rundir import (
 GRAPHS_SPEC = GRAPHS  # what seq2seq-export onnx=true writes and lite reads
 
 
-class OnnxTranslator(Translator):
-    """The lite translator of one release and search setting, with the texts, pieces and
-    hypotheses the server reads from a PyTorch Translator (no model, no engine)."""
+class OnnxTranslator(TranslatorBase):
+    """A release's exported graphs searched by the lite translator (its search setting given),
+    its translations as the PyTorch `Translator` gives them."""
 
     def __init__(self, lite: Any, src_tok: Tokenizer, tgt_tok: Tokenizer, search: DecodeConfig):
-        # the base class's texts and pieces read the tokenizers alone; its model is lite's graphs
-        self.lite, self.src_tok, self.tgt_tok, self.search = lite, src_tok, tgt_tok, search
-        self.model, self.engine, self.graphs = None, None, None
+        super().__init__(src_tok, tgt_tok, search)
+        self.lite = lite
 
-    def translate(  # type: ignore[override]
-        self, lines: list[str], steer: Sequence[LineSteering | None] | None = None
+    def translate(
+        self,
+        lines: Sequence[str],
+        seed: int | None = None,
+        steer: Sequence[LineSteering | None] | None = None,
     ) -> list[Translation]:
-        """The lite search's n-best lists, as the PyTorch search gives them, ``steer`` as the
-        PyTorch translator takes it."""
+        """The lite search's n-best lists (``seed``: lite samples nothing, so none is read)."""
         return [
             Translation(
                 list(found.source_ids),
@@ -56,7 +57,7 @@ class OnnxTranslator(Translator):
                     for h in found.hypotheses
                 ],
             )
-            for found in self.lite.translate(lines, steer)
+            for found in self.lite.translate(list(lines), steer)
         ]
 
 
@@ -106,7 +107,7 @@ def _onnx_model(folder: Path, lite: ModuleType, variant: str, precision: Any) ->
         Tokenizer.load(folder / TGT_TOKENIZER),
     )
 
-    def translator(search: DecodeConfig) -> Translator:
+    def translator(search: DecodeConfig) -> TranslatorBase:
         # every search setting: lite's search reads its own and leaves the rest
         settings = {**base.search, **{k: getattr(search, k) for k in SEARCH_KEYS}}
         lite_translator = lite.Translator(folder, base.graphs, settings)
