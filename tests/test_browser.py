@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import shutil
 import threading
@@ -100,6 +101,50 @@ def test_the_page_translates_in_the_browser(browser_release: Path) -> None:
         assert browser.find_element(By.ID, "translation").text == expected.texts[0]
         assert len(rows) == expected.hypotheses[0].attention.shape[0]  # a row per target piece
         assert browser.find_element(By.ID, "error").text == ""
+
+
+# each body's answer from the page's POST handler, as [status, JSON]
+ANSWER = """
+const [bodies, done] = arguments;
+window.seq2seq.then(async (t) => {
+  const out = [];
+  for (const body of bodies) {
+    const response = await t.answer(body);
+    out.push([response.status, await response.json()]);
+  }
+  return out;
+}).then(done, (e) => done({error: String(e)}));
+"""
+
+
+@pytest.mark.slow
+def test_the_pages_requests_are_answered_as_the_server_answers_them(browser_release) -> None:
+    """The static folder's POST handler: the server's statuses for bad queries, its default
+    n-best and alignments only when asked for."""
+    long = " ".join(["Mann"] * 1100)  # over the export's max_source_len of 1,000 subwords
+    bodies = {
+        "not JSON": 400,
+        '{"sentences": [1]}': 422,
+        '{"sentences": []}': 422,
+        '{"sentences": ["Ein Mann."], "beam_size": 2, "nbest": 3}': 422,
+        '{"sentences": ["Ein Mann."], "beam": 2}': 422,
+        '{"sentences": ["Ein Mann."], "alignment": "yes"}': 422,
+        json.dumps({"sentences": [long]}): 413,
+        '["Ein Mann."]': 200,
+        '{"sentences": ["Ein Mann."], "beam_size": 5, "nbest": 2, "alignment": true}': 200,
+    }
+    with static_site(browser_release / "browser") as url, headless_browser() as browser:
+        browser.set_script_timeout(300)
+        browser.get(url + "/")
+        found = browser.execute_async_script(ANSWER, list(bodies))
+    assert "error" not in found, found
+    assert [status for status, _ in found] == list(bodies.values()), found
+    assert all(set(answer) == {"error"} for status, answer in found if status != 200)
+    assert "subwords" in found[6][1]["error"]
+    [plain] = found[7][1]["translations"]
+    assert set(plain) == {"translation"}  # the export's nbest of 1, no alignment unasked
+    [asked] = found[8][1]["translations"]
+    assert len(asked["nbest"]) == 2 and asked["alignment"]["weights"]
 
 
 @pytest.mark.slow

@@ -90,7 +90,7 @@ class Translator {
     if (prefix && prefix.trim()) search.prefix = this.tgt.encodeIds(prefix.trim());
     const pieces = this.src.encodeIds(line.trim());
     if (pieces.length > search.max_source_len) {
-      throw new Error(`the sentence has ${pieces.length} subwords; at most ${search.max_source_len} are translated`);
+      throw new TooLong(`the sentence has ${pieces.length} subwords; at most ${search.max_source_len} are translated`);
     }
     const empty = { translation: "", alignment: { source: [], target: [], weights: [] } };
     if (!pieces.length) return search.nbest > 1 ? { ...empty, nbest: [] } : empty;
@@ -113,22 +113,66 @@ class Translator {
     return out;
   }
 
-  // The page's POST "translate": a Response as the server gives it.
+  // The page's POST "translate", answered as seq2seq-serve answers it: 400 for a body that is
+  // not JSON, 422 for a query it cannot take, 413 for a sentence over max_source_len, 500 when
+  // the model fails; alignments only when asked for, nbest the export's (capped by the beam).
   async answer(body) {
-    const query = JSON.parse(body);
-    const sentences = Array.isArray(query) ? query : query.sentences;
-    const options = { beam_size: query.beam_size ?? this.spec.search.beam_size, nbest: query.nbest ?? 1 };
-    if (query.constraints) {
-      return Response.json({ error: "constraints are for seq2seq-serve: not in the browser yet" }, { status: 422 });
+    let query;
+    try {
+      query = JSON.parse(body);
+    } catch (e) {
+      return refused(400, `the body is not JSON: ${e.message}`);
     }
+    const problem = this.problem(query);
+    if (problem) return refused(422, problem);
+    const sentences = Array.isArray(query) ? query : query.sentences;
+    const options = this.options(Array.isArray(query) ? {} : query);
     try {
       const translations = await this.translate(sentences, options, query.prefixes);
+      if (query.alignment !== true) for (const item of translations) delete item.alignment;
       return Response.json({ model: this.card.name, translations });
     } catch (e) {
-      return Response.json({ error: String(e.message || e) }, { status: 413 });
+      return refused(e instanceof TooLong ? 413 : 500, String(e.message || e));
     }
   }
+
+  // The search of a query: its beam_size and nbest, or the export's.
+  options(query) {
+    const beam_size = query.beam_size ?? this.spec.search.beam_size;
+    return { beam_size, nbest: query.nbest ?? Math.min(this.spec.search.nbest ?? 1, beam_size) };
+  }
+
+  // Why a parsed query cannot be answered here, in the server's words; null when it can.
+  problem(query) {
+    const sentences = Array.isArray(query) ? query : query?.sentences;
+    if (!Array.isArray(sentences) || !sentences.every((s) => typeof s === "string")) {
+      return 'send a JSON list of sentences (strings), or {"sentences": [...]}';
+    }
+    if (!sentences.length) return "no sentences";
+    if (Array.isArray(query)) return null;
+    const unknown = Object.keys(query).filter((k) => !FIELDS.has(k)).sort();
+    if (unknown.length) return `unknown fields: ${unknown.join(", ")}`;
+    if (query.alignment !== undefined && typeof query.alignment !== "boolean") return "alignment must be true or false";
+    if (query.constraints) return "constraints are for seq2seq-serve: not in the browser yet";
+    const { beam_size, nbest } = this.options(query);
+    const whole = (n, top) => Number.isInteger(n) && n >= 1 && n <= top;
+    if (!whole(beam_size, Infinity)) return "beam_size must be a whole number from 1";
+    if (!whole(nbest, beam_size)) return `nbest must be a whole number from 1 to ${beam_size}`;
+    const prefixes = query.prefixes;
+    const fits = (p) => p === null || typeof p === "string";
+    if (prefixes != null && !(Array.isArray(prefixes) && prefixes.length === sentences.length && prefixes.every(fits))) {
+      return `prefixes must be a list of ${sentences.length} strings (or null), one a sentence`;
+    }
+    return null;
+  }
 }
+
+class TooLong extends Error {}
+
+// what a query may hold: the server's fields (one model here, so "model" is read as any)
+const FIELDS = new Set(["sentences", "beam_size", "nbest", "alignment", "model", "prefixes", "constraints"]);
+
+const refused = (status, error) => Response.json({ error }, { status });
 
 // index.html made window.seq2seq a promise before this module ran; it resolves here
 Translator.load().then((translator) => {
