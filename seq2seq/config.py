@@ -216,19 +216,25 @@ class DecodeConfig:
 
 
 @dataclass
-class InferenceConfig(DecodeConfig):
-    """What every command that loads a trained run shares: which run, which checkpoint, where.
+class LoadConfig:
+    """Which trained run a command loads, which of its checkpoints, and where it runs."""
+
+    run_dir: str = needed("<a run or release folder>")
+    checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
+    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
+    precision: Precision = Precision.fp32  # autocast while decoding, as in training
+    products: Products = Products.auto  # fp32 products on the CPU
+
+
+@dataclass
+class InferenceConfig(DecodeConfig, LoadConfig):
+    """What every command that loads a trained run and searches with it shares.
 
     The search keys (``beam_size``, ``alpha``, ``nbest``, ...) are inherited from DecodeConfig, so
     they are typed at the top level: ``seq2seq-evaluate run_dir=runs/x beam_size=1``.
     """
 
-    run_dir: str = needed("<a run or release folder>")
     ensemble: list[str] = field(default_factory=list)  # more run folders, decoding with run_dir
-    checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
-    device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
-    precision: Precision = Precision.fp32  # autocast while decoding, as in training
-    products: Products = Products.auto  # fp32 products on the CPU
     int8_engine: Int8Engine = Int8Engine.auto  # quantized engine under precision=int8
     compile: bool = False  # torch.compile the decoder's search step
 

@@ -10,12 +10,10 @@ from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 
-from seq2seq.config import Config, InferenceConfig, needed, register_configs
+from seq2seq.config import Config, InferenceConfig, LoadConfig, needed, register_configs
 from seq2seq.config_choices import (
     AlignMethod,
     Pick,
-    Precision,
-    Products,
     Selection,
     Symmetrize,
 )
@@ -68,13 +66,11 @@ class AverageConfig:
 
 
 @dataclass
-class AlignConfig:
+class AlignConfig(LoadConfig):
     """`seq2seq-align`: word links of given sentence pairs, from the attention of a run reading
     them (forced decoding), optionally with a run of the reverse direction, scored against gold."""
 
-    # a run (or release) translating the input's source into its target
-    run_dir: str = needed("<a run or release folder>")
-    checkpoint: str = "best"
+    # run_dir: a run (or release) translating the input's source into its target
     input: Optional[str] = None  # "source ||| target" lines, words separated by spaces
     src_file: Optional[str] = None  # or two parallel files, one sentence per line
     tgt_file: Optional[str] = None
@@ -92,9 +88,6 @@ class AlignConfig:
     gold: Optional[str] = None  # human links, "i-j" sure and "ipj" possible: prints AER
     gold_one_based: bool = True  # positions in gold count from 1 (the talp files do)
     batch_size: int = 64  # pairs read together
-    device: str = "auto"
-    precision: Precision = Precision.fp32
-    products: Products = Products.auto
 
 
 @dataclass

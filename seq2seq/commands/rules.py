@@ -28,7 +28,7 @@ from seq2seq.commands.configs import (
     ExportConfig,
     SteeringKeys,
 )
-from seq2seq.config import Config, InferenceConfig, Precision, ScheduleName
+from seq2seq.config import Config, InferenceConfig, LoadConfig, Precision, ScheduleName
 from seq2seq.config_choices import Backend, Pick, Symmetrize
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
@@ -218,7 +218,7 @@ def _training(cfg: Config) -> list[str]:
     return problems
 
 
-def _chosen_precision(cfg: InferenceConfig | AlignConfig) -> list[str]:
+def _chosen_precision(cfg: LoadConfig) -> list[str]:
     """The commands after training take the precision given: auto is a training's timing."""
     if Precision(cfg.precision) is Precision.auto:
         return ["precision=auto is chosen when training: give fp32, bf16, fp16 or int8"]
@@ -360,8 +360,7 @@ def _exported(cfg: ExportConfig) -> list[str]:
 # each schema's rules (a subclass's config meets its bases' too), checked in this order
 _RULES: tuple[tuple[type, Callable[[Any], list[str]]], ...] = (
     (Config, _training),
-    (InferenceConfig, _chosen_precision),
-    (AlignConfig, _chosen_precision),
+    (LoadConfig, _chosen_precision),
     (InferenceConfig, _search),
     (SteeringKeys, _steered),
     (ServeConfig, _served),
