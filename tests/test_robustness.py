@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from run_helpers import TRAIN_TIMEOUT, finish, interrupted
 
 from seq2seq.commands.configs import ExportConfig
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, LogConfig, TrainConfig
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.inference import Translator
 from seq2seq.errors import DataError, Seq2SeqError
@@ -31,6 +31,7 @@ from seq2seq.runtime.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
 from seq2seq.storage.rundir import KEPT_DIR, KEPT_INDEX, LOCK, MANIFEST
 from seq2seq.vocab import EOS
@@ -418,6 +419,36 @@ def test_a_validation_split_without_a_line_to_translate_is_refused_before_traini
         with pytest.raises(DataError, match=f"no line to translate: its {says}"):
             check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=lines), search)
     check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=["", "a b"]), search)
+
+
+def test_validation_blanks_lines_over_max_source_len_and_says_so_once(monkeypatch, caplog):
+    """Every validation translates the same lines: those over max_source_len are found, blanked
+    and reported at the first validation only."""
+    from types import SimpleNamespace
+
+    from seq2seq.training import validation
+
+    tok = SimpleNamespace(encode_batch=lambda lines: [line.split() for line in lines])
+    data = SimpleNamespace(src_tok=tok, valid_src=["a b c d", "a b", ""])
+    given = []
+    monkeypatch.setattr(
+        validation, "validate", lambda model, data, sources, *rest: given.append(sources)
+    )
+    cfg = OmegaConf.create(
+        {
+            "train": TrainConfig(),
+            "log": LogConfig(),
+            "data": {"tgt_lang": "en", "bleu_tokenize": None},
+        }
+    )
+    validator = validation.Validator(cfg, Engine.create("cpu"))
+    validator.search.max_source_len = 3
+    with caplog.at_level("WARNING", logger="seq2seq.train"):
+        validator(None, data)
+        validator(None, data)
+    assert given == [["", "a b", ""]] * 2
+    said = [r.getMessage() for r in caplog.records if "max_source_len" in r.getMessage()]
+    assert said == ["1 validation lines have more than max_source_len=3 subwords: not translated"]
 
 
 @pytest.mark.slow

@@ -66,6 +66,19 @@ def check_validation_lines(data: TrainingData, search: DecodeConfig) -> None:
         )
 
 
+def translated_lines(data: TrainingData, search: DecodeConfig) -> list[str]:
+    """The validation sources as each validation translates them, those over max_source_len
+    blank (said once, here)."""
+    sources, blanked = within_limit(data.src_tok, data.valid_src, search.max_source_len)
+    if blanked:
+        log.warning(
+            "%d validation lines have more than max_source_len=%d subwords: not translated",
+            blanked,
+            search.max_source_len,
+        )
+    return sources
+
+
 class Validator:
     """Validation as a run repeats it: its settings, read from the run's config once, and on a
     GPU the search's CUDA graphs, kept from one validation to the next (each batch shape is
@@ -77,12 +90,16 @@ class Validator:
         self.bleu_tokenize = bleu_tokenizer(cfg.data.tgt_lang, cfg.data.bleu_tokenize)
         self.probe = AlignmentProbe.from_config(cfg.log)
         self.graphs = SearchGraphs(engine) if engine.device.type == "cuda" else None
+        self.sources: list[str] | None = None  # the lines translated, read at the first call
 
     def __call__(self, model: Seq2Seq, data: TrainingData) -> Validation:
         """One validation of ``model`` (`validate`)."""
+        if self.sources is None:
+            self.sources = translated_lines(data, self.search)
         return validate(
             model,
             data,
+            self.sources,
             self.engine,
             self.batch_tokens,
             self.search,
@@ -97,6 +114,7 @@ class Validator:
 def validate(
     model: Seq2Seq,
     data: TrainingData,
+    sources: list[str],
     engine: Engine,
     batch_tokens: int,
     search: DecodeConfig,
@@ -106,8 +124,8 @@ def validate(
     graphs: SearchGraphs | None = None,
 ) -> Validation:
     """Loss and perplexity over ``data.valid``; BLEU (sacreBLEU's ``bleu_tokenize``), chrF and
-    attention statistics of ``data.valid_src`` translated with ``search`` (as seq2seq-evaluate
-    does), whose first ``samples`` become samples;
+    attention statistics of ``sources`` (``data.valid_src``, `translated_lines`) translated with
+    ``search`` (as seq2seq-evaluate does), whose first ``samples`` become samples;
     with a ``probe``, the AER of the model's attention on its gold-aligned pairs; ``graphs``:
     the search's CUDA graphs to replay (`Validator`)."""
     model.eval()
@@ -125,13 +143,6 @@ def validate(
     pairs = torch.stack(sums).tolist() if sums else []
     loss_sum, nll_sum = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
     translator = Translator(model, data.src_tok, data.tgt_tok, search, engine, graphs)
-    sources, blanked = within_limit(data.src_tok, data.valid_src, search.max_source_len)
-    if blanked:
-        log.warning(
-            "%d validation lines have more than max_source_len=%d subwords: not translated",
-            blanked,
-            search.max_source_len,
-        )
     translations = translator.translate(sources)
     hypotheses = [translator.best_text(t) for t in translations]
     scores = score(hypotheses, data.valid_refs, bleu_tokenize)
