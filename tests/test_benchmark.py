@@ -96,7 +96,8 @@ def data_args(tmp_path_factory, multi30k_url: str) -> list[str]:
 @pytest.mark.slow
 def test_quick_benchmark_reports_every_figure(data_args: list[str]) -> None:
     attentions = ["--attention", ",".join(ATTENTIONS)]
-    proc = benchmark("--quick", "--threads", "1", *attentions, *data_args)  # 1: tiny products
+    quick = ["--quick", "--threads", "1", "--test-limit", "32"]  # 1 thread: tiny products
+    proc = benchmark(*quick, *attentions, *data_args)
     report = report_of(proc)
     assert report["quick"] is True
     assert report["torch"] == torch.__version__
@@ -197,6 +198,7 @@ def test_quick_benchmark_times_graphed_updates_and_decoding_batches(data_args: l
     decoding row per batch size."""
     options = ["--attention", "bahdanau", "--precision", "fp32", "--batch", "peer"]
     options += ["--cuda-graphs", "false,true", "--decode-batch", "64,1", "--search", "greedy"]
+    options += ["--test-limit", "16"]  # batch-1 rows decode one sentence at a time
     report = report_of(benchmark("--quick", "--threads", "1", *options, *data_args))
     rows = report["training"]
     assert [r["cuda_graphs"] for r in rows] == ["false", "true"]
