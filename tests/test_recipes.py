@@ -84,6 +84,8 @@ def test_kept_checkpoints_average_into_one_that_evaluates(tmp_path: Path, data_d
         "log.progress=false",
         f"hydra.run.dir={folder}",
         "train.keep_checkpoints=2",
+        "train.max_steps=40",  # four validations inside the first epoch
+        "train.validate_every=10",
         *data_dirs,
     )
     steps = kept_steps(folder)
