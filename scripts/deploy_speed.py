@@ -28,6 +28,7 @@ from seq2seq_lite import Translator as LiteTranslator
 from seq2seq.commands.configs import InferenceConfig
 from seq2seq.config import DecodeConfig, Precision
 from seq2seq.decoding.inference import Translator, open_model
+from seq2seq.runtime.engine import inference_engine
 
 VARIANTS = ["torch fp32", "torch bf16", "torch int8", "onnxruntime fp32", "onnxruntime int8"]
 
@@ -49,7 +50,8 @@ def translator(release: str, variant: str, beam: int, batch: int, threads: int) 
     cfg = OmegaConf.structured(
         InferenceConfig(run_dir=release, device="cpu", precision=Precision(precision))
     )
-    engine, run = open_model(cfg)
+    engine = inference_engine(cfg)
+    run = open_model(cfg, engine)
     torch.set_num_threads(threads)
     return Translator.from_run(
         run, DecodeConfig(beam_size=beam, batch_size=batch), engine

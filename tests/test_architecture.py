@@ -137,6 +137,30 @@ def test_the_shared_modules_import_each_other_and_the_models_schema_only() -> No
     assert not wrong, wrong
 
 
+def test_only_the_commands_make_an_engine() -> None:
+    """An engine sets process-wide state (threads, the device, the seed, oneDNN's cache): the
+    commands make one and hand it down; the library's layers take it as given."""
+    calls = ("Engine.create(", "inference_engine(")
+    wrong = [
+        f"{path.relative_to(ROOT)} makes an engine"
+        for layer in LAYERS
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+        if path.name != "engine.py" and any(call in _code(path) for call in calls)
+    ]
+    assert not wrong, wrong
+
+
+def _code(path: Path) -> str:
+    """A module's source without its comments and docstrings."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            body[0] = ast.Pass()  # a docstring (or a bare constant)
+    return ast.unparse(tree)
+
+
 def test_lite_imports_nothing_of_seq2seq() -> None:
     """seq2seq builds on lite (its rules), never the reverse: lite installs without torch."""
     lite = ROOT / "lite"

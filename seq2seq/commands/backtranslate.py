@@ -27,6 +27,7 @@ from seq2seq.decoding.chunked import translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model
 from seq2seq.decoding.settings import RECORDED_KEYS, SAMPLING_KEYS
 from seq2seq.errors import DataError, Seq2SeqError, require_file
+from seq2seq.runtime.engine import inference_engine
 
 log = logging.getLogger("seq2seq.backtranslate")
 
@@ -49,7 +50,8 @@ def backtranslate(cfg: BacktranslateConfig) -> dict:
     texts = [line for line in iter_lines(Path(cfg.mono)) if line]
     if not texts:
         raise DataError(f"mono={cfg.mono} holds no sentences")
-    engine, run = open_model(cfg)
+    engine = inference_engine(cfg)  # this process's threads and device
+    run = open_model(cfg, engine)
     mono_lang, synthetic_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
     real: tuple[list[str], list[str]] = ([], [])
     wanted: dict[float, int] = {}  # ratio -> synthetic pairs it takes

@@ -26,13 +26,15 @@ from seq2seq.decoding.chunked import PARTS, Nearest, translate_in_chunks, write_
 from seq2seq.decoding.inference import Translator, open_model, run_bleu_tokenizer
 from seq2seq.decoding.settings import STEERING_DEFAULTS
 from seq2seq.decoding.splits import run_split
+from seq2seq.runtime.engine import inference_engine
 
 log = logging.getLogger("seq2seq.distill")
 
 
 def distill(cfg: DistillConfig) -> dict:
     """Write the distilled corpus of ``cfg``; return what was written (also printed as JSON)."""
-    engine, run = open_model(cfg)
+    engine = inference_engine(cfg)  # this process's threads and device
+    run = open_model(cfg, engine)
     out = Path(cfg.out)
     split, src_file, tgt_file = run_split(run, cfg.data_source, cfg.split, out / PARTS)
     sources, originals = read_parallel(src_file, tgt_file)

@@ -37,7 +37,7 @@ from seq2seq.decoding.nbest import moses_lines
 from seq2seq.decoding.progress import translate_told
 from seq2seq.decoding.splits import run_split
 from seq2seq.errors import Seq2SeqError
-from seq2seq.runtime.engine import engine_choices
+from seq2seq.runtime.engine import engine_choices, inference_engine
 from seq2seq.runtime.run_folder import TrainedRun
 from seq2seq.storage.manifest import sha256_file
 from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR
@@ -182,7 +182,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     settings, facts = _settings_part(cfg), search_facts(cfg)
     members = [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)]
     out = Path(cfg.out) if cfg.out is not None else None
-    engine, run = open_model(cfg)
+    engine = inference_engine(cfg)  # this process's threads and device
+    run = open_model(cfg, engine)
     device, engine_facts = engine.describe(), engine_choices(engine)
     translator = Translator.from_run(run, cfg, engine)
     tokenize = run_bleu_tokenizer(run.cfg.data, cfg.bleu_tokenize)

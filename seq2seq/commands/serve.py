@@ -21,6 +21,7 @@ import uvicorn
 from seq2seq.commands.configs import ServeConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.engine import inference_engine
 from seq2seq.serving.app import create_app
 from seq2seq.serving.backends import open_models
 from seq2seq.serving.owner import MainThreadExecutor
@@ -30,7 +31,7 @@ log = logging.getLogger("seq2seq.serve")
 
 def serve(cfg: ServeConfig) -> None:
     """Load the runs or releases and serve them until SIGINT/SIGTERM."""
-    where, models = open_models(cfg)
+    where, models = open_models(cfg, lambda: inference_engine(cfg))  # process settings
     folders = [cfg.run_dir, *cfg.compare_with]
     for model, folder in zip(models, folders, strict=True):
         log.info(

@@ -30,6 +30,7 @@ from seq2seq.decoding.inference import (
 from seq2seq.decoding.nbest import candidates, scored_lines
 from seq2seq.decoding.progress import LOG_EVERY_S
 from seq2seq.errors import DataError, Seq2SeqError
+from seq2seq.runtime.engine import inference_engine
 
 log = logging.getLogger("seq2seq.translate")
 
@@ -127,7 +128,8 @@ def run_app(cfg: TranslateConfig) -> None:
     given = [k for k in STEERING_FILES if getattr(cfg, k) is not None]
     if given and sys.stdin.isatty():
         raise Seq2SeqError(f"{given[0]}=<file> is for piped input: it steers the lines piped in")
-    engine, run = open_model(cfg)
+    engine = inference_engine(cfg)  # this process's threads and device
+    run = open_model(cfg, engine)
     translator = Translator.from_run(run, cfg, engine)
     log.info("loaded %s (step %d) on %s", run.checkpoint, run.step, engine.describe())
     if sys.stdin.isatty():

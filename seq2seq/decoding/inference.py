@@ -29,17 +29,15 @@ from seq2seq.runtime.run_folder import TrainedRun, load_runs
 from seq2seq.vocab import EOS
 
 
-def open_model(cfg: InferenceConfig) -> tuple[Engine, TrainedRun]:
-    """The engine and the run (or release, or ensemble) an inference command's config names;
-    compiled when asked. The values were checked by the command (commands/rules.py)."""
-    engine = Engine.create(
-        cfg.device, cfg.precision, products=cfg.products, int8_engine=cfg.int8_engine
-    )
+def open_model(cfg: InferenceConfig, engine: Engine) -> TrainedRun:
+    """The run (or release, or ensemble) an inference command's config names, on the command's
+    ``engine`` (`inference_engine`); compiled when asked. The values were checked by the command
+    (commands/rules.py)."""
     run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
     engine.choose_products(run.model)
     if cfg.compile:
         engine.compile(run.model)
-    return engine, run
+    return run
 
 
 def run_bleu_tokenizer(data: DictConfig, override: str | None = None) -> str:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
+from seq2seq.config import InferenceConfig
 from seq2seq.config_choices import Int8Engine, Precision, Products
 from seq2seq.data.batching import Batch
 from seq2seq.data.stream import available_cores
@@ -311,3 +312,11 @@ def engine_choices(engine: Engine) -> dict[str, Any]:
         "products": engine.products_in_use(),
         "int8_engine": engine.kernels.int8,
     }
+
+
+def inference_engine(cfg: InferenceConfig) -> Engine:
+    """`Engine.create` for a command that loads a trained run: ``cfg``'s device, precision,
+    products and int8 engine."""
+    return Engine.create(
+        cfg.device, cfg.precision, products=cfg.products, int8_engine=cfg.int8_engine
+    )

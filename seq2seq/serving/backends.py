@@ -19,18 +19,24 @@ from seq2seq.serving.onnx_models import open_onnx_models
 from seq2seq.serving.settings import ServeConfig
 
 
-def open_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
-    """Where the models run (one line for the log) and the models, run_dir's first; refused in
-    one line before any is loaded: two folders of one name; and a folder that does not load, or
-    reads another source language than run_dir's."""
+def open_models(
+    cfg: ServeConfig, make_engine: Callable[[], Engine]
+) -> tuple[str, list[ServedModel]]:
+    """Where the models run (one line for the log) and the models, run_dir's first, on the
+    engine ``make_engine`` makes where the backend runs PyTorch; refused in one line before any
+    is loaded: two folders of one name; and a folder that does not load, or reads another source
+    language than run_dir's."""
     if cfg.compare_with and not OmegaConf.is_missing(cfg, "run_dir"):
         refuse_duplicate_names([cfg.run_dir, *cfg.compare_with])
-    return BACKENDS[Backend(cfg.backend)](cfg)
+    return BACKENDS[Backend(cfg.backend)](cfg, make_engine)
 
 
-def _torch_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
+def _torch_models(
+    cfg: ServeConfig, make_engine: Callable[[], Engine]
+) -> tuple[str, list[ServedModel]]:
     """The folders' weights in PyTorch, on one engine."""
-    engine, run = open_model(cfg)
+    engine = make_engine()
+    run = open_model(cfg, engine)
     models = [_torch_model(run, engine)]
     for folder in cfg.compare_with:
         try:
@@ -56,7 +62,8 @@ def _torch_model(run: TrainedRun, engine: Engine) -> ServedModel:
     )
 
 
-BACKENDS: dict[Backend, Callable[[ServeConfig], tuple[str, list[ServedModel]]]] = {
+Opener = Callable[[ServeConfig, Callable[[], Engine]], tuple[str, list[ServedModel]]]
+BACKENDS: dict[Backend, Opener] = {
     Backend.torch: _torch_models,
-    Backend.onnx: open_onnx_models,
+    Backend.onnx: lambda cfg, make_engine: open_onnx_models(cfg),  # onnxruntime's own threads
 }
