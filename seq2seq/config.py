@@ -224,6 +224,7 @@ class LoadConfig:
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
     precision: Precision = Precision.fp32  # autocast while decoding, as in training
     products: Products = Products.auto  # fp32 products on the CPU
+    int8_engine: Int8Engine = Int8Engine.auto  # quantized engine under precision=int8
 
 
 @dataclass
@@ -235,7 +236,6 @@ class InferenceConfig(DecodeConfig, LoadConfig):
     """
 
     ensemble: list[str] = field(default_factory=list)  # more run folders, decoding with run_dir
-    int8_engine: Int8Engine = Int8Engine.auto  # quantized engine under precision=int8
     compile: bool = False  # torch.compile the decoder's search step
 
 

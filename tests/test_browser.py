@@ -15,9 +15,12 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 from run_helpers import browser_search, command
 from seq2seq_lite import Translator as LiteTranslator
 from serve_helpers import SENTENCES, export, headless_browser
+
+from seq2seq.storage.rundir import SRC_TOKENIZER
 
 LINES = [*SENTENCES, "", "Ein Mann fährt Fahrrad."]
 # the folder's translations of LINES, or an error, from a page script
@@ -140,7 +143,10 @@ def test_the_pages_requests_are_answered_as_the_server_answers_them(browser_rele
     assert "error" not in found, found
     assert [status for status, _ in found] == list(bodies.values()), found
     assert all(set(answer) == {"error"} for status, answer in found if status != 200)
-    assert "subwords" in found[6][1]["error"]
+    tokenizer = spm.SentencePieceProcessor(model_file=str(browser_release / SRC_TOKENIZER))
+    pieces = len(tokenizer.encode(long))  # the server's words for it
+    said = f"sentence 0 has {pieces:,} subwords; at most 1,000 are translated (max_source_len=...)"
+    assert found[6][1]["error"] == said
     [plain] = found[7][1]["translations"]
     assert set(plain) == {"translation"}  # the export's nbest of 1, no alignment unasked
     [asked] = found[8][1]["translations"]

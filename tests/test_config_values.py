@@ -139,6 +139,7 @@ def test_a_rerun_from_a_saved_config_meets_its_commands_rules(tmp_path) -> None:
     for values, message in (
         ({"precision": "int8"}, "precision=int8 is for inference"),
         ({"data": {"tgt_lang": "de"}}, "data.src_lang and data.tgt_lang are both 'de'"),
+        ({"data": {"valid": None, "valid_size": 0}}, "data.valid_size must be positive where"),
     ):
         with pytest.raises(Seq2SeqError, match=f"^{re.escape(message)}"):
             check_config(OmegaConf.merge(saved, values), SCHEMAS["config"])

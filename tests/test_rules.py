@@ -15,7 +15,7 @@ import pytest
 import seq2seq_lite
 import torch
 from run_helpers import browser_search
-from seq2seq_lite import rules
+from seq2seq_lite import rules, steering
 from seq2seq_lite import search as lite_search
 
 from seq2seq.config import DecodeConfig
@@ -164,6 +164,21 @@ def test_every_search_reads_the_one_copy() -> None:
     assert recorded == settings.RECORDED_KEYS
     assert tuple(settings.STEERING_DEFAULTS) == steering
     assert settings.SAMPLING_KEYS == ("temperature", "top_k", "top_p", "seed")
+
+
+def test_every_path_asks_the_one_constraints_rule() -> None:
+    """Phrases need beam search: the torch search, the schema, the server and lite ask
+    ``constraints_problem``, which refuses greedy search and sampling only."""
+    from seq2seq.commands import rules as schema_rules
+    from seq2seq.decoding import search
+    from seq2seq.serving import api
+
+    ask = steering.constraints_problem
+    assert search.constraints_problem is schema_rules.constraints_problem is ask
+    assert api.constraints_problem is seq2seq_lite.constraints_problem is ask
+    assert ask(True, 1) == ask(True, 5, sampling=True) == steering.CONSTRAINTS_NEED_BEAM
+    assert ask(True, 2) is ask(False, 1, sampling=True) is None
+    assert rules.one_line(" a\tb\n c ") == "a b c"
 
 
 @pytest.mark.parametrize("key", rules.NOT_NEGATIVE)

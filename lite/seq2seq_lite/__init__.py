@@ -13,9 +13,9 @@ from seq2seq_lite import rules
 from seq2seq_lite.release import Graphs, ReleaseError, check_manifest, read_spec
 from seq2seq_lite.search import Hypothesis, beam, greedy
 from seq2seq_lite.steering import (
-    CONSTRAINTS_NEED_BEAM,
     LineSteering,
     SteeringIds,
+    constraints_problem,
     decode_steered,
     encode_steering,
     steering_arrays,
@@ -97,8 +97,8 @@ class Translator:
             for row, i in enumerate(chunk):
                 src[row, : lengths[row]] = sources[i]
             prefix, phrases = steering_arrays(steer, chunk, pad)  # rows in the batch's order
-            if phrases is not None and self.search["beam_size"] < 2:
-                raise ValueError(CONSTRAINTS_NEED_BEAM)
+            if problem := constraints_problem(phrases is not None, self.search["beam_size"]):
+                raise ValueError(problem)
             if self.search["beam_size"] == 1:
                 found += [[h] for h in greedy(self.graphs, src, lengths, self.search, prefix)]
             else:
@@ -124,5 +124,5 @@ class Translator:
 
         for i, hyps in zip(todo, decode_steered(decode, todo, targets), strict=True):
             results[i].hypotheses = hyps
-            results[i].texts = [" ".join(self.tgt_tok.decode(h.tokens).split()) for h in hyps]
+            results[i].texts = [rules.one_line(self.tgt_tok.decode(h.tokens)) for h in hyps]
         return results

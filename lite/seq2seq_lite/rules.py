@@ -125,6 +125,12 @@ def search_problem(
     return None
 
 
+def one_line(text: str) -> str:
+    """A detokenized translation as it is written: one line, words one space apart (a line
+    break or tab the tokenizer gave back becomes a space)."""
+    return " ".join(text.split())
+
+
 # -- the input ---------------------------------------------------------------------------------
 
 

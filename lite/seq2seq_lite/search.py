@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from seq2seq_lite.rules import (
     settled,
 )
 from seq2seq_lite.steering import forced_max_lengths
+
+if TYPE_CHECKING:
+    from seq2seq_lite.release import Graphs
 
 NEG_INF = np.float32(-np.inf)
 
@@ -124,7 +128,11 @@ def _rows(fields: dict, rows: np.ndarray) -> dict:
 
 
 def greedy(
-    graphs, src: np.ndarray, src_lengths: np.ndarray, cfg: dict, prefix: np.ndarray | None = None
+    graphs: Graphs,
+    src: np.ndarray,
+    src_lengths: np.ndarray,
+    cfg: dict,
+    prefix: np.ndarray | None = None,
 ) -> list[Hypothesis]:
     """The most probable token at every step, for a padded batch src [B, S], each sentence's
     ``prefix`` row ([B, P], pad after it; None: none) forced first."""
@@ -349,7 +357,7 @@ class _Beam:
 
 
 def beam(
-    graphs,
+    graphs: Graphs,
     src: np.ndarray,
     src_lengths: np.ndarray,
     cfg: dict,

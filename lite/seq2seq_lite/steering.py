@@ -14,6 +14,13 @@ import numpy as np
 
 CONSTRAINTS_NEED_BEAM = "constraints need beam search: beam_size of 2 or more, no sampling"
 
+
+def constraints_problem(has_phrases: bool, beam_size: int, sampling: bool = False) -> str | None:
+    """Why phrases (constraints, a glossary's terms) cannot be met by this search; None when
+    they can: beam search meets them, greedy search and sampling cannot."""
+    return CONSTRAINTS_NEED_BEAM if has_phrases and (beam_size < 2 or sampling) else None
+
+
 OPENING = " \t\"'([{¿¡-–—„“”‚‘’«»‹›"  # what may come before a line's first word
 
 Encode = Callable[[list[str]], list[list[int]]]

@@ -35,7 +35,7 @@ from seq2seq.decoding.wordalign import (
     symmetrize,
 )
 from seq2seq.errors import Seq2SeqError, require_file
-from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.engine import Engine, inference_engine
 from seq2seq.runtime.run_folder import TrainedRun, load_run
 
 log = logging.getLogger("seq2seq.align")
@@ -111,7 +111,7 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
     """Align, write the links (and weights); return the result object."""
     pairs = _pairs(cfg)
     gold = read_gold(cfg.gold, pairs, cfg.gold_one_based) if cfg.gold is not None else None
-    engine = Engine.create(cfg.device, cfg.precision, products=cfg.products)
+    engine = inference_engine(cfg)  # this process's threads and device
     runs = [load_run(cfg.run_dir, cfg.checkpoint, engine)]
     if cfg.reverse_run_dir is not None:
         runs.append(load_run(cfg.reverse_run_dir, cfg.reverse_checkpoint, engine))

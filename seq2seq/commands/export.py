@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 
 from seq2seq.commands.configs import ExportConfig
 from seq2seq.commands.wrapper import hydra_command
-from seq2seq.config import DecodeConfig, Multi30kConfig
-from seq2seq.data.readers import open_reader
+from seq2seq.config import DecodeConfig
+from seq2seq.data.readers import MULTI30K_LICENCE, open_reader
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.browser import BROWSER_DIR, require_npm, write_browser
@@ -45,16 +45,6 @@ from seq2seq.storage.rundir import (
 from seq2seq.storage.staging import staged_folder
 
 log = logging.getLogger("seq2seq.export")
-
-LICENCE = (
-    'Multi30k (Elliott et al., 2016, "Multi30K: Multilingual English-German Image '
-    'Descriptions") is derived from Flickr30K and is for non-commercial research and '
-    "educational use; a model trained on it inherits that condition."
-)
-OTHER_LICENCE = (
-    "Trained on {data}: the licence of that data, and any condition it sets on models derived "
-    "from it, applies (Tatoeba exports, for instance, are CC-BY 2.0 France)."
-)
 
 
 def _default_search(result: dict[str, Any]) -> bool:
@@ -96,8 +86,8 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
             continue
         keys = ("bleu", "signature", "chrf", "chrf_signature", "beam_size", "sentences")
         tests[result.stem.split(".")[0]] = {key: scores[key] for key in keys}
-    data = open_reader(cfg.data).describe()
-    licence = LICENCE if cfg.data.kind == "multi30k" else OTHER_LICENCE.format(data=data)
+    reader = open_reader(cfg.data)
+    data, licence = reader.describe(), reader.licence()
     return {
         "src_lang": cfg.data.src_lang,
         "tgt_lang": cfg.data.tgt_lang,
@@ -151,7 +141,7 @@ def model_card(f: dict[str, Any]) -> str:
         "",
         "## Licence of the data",
         "",
-        f.get("licence", LICENCE),
+        f.get("licence", MULTI30K_LICENCE),  # releases before the facts held it
         "",
         "## Use",
         "",
@@ -230,10 +220,7 @@ def _write_release(run: TrainedRun, cfg: ExportConfig, out: Path, title: str) ->
     safetensors.torch.save_model(run.model, str(out / RELEASE_WEIGHTS))
     as_umask_allows(out / RELEASE_WEIGHTS)  # safetensors writes it 0600
     config = OmegaConf.masked_copy(run.cfg, ["model", "data", "train"])
-    if config.data.kind == "multi30k":  # not where the corpus lay on the training machine
-        defaults = Multi30kConfig()
-        config.data.source, config.data.root = defaults.source, defaults.root
-        config.data.cache_dir = defaults.cache_dir
+    config.data = open_reader(config.data).portable()
     OmegaConf.save(config, out / CONFIG_FILE)
     for name in (SRC_TOKENIZER, TGT_TOKENIZER):
         shutil.copyfile(run.run_dir / name, out / name)

@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 from seq2seq_lite.rules import NOT_NEGATIVE, search_problem
-from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM
+from seq2seq_lite.steering import constraints_problem
 
 from seq2seq.commands.configs import (
     AlignConfig,
@@ -198,6 +198,8 @@ def _training(cfg: Config) -> list[str]:
         problems.append(f"train.cuda_graphs={at('train.cuda_graphs')} must be auto, true or false")
     if at("train.scheduler.name") == ScheduleName.inverse_sqrt and at("train.scheduler.warmup") < 1:
         problems.append("train.scheduler.name=inverse_sqrt needs train.scheduler.warmup=N (N > 0)")
+    if at("data.valid") is None and at("data.valid_size") == 0:  # carved: at least one pair
+        problems.append("data.valid_size must be positive where data.valid is null")
     src, tgt = at("data.src_lang"), at("data.tgt_lang")
     if src is not None and src == tgt:
         problems.append(f"data.src_lang and data.tgt_lang are both {src!r}")
@@ -239,9 +241,8 @@ def _search(cfg: InferenceConfig) -> list[str]:
 def _steered(cfg: SteeringKeys) -> list[str]:
     """Constraints and terms are met by beam search, not by greedy search or sampling."""
     phrases = [k for k in ("constraints", "terms") if cfg[k]]
-    if phrases and (cfg.beam_size < 2 or cfg.sampling):
-        return [f"{phrases[0]}=: {CONSTRAINTS_NEED_BEAM}"]
-    return []
+    problem = constraints_problem(bool(phrases), cfg.beam_size, cfg.sampling)
+    return [f"{phrases[0]}=: {problem}"] if problem else []
 
 
 def _served(cfg: ServeConfig) -> list[str]:

@@ -11,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from seq2seq.config import Multi30kConfig
 from seq2seq.data.carve import Carved, carve
 from seq2seq.data.corpus import check_files, file_stream, split_files, split_name
 from seq2seq.data.hf import hf_stream, load_splits
@@ -19,6 +20,15 @@ from seq2seq.data.tsv import column_indices, tsv_stream
 from seq2seq.errors import DataError, require_file
 
 SPLITS = ("train", "valid", "test")
+MULTI30K_LICENCE = (
+    'Multi30k (Elliott et al., 2016, "Multi30K: Multilingual English-German Image '
+    'Descriptions") is derived from Flickr30K and is for non-commercial research and '
+    "educational use; a model trained on it inherits that condition."
+)
+OTHER_LICENCE = (
+    "Trained on {data}: the licence of that data, and any condition it sets on models derived "
+    "from it, applies (Tatoeba exports, for instance, are CC-BY 2.0 France)."
+)
 
 
 def data_kind(cfg: Any) -> str:
@@ -27,11 +37,26 @@ def data_kind(cfg: Any) -> str:
     return kind or cfg.name
 
 
-class FileReader:
-    """Two files per split: Multi30k's (downloaded) or the user's ``<prefix>.<lang>``."""
+class Reader:
+    """What every corpus's reader tells about it beyond its pairs."""
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def licence(self) -> str:
+        """The condition a model trained on this data inherits, as its model card states it."""
+        return OTHER_LICENCE.format(data=self.describe())
+
+    def portable(self) -> Any:
+        """A copy of the data config fit for another machine (a release's config.yaml)."""
+        return self.cfg.copy()
+
+
+class FileReader(Reader):
+    """Two files per split, ``<prefix>.<lang>`` (Multi30k's are read so too: `Multi30kReader`)."""
 
     def check(self) -> None:
         check_files(self.cfg)
@@ -44,14 +69,27 @@ class FileReader:
         return file_stream(*split_files(self.cfg, split), limit)
 
     def describe(self) -> str:
-        return "Multi30k task 1" if self.cfg.kind == "multi30k" else f"custom ({self.cfg.train})"
+        return f"custom ({self.cfg.train})"
 
 
-class CarvingReader:
+class Multi30kReader(FileReader):
+    """Multi30k's two files per split, downloaded from ``data.source``."""
+
+    def describe(self) -> str:
+        return "Multi30k task 1"
+
+    def licence(self) -> str:
+        return MULTI30K_LICENCE
+
+    def portable(self) -> Any:
+        """Where the corpus lay on the training machine is dropped: the defaults' download."""
+        cfg, defaults = self.cfg.copy(), Multi30kConfig()
+        cfg.source, cfg.root, cfg.cache_dir = defaults.source, defaults.root, defaults.cache_dir
+        return cfg
+
+
+class CarvingReader(Reader):
     """One training stream; validation and test are streams of their own or carved out of it."""
-
-    def __init__(self, cfg: Any) -> None:
-        self.cfg = cfg
 
     def whole(self) -> PairStream:
         """The training data before carving."""
@@ -62,10 +100,7 @@ class CarvingReader:
         raise NotImplementedError
 
     def check(self) -> None:
-        if self.cfg.valid is None and self.cfg.valid_size < 1:
-            raise DataError("data.valid_size must be positive where data.valid is null")
-        if self.cfg.test is None and self.cfg.test_size < 0:
-            raise DataError("data.test_size must not be negative")
+        """The sources' own checks (the sizes are the schema's: commands/rules.py)."""
 
     def has(self, split: str) -> bool:
         return split != "test" or self.cfg.test is not None or self.cfg.test_size > 0
@@ -160,14 +195,14 @@ class HfReader(CarvingReader):
 
 
 READERS: dict[str, type] = {
-    "multi30k": FileReader,
+    "multi30k": Multi30kReader,
     "custom": FileReader,
     "tsv": TsvReader,
     "hf": HfReader,
 }
 
 
-def open_reader(cfg: Any) -> FileReader | CarvingReader:
+def open_reader(cfg: Any) -> Reader:
     """The reader of a data config."""
     kind = data_kind(cfg)
     if kind not in READERS:

@@ -95,7 +95,7 @@ class TranslatorBase(abc.ABC):
 
     def text(self, hypothesis: Hypothesis) -> str:
         """Detokenized translation on one line (any line break inside becomes a space)."""
-        return " ".join(self.tgt_tok.decode(hypothesis.tokens).split())
+        return rules.one_line(self.tgt_tok.decode(hypothesis.tokens))
 
     def best_text(self, translation: Translation) -> str:
         """The text of the best hypothesis; empty for a blank line."""

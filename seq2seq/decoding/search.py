@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 from seq2seq_lite.rules import length_penalty
-from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM, SteeringIds
+from seq2seq_lite.steering import SteeringIds, constraints_problem
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
@@ -184,8 +184,9 @@ def decode(
     translations of each sentence, best first; ``steer``: the sentences' prefixes and
     constraints (constraints: beam search only); ``graphs``: where a plain search replays
     (CUDA) or records its fixed-shape chunks."""
-    if steer is not None and steer.phrases is not None and (cfg.sampling or cfg.beam_size < 2):
-        raise Seq2SeqError(CONSTRAINTS_NEED_BEAM)
+    phrases = steer is not None and steer.phrases is not None
+    if problem := constraints_problem(phrases, cfg.beam_size, cfg.sampling):
+        raise Seq2SeqError(problem)
     if graphs is not None and graphs.takes(model, cfg, steer is not None, *src.shape):
         return graphs.search(model, src, src_lengths, cfg)
     if cfg.sampling:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from seq2seq.config import InferenceConfig
+from seq2seq.config import LoadConfig
 from seq2seq.config_choices import Int8Engine, Precision, Products
 from seq2seq.data.batching import Batch
 from seq2seq.data.stream import available_cores
@@ -314,7 +314,7 @@ def engine_choices(engine: Engine) -> dict[str, Any]:
     }
 
 
-def inference_engine(cfg: InferenceConfig) -> Engine:
+def inference_engine(cfg: LoadConfig) -> Engine:
     """`Engine.create` for a command that loads a trained run: ``cfg``'s device, precision,
     products and int8 engine."""
     return Engine.create(

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from seq2seq_lite.steering import CONSTRAINTS_NEED_BEAM, LineSteering, steer_lines
+from seq2seq_lite.steering import LineSteering, constraints_problem, steer_lines
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -133,8 +133,8 @@ def _steering(
         return None
     prefixes = [p or "" for p in prefixes] if prefixes is not None else None
     steer = steer_lines(sentences, prefixes, constraints, glossary)
-    if beam < 2 and any(s.constraints or s.terms for s in steer):
-        raise BadRequest(422, CONSTRAINTS_NEED_BEAM)
+    if problem := constraints_problem(any(s.constraints or s.terms for s in steer), beam):
+        raise BadRequest(422, problem)
     return steer
 
 

@@ -8,7 +8,7 @@ import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from seq2seq_lite.release import GRAPHS
@@ -31,14 +31,17 @@ from seq2seq.storage.rundir import (
     release_facts,
 )
 
-GRAPHS_SPEC = GRAPHS  # what seq2seq-export onnx=true writes and lite reads
+if TYPE_CHECKING:
+    from seq2seq_lite import Translator as LiteTranslator
 
 
 class OnnxTranslator(TranslatorBase):
     """A release's exported graphs searched by the lite translator (its search setting given),
     its translations as the PyTorch `Translator` gives them."""
 
-    def __init__(self, lite: Any, src_tok: Tokenizer, tgt_tok: Tokenizer, search: DecodeConfig):
+    def __init__(
+        self, lite: LiteTranslator, src_tok: Tokenizer, tgt_tok: Tokenizer, search: DecodeConfig
+    ) -> None:
         super().__init__(src_tok, tgt_tok, search)
         self.lite = lite
 
@@ -67,9 +70,9 @@ def open_onnx_models(cfg: ServeConfig) -> tuple[str, list[ServedModel]]:
     schema's rules: commands/rules.py)."""
     folders = [Path(cfg.run_dir), *map(Path, cfg.compare_with)]
     for folder in folders:
-        if not (folder / GRAPHS_SPEC).is_file():
+        if not (folder / GRAPHS).is_file():
             raise Seq2SeqError(
-                f"{folder} has no ONNX graphs ({GRAPHS_SPEC}): backend=onnx serves releases, "
+                f"{folder} has no ONNX graphs ({GRAPHS}): backend=onnx serves releases, "
                 f"exported with seq2seq-export run_dir={folder} out=<a new folder> onnx=true"
             )
     lite = _lite()
@@ -93,7 +96,9 @@ def _lite() -> ModuleType:
         ) from None
 
 
-def _onnx_model(folder: Path, lite: ModuleType, variant: str, precision: Any) -> ServedModel:
+def _onnx_model(
+    folder: Path, lite: ModuleType, variant: str, precision: Precision | str
+) -> ServedModel:
     """One release's graphs, loaded once; each search setting gets its own translator on them."""
     try:
         base = lite.Translator.load(folder, int8=variant == "int8")

@@ -83,14 +83,17 @@ class Translator {
     return tokens.length ? this.tgt.decodeIds(tokens).split(/\s+/).filter(Boolean).join(" ") : "";
   }
 
-  // One sentence: {translation, nbest (with nbest > 1), alignment}, as seq2seq-serve answers;
-  // its output starts with ``prefix`` (text; "" or null: none).
-  async one(line, options, prefix) {
+  // One sentence (the ``index``-th): {translation, nbest (with nbest > 1), alignment}, as
+  // seq2seq-serve answers; its output starts with ``prefix`` (text; "" or null: none).
+  async one(line, options, prefix, index = 0) {
     const search = { ...this.spec.search, ...options };
     if (prefix && prefix.trim()) search.prefix = this.tgt.encodeIds(prefix.trim());
     const pieces = this.src.encodeIds(line.trim());
     if (pieces.length > search.max_source_len) {
-      throw new TooLong(`the sentence has ${pieces.length} subwords; at most ${search.max_source_len} are translated`);
+      const count = (n) => n.toLocaleString("en-US");
+      throw new TooLong(
+        `sentence ${index} has ${count(pieces.length)} subwords; at most ${count(search.max_source_len)} are translated (max_source_len=...)`,
+      );
     }
     const empty = { translation: "", alignment: { source: [], target: [], weights: [] } };
     if (!pieces.length) return search.nbest > 1 ? { ...empty, nbest: [] } : empty;
@@ -109,7 +112,7 @@ class Translator {
 
   async translate(lines, options = {}, prefixes = null) {
     const out = [];
-    for (const [i, line] of lines.entries()) out.push(await this.one(line, options, prefixes?.[i]));
+    for (const [i, line] of lines.entries()) out.push(await this.one(line, options, prefixes?.[i], i));
     return out;
   }
 
