@@ -99,9 +99,6 @@ class CarvingReader(Reader):
         """A validation or test split given apart from the training data."""
         raise NotImplementedError
 
-    def check(self) -> None:
-        """The sources' own checks (the sizes are the schema's: commands/rules.py)."""
-
     def has(self, split: str) -> bool:
         return split != "test" or self.cfg.test is not None or self.cfg.test_size > 0
 
@@ -137,7 +134,6 @@ class TsvReader(CarvingReader):
     """A tab-separated file; ``data.valid``/``data.test`` are files of their own, or carved."""
 
     def check(self) -> None:
-        super().check()
         column_indices(self.cfg.columns, self.cfg.src_lang, self.cfg.tgt_lang, self.cfg.file)
         for key in ("file", "valid", "test"):
             if (path := getattr(self.cfg, key)) is not None:
@@ -170,7 +166,6 @@ class HfReader(CarvingReader):
     """A Hugging Face dataset; ``data.valid``/``data.test`` are its split names, or carved."""
 
     def check(self) -> None:
-        super().check()
         splits = load_splits(self.cfg.path, self.cfg.name)
         for split in ("train", "valid", "test"):
             name = getattr(self.cfg, split)
