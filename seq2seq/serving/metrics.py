@@ -53,7 +53,7 @@ class Metrics:
         if not self.available:
             unmeasured = _Unmeasured()
             self.requests = self.latency = self.queue_seconds = self.sentences = unmeasured
-            self.batches = self.batch_size = self.queue_sentences = self.dropped = unmeasured
+            self.batches = self.batch_sentences = self.queue_sentences = self.dropped = unmeasured
             self.model = unmeasured
             return
         self.content_type = CONTENT_TYPE_LATEST
@@ -84,7 +84,7 @@ class Metrics:
         self.batches = Counter(
             "seq2seq_batches_decoded", "Batches decoded, by model", ["model"], registry=reg
         )
-        self.batch_size = Histogram(
+        self.batch_sentences = Histogram(
             "seq2seq_batch_sentences", "Sentences per decoded batch", buckets=SIZES, registry=reg
         )
         self.queue_sentences = Gauge(
@@ -108,7 +108,7 @@ class Metrics:
         """Count one batch of ``sentences`` decoded by ``model``."""
         self.sentences.labels(model).inc(sentences)
         self.batches.labels(model).inc()
-        self.batch_size.observe(sentences)
+        self.batch_sentences.observe(sentences)
 
     def describe_model(self, name: str, card: dict[str, Any]) -> None:
         """A model's facts as an info metric labelled with its name (strings only)."""
