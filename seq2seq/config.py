@@ -216,11 +216,17 @@ class DecodeConfig:
 
 
 @dataclass
-class LoadConfig:
-    """Which trained run a command loads, which of its checkpoints, and where it runs."""
+class CheckpointConfig:
+    """A trained run and which of its checkpoints: what a command reads its weights from."""
 
     run_dir: str = needed("<a run or release folder>")
     checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
+
+
+@dataclass
+class LoadConfig(CheckpointConfig):
+    """A run's checkpoint loaded to search with, and where it runs."""
+
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
     precision: Precision = Precision.fp32  # autocast while decoding, as in training
     products: Products = Products.auto  # fp32 products on the CPU

@@ -10,7 +10,14 @@ from typing import Optional
 
 from hydra.core.config_store import ConfigStore
 
-from seq2seq.config import Config, InferenceConfig, LoadConfig, needed, register_configs
+from seq2seq.config import (
+    CheckpointConfig,
+    Config,
+    InferenceConfig,
+    LoadConfig,
+    needed,
+    register_configs,
+)
 from seq2seq.config_choices import (
     AlignMethod,
     Pick,
@@ -121,12 +128,11 @@ class BacktranslateConfig(InferenceConfig):
 
 
 @dataclass
-class ExportConfig:
+class ExportConfig(CheckpointConfig):
     """`seq2seq-export`: a release folder (safetensors weights, tokenizers, config, model card)."""
 
     run_dir: str = needed("<a training run folder>")
     out: str = needed("<a new folder for the release>")
-    checkpoint: str = "best"  # "best", "last", "averaged", or a path to a checkpoint file
     # ONNX graphs of the encoder and one decoder step (fp32 and int8) in onnx/, for runtimes
     # without torch (lite/, the browser, seq2seq-serve backend=onnx): pip install 'seq2seq[onnx]'
     onnx: bool = False
