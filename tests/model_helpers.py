@@ -181,7 +181,7 @@ def exported_graphs(model: Seq2Seq, folder: Path):
     pytest.importorskip("onnxscript")
     from seq2seq_lite.release import Graphs, read_spec
 
-    from seq2seq.runtime.graph_export import export_graphs
+    from seq2seq.runtime.onnx_export import export_graphs
 
     export_graphs(model, folder / "onnx", DecodeConfig(), {})
     return Graphs(folder, read_spec(folder), "fp32", threads=1)

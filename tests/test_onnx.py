@@ -19,7 +19,7 @@ from seq2seq.decoding.beam import beam_search
 from seq2seq.decoding.search import greedy_search
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ATTENTION_CONFIGS
-from seq2seq.runtime.graph_export import export_graphs, require_exporter
+from seq2seq.runtime.onnx_export import export_graphs, require_exporter
 
 pytestmark = pytest.mark.slow
 

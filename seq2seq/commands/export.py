@@ -25,7 +25,7 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
 from seq2seq.runtime.browser import BROWSER_DIR, require_npm, write_browser
 from seq2seq.runtime.checkpoint import load_checkpoint
-from seq2seq.runtime.graph_export import export_graphs, require_exporter
+from seq2seq.runtime.onnx_export import export_graphs, require_exporter
 from seq2seq.runtime.run_folder import TrainedRun, load_run
 from seq2seq.storage.manifest import sha256_file, write_manifest
 from seq2seq.storage.permissions import as_umask_allows

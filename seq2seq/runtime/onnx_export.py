@@ -1,6 +1,7 @@
-"""A trained model as ONNX graphs: the encoder and one decoder step (`seq2seq.model.graphs`),
-in fp32 and with int8 weights, and ``graphs.json``, which says what a runtime without torch needs:
-each graph's inputs and outputs, the special ids, and the search's defaults.
+"""A trained model as ONNX graphs: the encoder and one decoder step
+(`seq2seq.model.onnx_graphs`), in fp32 and with int8 weights, and ``graphs.json``, which says what
+a runtime without torch needs: each graph's inputs and outputs, the special ids, and the search's
+defaults.
 
 torch's ONNX exporter (``torch.onnx.export``, the torch.export path) traces each graph once with
 the batch and source length as dynamic axes; onnxruntime's dynamic quantization writes the int8
@@ -23,8 +24,8 @@ import torch
 
 from seq2seq.config import DecodeConfig
 from seq2seq.errors import Seq2SeqError
-from seq2seq.model.graphs import EncoderGraph, StepGraph
 from seq2seq.model.linear import pytorch_products
+from seq2seq.model.onnx_graphs import EncoderGraph, StepGraph
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.storage.rundir import GRAPHS_FACTS
 from seq2seq.vocab import BOS, EOS, PAD, UNK
