@@ -95,14 +95,13 @@ def smoke_run(tmp_path_factory, multi30k_url: str) -> Path:
     downloads it like a user's run would.
     """
     import subprocess
-    import sys
+
+    from run_helpers import cli
 
     base = tmp_path_factory.mktemp("smoke_run")
     run = base / "run"
     cmd = [
-        sys.executable,
-        "-m",
-        "seq2seq.commands.train",
+        *cli("train"),
         "experiment=smoke",
         "train.max_epochs=1",
         "log.progress=false",
@@ -127,6 +126,14 @@ def data_dirs(tmp_path_factory, multi30k_url: str) -> list[str]:
         f"data.root={base / 'multi30k'}",
         f"data.cache_dir={base / 'cache'}",
     ]
+
+
+@pytest.fixture(scope="session")
+def onnx_release(smoke_run: Path, tmp_path_factory) -> Path:
+    """The smoke run's release with its ONNX graphs, exported once: the tests only read it."""
+    from serve_helpers import export
+
+    return export(smoke_run, tmp_path_factory.mktemp("onnx_release") / "de-en", "onnx=true")
 
 
 @pytest.fixture(scope="session")

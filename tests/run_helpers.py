@@ -97,10 +97,20 @@ def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
 REPO = Path(__file__).resolve().parents[1]
 
 
+def cli(command: str) -> list[str]:
+    """The command line that starts ``seq2seq-<command>``: its installed script, as a user runs
+    it (a ``python -m`` module would be imported again, torch and all, by each worker process
+    of tokenizer training); the module where the scripts are not installed beside Python."""
+    script = Path(sys.executable).with_name(f"seq2seq-{command}")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", f"seq2seq.commands.{command}"]
+
+
 def run(module: str, *args: str) -> str:
-    """The output of `python -m seq2seq.<module> args` from the repository root; it must succeed."""
+    """The output of `seq2seq-<module> args` from the repository root; it must succeed."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", f"seq2seq.commands.{module}", *args],
+        [*cli(module), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -114,9 +124,9 @@ def run(module: str, *args: str) -> str:
 def command(
     module: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """`python -m seq2seq.<module> args`, its output captured, whether it succeeds or not."""
+    """`seq2seq-<module> args`, its output captured, whether it succeeds or not."""
     return subprocess.run(
-        [sys.executable, "-m", f"seq2seq.commands.{module}", *args],
+        [*cli(module), *args],
         capture_output=True,
         text=True,
         timeout=TRAIN_TIMEOUT,

@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from run_helpers import cli
 
 SENTENCES = [
     "Ein Hund läuft über die Wiese.",
@@ -58,9 +58,7 @@ def server(run_dir: Path, *overrides: str) -> Iterator[tuple[str, subprocess.Pop
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "seq2seq.commands.serve",
+            *cli("serve"),
             f"run_dir={run_dir}",
             f"port={port}",
             *overrides,
@@ -95,7 +93,7 @@ def server(run_dir: Path, *overrides: str) -> Iterator[tuple[str, subprocess.Pop
 def cli_translations(run_dir: Path, lines: list[str], *overrides: str) -> list[str]:
     """What ``seq2seq-translate`` prints for ``lines``."""
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={run_dir}", *overrides],
+        [*cli("translate"), f"run_dir={run_dir}", *overrides],
         input="".join(line + "\n" for line in lines),
         capture_output=True,
         text=True,
@@ -109,9 +107,7 @@ def export(run_dir: Path, out: Path, *overrides: str) -> Path:
     """``seq2seq-export`` of ``run_dir`` into ``out``: a release folder."""
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "seq2seq.commands.export",
+            *cli("export"),
             f"run_dir={run_dir}",
             f"out={out}",
             *overrides,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from run_helpers import cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seq2seq.config import DecodeConfig
@@ -27,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_align(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`python -m seq2seq.commands.align ARGS`; products pinned: runs compared link by link must not
+    """`seq2seq-align ARGS`; products pinned: runs compared link by link must not
     differ by which fp32 products a start-up timing chose (near ties of the argmax)."""
-    cmd = [sys.executable, "-m", "seq2seq.commands.align", "products=pytorch", *args]
+    cmd = [*cli("align"), "products=pytorch", *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
@@ -194,9 +195,7 @@ def test_training_logs_aer_at_every_validation(multi30k_dir, data_dirs, tmp_path
     )
     run = tmp_path / "run"
     cmd = [
-        sys.executable,
-        "-m",
-        "seq2seq.commands.train",
+        *cli("train"),
         "experiment=smoke",
         "data.train_limit=500",
         "train.max_steps=6",
@@ -222,9 +221,7 @@ def test_training_logs_aer_at_every_validation(multi30k_dir, data_dirs, tmp_path
 @pytest.mark.slow
 def test_training_refuses_half_a_gold_pair(data_dirs, tmp_path) -> None:
     cmd = [
-        sys.executable,
-        "-m",
-        "seq2seq.commands.train",
+        *cli("train"),
         "experiment=smoke",
         "log.alignment_pairs=x",
         f"hydra.run.dir={tmp_path / 'run'}",

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from run_helpers import REPO, TRAIN_TIMEOUT, command, gz_lines
+from run_helpers import REPO, TRAIN_TIMEOUT, cli, command, gz_lines
 
 MONO = [
     f"Ein {w} {v} auf der Straße."
@@ -50,7 +50,7 @@ def test_synthetic_sources_are_the_reverse_runs_beam_output(
     assert texts == MONO[:20] and len(synthetic) == 20
     (tmp_path / "ref").write_text("".join(line + "\n" for line in MONO), encoding="utf-8")
     evaluated = subprocess.run(
-        [sys.executable, "-m", "seq2seq.commands.evaluate", f"run_dir={smoke_run}", "beam_size=2"]
+        [*cli("evaluate"), f"run_dir={smoke_run}", "beam_size=2"]
         + [f"input={tmp_path / 'ref'}", f"reference={tmp_path / 'ref'}", f"out={tmp_path / 'e'}"],
         capture_output=True,
         text=True,

@@ -5,11 +5,10 @@ one line naming what was meant."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from run_helpers import command
+from run_helpers import cli, command
 
 from seq2seq.commands.keys import check_command_line, sweep_jobs
 from seq2seq.errors import Seq2SeqError
@@ -123,7 +122,7 @@ def test_a_typo_stops_a_command_before_any_work(tmp_path: Path) -> None:
     ]
     for module, overrides, meant in commands:
         proc = subprocess.run(
-            [sys.executable, "-m", f"seq2seq.commands.{module}", *overrides],
+            [*cli(module), *overrides],
             capture_output=True,
             text=True,
             timeout=300,
@@ -145,7 +144,7 @@ def test_every_command_checks_before_it_starts(config: str, tmp_path: Path) -> N
     module = "train" if config == "config" else config
     folder = f"hydra.run.dir={tmp_path / 'run'}" if config == "config" else "run_dir=nowhere"
     proc = subprocess.run(
-        [sys.executable, "-m", f"seq2seq.commands.{module}", folder, f"+{typo}={value}"],
+        [*cli(module), folder, f"+{typo}={value}"],
         capture_output=True,
         text=True,
         timeout=300,

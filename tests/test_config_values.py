@@ -59,6 +59,7 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (ServeConfig, {"backend": "onnx", "device": "cuda"}, "backend=onnx runs on the CPU"),
         (ServeConfig, {"backend": "onnx", "compile": True}, "backend=onnx has no compile="),
         (ServeConfig, {"backend": "onnx", "checkpoint": "last"}, "backend=onnx serves a release"),
+        (ServeConfig, {"backend": "onnx", "ensemble": ["b"]}, "backend=onnx has no ensemble="),
         (EvaluateConfig, {"nbest": 6}, "nbest=6 needs at least as many beams"),
         (EvaluateConfig, {"sampling": True, "coverage_penalty": 0.2}, "coverage_penalty reranks"),
         (EvaluateConfig, {"terms": "t.tsv", "beam_size": 1}, "terms=: "),

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from run_helpers import TRAIN_TIMEOUT, finish
+from run_helpers import TRAIN_TIMEOUT, cli, finish
 
 from seq2seq.runtime.checkpoint import load_checkpoint
 
@@ -58,9 +57,7 @@ def train_with_a_full_disk(tmp_path: Path, data_dirs: list[str], target: str, af
     }
     run_dir = tmp_path / "run"
     cmd = [
-        sys.executable,
-        "-m",
-        "seq2seq.commands.train",
+        *cli("train"),
         "experiment=smoke",
         "log.progress=false",
         f"hydra.run.dir={run_dir}",

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from run_helpers import TRAIN_TIMEOUT, command, gz_lines
+from run_helpers import TRAIN_TIMEOUT, cli, command, gz_lines
 from sacrebleu.metrics import BLEU
 
 from seq2seq.decoding.chunked import Nearest
@@ -34,7 +33,7 @@ def test_the_distilled_corpus_is_the_teachers_beam_output(smoke_run: Path, tmp_p
     sources, targets = gz_lines(out / "valid.de.gz"), gz_lines(out / "valid.en.gz")
     assert len(sources) == len(targets) == result["sentences"] > 400  # several chunks
     evaluated = subprocess.run(
-        [sys.executable, "-m", "seq2seq.commands.evaluate", f"run_dir={smoke_run}", "split=valid"]
+        [*cli("evaluate"), f"run_dir={smoke_run}", "split=valid"]
         + ["beam_size=2", f"out={tmp_path / 'eval'}"],
         capture_output=True,
         text=True,
@@ -96,7 +95,7 @@ def test_distill_needs_an_out_folder_and_a_search(tmp_path: Path) -> None:
         ([f"out={tmp_path / 'x'}", "pick=closest"], "pick=closest chooses among"),
     ):
         proc = subprocess.run(
-            [sys.executable, "-m", "seq2seq.commands.distill", f"run_dir={tmp_path}", *overrides],
+            [*cli("distill"), f"run_dir={tmp_path}", *overrides],
             capture_output=True,
             text=True,
             timeout=120,

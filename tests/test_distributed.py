@@ -18,7 +18,7 @@ import pytest
 import torch
 from distributed_step import TGT_LENGTHS, batch_of, update
 from model_helpers import assert_same_update
-from run_helpers import TRAIN_TIMEOUT, finish, scalars
+from run_helpers import TRAIN_TIMEOUT, cli, finish, scalars
 
 from seq2seq.data.batching import plan_updates, shard
 from seq2seq.data.corpus import read_parallel
@@ -171,7 +171,7 @@ def test_torchrun_checkpoint_evaluates_to_its_validation_bleu(
     sources, references = read_parallel(multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz", 100)
     (tmp_path / "val.de").write_text("".join(line + "\n" for line in sources))
     (tmp_path / "val.en").write_text("".join(line + "\n" for line in references))
-    cmd = [sys.executable, "-m", "seq2seq.commands.evaluate", f"run_dir={run}", "beam_size=1"]
+    cmd = [*cli("evaluate"), f"run_dir={run}", "beam_size=1"]
     cmd += [f"input={tmp_path / 'val.de'}", f"reference={tmp_path / 'val.en'}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr

@@ -6,13 +6,12 @@ import gzip
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from run_helpers import events, sacrebleu_cli
+from run_helpers import cli, events, sacrebleu_cli
 
 from seq2seq.commands.configs import EvaluateConfig
 from seq2seq.commands.evaluate import evaluate
@@ -22,7 +21,7 @@ from seq2seq.errors import Seq2SeqError
 
 def run_evaluate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """`seq2seq-evaluate ARGS` in its own process, from `cwd`, as a user would."""
-    cmd = [sys.executable, "-m", "seq2seq.commands.evaluate", *args]
+    cmd = [*cli("evaluate"), *args]
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 

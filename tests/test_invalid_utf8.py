@@ -5,10 +5,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from run_helpers import cli
 from seq2seq_lite.rules import InputError
 from seq2seq_lite.text import decode_lines
 
@@ -46,7 +46,7 @@ def lines_file(path: Path, bad: bytes = BAD) -> Path:
 def refusal(module: str, *args: str, stdin: bytes = b"") -> tuple[str, str]:
     """(stdout, the one error line) of a command that must stop on its input."""
     proc = subprocess.run(
-        [sys.executable, "-m", f"seq2seq.commands.{module}", *args],
+        [*cli(module), *args],
         input=stdin,
         capture_output=True,
         timeout=300,

@@ -35,11 +35,6 @@ def lite(*args: str, text: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture(scope="module")
-def onnx_release(smoke_run: Path, tmp_path_factory) -> Path:
-    return export(smoke_run, tmp_path_factory.mktemp("release") / "de-en", "onnx=true")
-
-
 @pytest.mark.slow
 def test_the_release_lists_its_graphs(onnx_release: Path) -> None:
     manifest = json.loads((onnx_release / "manifest.json").read_text())

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from run_helpers import cli
 from serve_helpers import post, server
 
 from seq2seq.data.tokenizer import Tokenizer
@@ -26,7 +26,7 @@ def pieces(run: Path, text: str) -> int:
 
 
 def command(module: str, *args: str, cwd: Path, data: str | None = None):
-    cmd = [sys.executable, "-m", f"seq2seq.commands.{module}", *args]
+    cmd = [*cli(module), *args]
     return subprocess.run(cmd, cwd=cwd, input=data, capture_output=True, text=True, timeout=600)
 
 

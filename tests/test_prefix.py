@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from model_helpers import assert_same, forced_log_prob, peaky_model, settings, sources
+from run_helpers import cli
 from seq2seq_lite import rules
 from seq2seq_lite import search as lite_search
 from seq2seq_lite.steering import (
@@ -201,7 +202,6 @@ def test_the_commands_refuse_name_and_record_prefix(tmp_path) -> None:
 
 def test_translate_completes_the_prefixes_of_piped_lines(smoke_run, tmp_path) -> None:
     import subprocess
-    import sys
 
     from serve_helpers import cli_translations
 
@@ -211,8 +211,7 @@ def test_translate_completes_the_prefixes_of_piped_lines(smoke_run, tmp_path) ->
     assert len(found) == len(LINES)
     assert all(out.startswith(text) for out, text in zip(found, TEXTS, strict=True))
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={smoke_run}"]
-        + [f"prefix={prefixes}"],
+        [*cli("translate"), f"run_dir={smoke_run}"] + [f"prefix={prefixes}"],
         input="".join(line + "\n" for line in LINES[:2]),
         capture_output=True,
         text=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
-from run_helpers import REPO, composed, run, scalars
+from run_helpers import REPO, cli, composed, run, scalars
 from torch.utils.tensorboard import SummaryWriter
 
 from seq2seq.commands.keys import check_command_line
@@ -135,9 +135,7 @@ def test_an_ensemble_needs_the_same_tokenizers(smoke_run: Path, tmp_path, data_d
     )
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "seq2seq.commands.translate",
+            *cli("translate"),
             f"run_dir={smoke_run}",
             f"ensemble=[{other}]",
         ],

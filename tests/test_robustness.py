@@ -17,7 +17,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
-from run_helpers import TRAIN_TIMEOUT, finish, interrupted
+from run_helpers import TRAIN_TIMEOUT, cli, finish, interrupted
 
 from seq2seq.commands.configs import ExportConfig
 from seq2seq.config import DecodeConfig, LogConfig, TrainConfig
@@ -41,7 +41,7 @@ SMOKE = ["experiment=smoke", "log.progress=false"]
 
 def start(command: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", f"seq2seq.commands.{command}", *args],
+        [*cli(command), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -78,7 +78,7 @@ def assert_one_line_error(code: int, out: str, *expected: str) -> None:
 @pytest.mark.slow
 def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
-    first = start("train", *SMOKE, "train.max_epochs=2", f"hydra.run.dir={folder}", *data_dirs)
+    first = start("train", *SMOKE, "train.validate_every=10", f"hydra.run.dir={folder}", *data_dirs)
     wait_for(folder / LOCK, first)
     holder = json.loads((folder / LOCK).read_text())
     assert holder["pid"] == first.pid
@@ -90,7 +90,9 @@ def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs
     for proc in second:
         out = finish(proc, TRAIN_TIMEOUT)
         assert_one_line_error(proc.returncode, out, "is in use", f"process {first.pid} on")
-    assert finish(first, TRAIN_TIMEOUT) and first.returncode == 0
+    wait_for(folder / "last.pt", first)  # training, past its first validation: then stopped
+    first.send_signal(signal.SIGTERM)
+    assert finish(first, TRAIN_TIMEOUT) and first.returncode == 128 + signal.SIGTERM
     assert (folder / LOCK).read_text() == ""  # released
     assert load_checkpoint(folder / "last.pt")["step"] > 0
 
@@ -98,13 +100,15 @@ def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs
 @pytest.mark.slow
 def test_a_lock_left_by_a_killed_training_is_taken_over(tmp_path: Path, data_dirs) -> None:
     folder = tmp_path / "run"
-    short = [*SMOKE, "train.max_epochs=2", f"hydra.run.dir={folder}", *data_dirs]
+    # last.pt at the first validation (update 10); resumed, five updates more
+    short = [*SMOKE, "train.validate_every=10", f"hydra.run.dir={folder}", *data_dirs]
     first = start("train", *short)
     wait_for(folder / "last.pt", first)
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert json.loads((folder / LOCK).read_text())["pid"] == first.pid  # left behind
-    code, out = run("train", *short, "train.resume=true")
+    stopped = load_checkpoint(folder / "last.pt")["step"]
+    code, out = run("train", *short, "train.resume=true", f"train.max_steps={stopped + 5}")
     assert code == 0, out
     assert f'"pid": {first.pid}' in out and "took over" in out
 
@@ -115,7 +119,8 @@ def test_a_lock_left_by_a_killed_training_is_taken_over(tmp_path: Path, data_dir
 @pytest.mark.slow
 def test_damaged_caches_are_rebuilt(tmp_path: Path, multi30k_url: str) -> None:
     cache = tmp_path / "cache"
-    common = [*SMOKE, "train.max_steps=2", f"data.source={multi30k_url}"]
+    common = [*SMOKE, "train.max_steps=2", "data.train_limit=500", "data.valid_limit=10"]
+    common += [f"data.source={multi30k_url}"]
     common += [f"data.root={tmp_path / 'multi30k'}", f"data.cache_dir={cache}"]
     code, out = run("train", *common, f"hydra.run.dir={tmp_path / 'a'}")
     assert code == 0, out
@@ -139,7 +144,7 @@ def test_a_damaged_run_file_stops_translate_with_one_line(
     path = folder / name
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 3] + b"\xff junk")
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={folder}"],
+        [*cli("translate"), f"run_dir={folder}"],
         input="Ein Hund.\n",
         capture_output=True,
         text=True,
@@ -303,9 +308,7 @@ def test_logs_in_a_file_have_no_progress_bar(tmp_path: Path, data_dirs) -> None:
     """stderr is a pipe here, as under nohup or a cluster's job log: plain lines, no bars."""
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "seq2seq.commands.train",
+            *cli("train"),
             "experiment=smoke",
             "train.max_epochs=1",
             f"hydra.run.dir={tmp_path}",
@@ -355,7 +358,7 @@ def test_control_characters_alone_are_a_blank_line(translator: Translator) -> No
 
 def test_ctrl_c_ends_a_command_in_one_line(smoke_run: Path) -> None:
     """seq2seq-translate on a pipe, interrupted after its first answer: exit 130, no traceback."""
-    args = [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={smoke_run}"]
+    args = [*cli("translate"), f"run_dir={smoke_run}"]
     status, answer, said = interrupted(args, "Ein Hund läuft.")
     assert status == 130 and answer.strip()
     assert said.strip().splitlines()[-1].endswith("interrupted") and "Traceback" not in said

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from model_helpers import forced_log_prob, peaky_model, settings, sources
+from run_helpers import cli
 from serve_helpers import SENTENCES, cli_translations
 
 from seq2seq.decoding.search import greedy_search, length_penalty, sample
@@ -63,9 +63,7 @@ def test_translate_and_evaluate_sample(smoke_run: Path, tmp_path: Path) -> None:
     assert all(line.count(" ||| ") == 2 for line in first)  # three candidates a line
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "seq2seq.commands.evaluate",
+            *cli("evaluate"),
             f"run_dir={smoke_run}",
             "sampling=true",
             "top_k=10",
@@ -93,7 +91,7 @@ def test_translate_and_evaluate_sample(smoke_run: Path, tmp_path: Path) -> None:
 )
 def test_sampling_limits_are_refused_in_one_line(command, overrides, says, tmp_path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", f"seq2seq.commands.{command}", f"run_dir={tmp_path}", *overrides],
+        [*cli(command), f"run_dir={tmp_path}", *overrides],
         capture_output=True,
         text=True,
         timeout=120,

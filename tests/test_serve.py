@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_helpers import cli
 from serve_helpers import (
     SENTENCES,
     call,
@@ -161,7 +162,7 @@ def release(smoke_run: Path, tmp_path_factory) -> Path:
 
 def evaluate(run_dir: Path, *overrides: str) -> dict:
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.commands.evaluate", f"run_dir={run_dir}", *overrides],
+        [*cli("evaluate"), f"run_dir={run_dir}", *overrides],
         capture_output=True,
         text=True,
         timeout=600,
@@ -206,7 +207,7 @@ def test_a_tampered_release_is_refused(release: Path, tmp_path: Path) -> None:
     weights[-7] ^= 0x01  # one bit of one weight
     (copy / "model.safetensors").write_bytes(bytes(weights))
     proc = subprocess.run(
-        [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={copy}"],
+        [*cli("translate"), f"run_dir={copy}"],
         input="Ein Hund.\n",
         capture_output=True,
         text=True,
@@ -234,9 +235,7 @@ def test_a_taken_port_is_refused_before_serving_on_is_said(smoke_run: Path) -> N
         port = taken.getsockname()[1]
         proc = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "seq2seq.commands.serve",
+                *cli("serve"),
                 f"run_dir={smoke_run}",
                 f"port={port}",
             ],

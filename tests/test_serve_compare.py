@@ -10,12 +10,12 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from run_helpers import cli
 from serve_helpers import (
     SENTENCES,
     call,
@@ -127,9 +127,7 @@ def serve_refused(run_dir: Path, *overrides: str) -> str:
         port = f"port={taken.getsockname()[1]}"
         proc = subprocess.run(
             [
-                sys.executable,
-                "-m",
-                "seq2seq.commands.serve",
+                *cli("serve"),
                 f"run_dir={run_dir}",
                 port,
                 *overrides,

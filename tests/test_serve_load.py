@@ -9,12 +9,12 @@ import json
 import re
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from run_helpers import cli
 from serve_helpers import SENTENCES, call, metrics, post, sample, server
 
 # A batch waits this long for company, so that a request stays in the queue while a test acts.
@@ -111,9 +111,7 @@ def test_metrics_count_requests_batches_and_describe_the_model(smoke_run: Path) 
 def test_limits_that_cannot_work_are_refused_at_start(smoke_run: Path) -> None:
     proc = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "seq2seq.commands.serve",
+            *cli("serve"),
             f"run_dir={smoke_run}",
             "max_queue_sentences=8",
             "max_sentences=64",

@@ -5,19 +5,12 @@ each answer; malformed ones are refused in one line. The server's own search set
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from serve_helpers import SENTENCES, cli_translations, export, post, server
+from serve_helpers import SENTENCES, cli_translations, post, server
 
 PREFIXES = ["A", None, "", None]
 CONSTRAINTS = [["grass"], [], ["smiling woman", "bench"], ["beach"]]
 GLOSSARY = "Männer\tguys\n"
-
-
-@pytest.fixture(scope="module")
-def onnx_release(smoke_run: Path, tmp_path_factory) -> Path:
-    return export(smoke_run, tmp_path_factory.mktemp("release") / "de-en", "onnx=true")
 
 
 @pytest.mark.slow

@@ -6,19 +6,19 @@ import os
 import select
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pexpect
 import pytest
+from run_helpers import cli
 
 from seq2seq.decoding.alignment import alignment_view
 from seq2seq.decoding.nbest import NBEST_SEPARATOR
 
 
 def translate_cmd(run_dir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "seq2seq.commands.translate", f"run_dir={run_dir}", *args]
+    return [*cli("translate"), f"run_dir={run_dir}", *args]
 
 
 def pipe(run_dir: Path, data: bytes, *args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -6,13 +6,12 @@ that cannot take the weights is refused in one line naming the keys."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
-from run_helpers import TRAIN_TIMEOUT, composed
+from run_helpers import TRAIN_TIMEOUT, cli, composed
 from serve_helpers import export
 
 from seq2seq.training.warm_start import DEFAULT_ATTENTION
@@ -23,9 +22,7 @@ SMOKE_LR = 0.003  # experiment=smoke's train.lr: no Adam step moves a weight by 
 def train(run_dir: Path, data: list[str], *overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "seq2seq.commands.train",
+            *cli("train"),
             "log.progress=false",
             f"hydra.run.dir={run_dir}",
             *data,
