@@ -146,6 +146,12 @@ def test_sampler_covers_every_pair_once_within_budget(lengths, shuffle: bool) ->
         assert 1 - real / padded < 0.05  # similar lengths grouped
 
 
+def test_a_sampler_without_a_budget_is_a_callers_mistake(lengths) -> None:
+    src, tgt = lengths
+    with pytest.raises(ValueError, match="batch_tokens must be positive, not 0"):
+        TokenBatchSampler(src, tgt, batch_tokens=0)
+
+
 def test_sampler_order_deterministic_and_reshuffled(lengths) -> None:
     src, tgt = lengths
 

@@ -129,8 +129,8 @@ class TokenBatchSampler:
         shuffle: bool = True,
         seed: int = 0,
     ) -> None:
-        if batch_tokens < 1:
-            raise Seq2SeqError(f"train.batch_tokens must be positive, not {batch_tokens}")
+        if batch_tokens < 1:  # a caller's mistake: the schema refuses train.batch_tokens < 1
+            raise ValueError(f"batch_tokens must be positive, not {batch_tokens}")
         self.src_lengths = np.asarray(src_lengths, dtype=np.int32)
         self.lengths = np.maximum(self.src_lengths, np.asarray(tgt_lengths, dtype=np.int32))
         self.batch_tokens = batch_tokens
