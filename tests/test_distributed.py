@@ -208,8 +208,9 @@ def test_sigterm_to_one_rank_stops_all_and_resume_continues(
     tmp_path: Path, data_dirs: list[str]
 ) -> None:
     run = tmp_path / "run"
-    epochs = "train.max_epochs=3"  # two epochs left when the first one's checkpoint is written
-    proc = torchrun(*train_args(run, data_dirs, epochs), wait=False)
+    # three short epochs left when the first one's checkpoint is written
+    epochs = ["train.max_epochs=4", "data.train_limit=1000"]
+    proc = torchrun(*train_args(run, data_dirs, *epochs), wait=False)
     deadline = time.monotonic() + TRAIN_TIMEOUT
     while not (run / "last.pt").exists():  # the first epoch's checkpoint: training is under way
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -224,14 +225,14 @@ def test_sigterm_to_one_rank_stops_all_and_resume_continues(
     assert out.count("stopped by signal 15") == 1, out
     stopped = torch.load(run / "last.pt", weights_only=True)
     per_epoch = int(re.search(r"(\d+) updates per epoch", out).group(1))
-    assert per_epoch <= stopped["step"] < 3 * per_epoch
+    assert per_epoch <= stopped["step"] < 4 * per_epoch
 
-    out = torchrun(*train_args(run, data_dirs, epochs, "train.resume=true"))
+    out = torchrun(*train_args(run, data_dirs, *epochs, "train.resume=true"))
     assert f"resumed from last.pt: step {stopped['step']}" in out
     final = torch.load(run / "last.pt", weights_only=True)
-    assert final["step"] == 3 * per_epoch and final["epoch"] == 3
+    assert final["step"] == 4 * per_epoch and final["epoch"] == 4
     steps = [step for step, _ in scalars(run, "valid/loss")]
-    assert steps == [per_epoch * e for e in range(1, 4)]  # each validation once, none lost
+    assert steps == [per_epoch * e for e in range(1, 5)]  # each validation once, none lost
 
 
 @pytest.mark.slow

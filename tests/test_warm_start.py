@@ -150,6 +150,7 @@ def test_a_run_can_take_another_folders_tokenizers(smoke_run, data, tmp_path) ->
 def test_only_a_run_that_would_go_on_stops_early(smoke_run, data, tmp_path) -> None:
     # weights that barely move: every validation after the first gives the same BLEU, no better
     same = [f"train.init_from={smoke_run}", "train.lr=1e-12", "train.validate_every=1"]
+    same += ["data.valid_limit=20"]  # three validations a run
     for max_steps, stops_early in ((3, False), (6, True)):
         run = tmp_path / f"max_steps_{max_steps}"
         proc = train(run, data[1:], *same, "train.patience=2", f"train.max_steps={max_steps}")
