@@ -94,7 +94,7 @@ def test_without_prefixes_nothing_changes(search: str) -> None:
     cfg = _cfg(search)
     limits = max_lengths(lengths, cfg.max_len_a, cfg.max_len_b)
     assert BatchSteering.of([SteeringIds()] * 5, range(5)) is None  # no work where none has one
-    assert hypothesis.steering(cfg, lengths, limits, src.device, None) is None
+    assert hypothesis.user_bans(cfg, lengths, limits, src.device, None) is None
     plain = decode_sources(model, _listed(src, lengths), cfg)
     empty = decode_sources(model, _listed(src, lengths), cfg, steer=[SteeringIds()] * 5)
     for a_list, b_list in zip(plain, empty, strict=True):

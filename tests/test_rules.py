@@ -157,12 +157,12 @@ def test_every_search_reads_the_one_copy() -> None:
     assert manifest.damage is rules.damage and manifest.sha256_file is rules.sha256_file
     assert tuple(f.name for f in fields(DecodeConfig)) == settings.SEARCH_KEYS
     assert onnx_models.SEARCH_KEYS is settings.SEARCH_KEYS
-    # what backtranslate.json records, and resuming compares (the steering keys since issue 53:
-    # chunks recorded before lack them, made at STEERING_DEFAULTS)
-    steering = ("no_repeat_ngram", "min_len_a", "min_len_b")
-    recorded = ("beam_size", "alpha", "max_len_a", "max_len_b", *steering, "sampling")
+    # what backtranslate.json records, and resuming compares (the ban keys since issue 53:
+    # chunks recorded before lack them, made at BAN_DEFAULTS)
+    bans = ("no_repeat_ngram", "min_len_a", "min_len_b")
+    recorded = ("beam_size", "alpha", "max_len_a", "max_len_b", *bans, "sampling")
     assert recorded == settings.RECORDED_KEYS
-    assert tuple(settings.STEERING_DEFAULTS) == steering
+    assert tuple(settings.BAN_DEFAULTS) == bans
     assert settings.SAMPLING_KEYS == ("temperature", "top_k", "top_p", "seed")
 
 

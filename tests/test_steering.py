@@ -62,12 +62,12 @@ def test_off_or_without_effect_they_change_nothing(search: str) -> None:
     model, (src, lengths) = peaky_model("bahdanau"), sources()
     cfg = _cfg(search)
     limits = max_lengths(lengths, cfg.max_len_a, cfg.max_len_b)
-    assert hypothesis.steering(cfg, lengths, limits, src.device) is None  # no work by default
+    assert hypothesis.user_bans(cfg, lengths, limits, src.device) is None  # no work by default
     plain = decode(model, src, lengths, cfg)
     n = 14  # outputs of up to 18 pieces: the ban is looked up, and finds nothing
     assert not any(rules.repeated_ngrams(h.tokens, n) for hyps in plain for h in hyps)
     for given in (dict(no_repeat_ngram=n), dict(min_len_b=1)):
-        assert hypothesis.steering(replace(cfg, **given), lengths, limits, src.device)
+        assert hypothesis.user_bans(replace(cfg, **given), lengths, limits, src.device)
         steered = decode(model, src, lengths, replace(cfg, **given))
         for a_list, b_list in zip(plain, steered, strict=True):
             assert len(a_list) == len(b_list)
@@ -119,10 +119,10 @@ def test_the_tensor_and_numpy_bans_are_the_rules() -> None:
             log_probs = np.zeros((6, vocab), dtype=np.float32)
             log_probs[:, PAD] = -np.inf  # as restrict leaves it
             sent = np.arange(6)
-            lite = lite_search.Steering(n, min_len, EOS)
+            lite = lite_search.UserBans(n, min_len, EOS)
             got = lite.apply(log_probs.copy(), t, sent, history)
             assert [set(np.flatnonzero(row == -np.inf)) for row in got] == want, (n, t)
-            torch_steering = hypothesis.Steering(n, torch.from_numpy(min_len))
+            torch_steering = hypothesis.UserBans(n, torch.from_numpy(min_len))
             tensor = torch_steering.apply(
                 torch.from_numpy(log_probs), t, torch.from_numpy(sent), torch.from_numpy(history)
             )
@@ -175,8 +175,8 @@ def test_chunks_recorded_before_the_settings_resume_at_their_defaults(tmp_path: 
     from seq2seq.decoding.settings import RECORDED_KEYS
 
     defaults = {key: getattr(DecodeConfig(), key) for key in RECORDED_KEYS}
-    steering = ("no_repeat_ngram", "min_len_a", "min_len_b")
-    older = {k: v for k, v in defaults.items() if k not in steering}  # as recorded before them
+    bans = ("no_repeat_ngram", "min_len_a", "min_len_b")
+    older = {k: v for k, v in defaults.items() if k not in bans}  # as recorded before them
     (tmp_path / "settings.json").write_text(json.dumps(older))
     assert _same_settings(tmp_path / "settings.json", defaults)
     assert not _same_settings(tmp_path / "settings.json", defaults | {"no_repeat_ngram": 3})

@@ -60,7 +60,7 @@ def restrict(log_probs: np.ndarray, at_limit: np.ndarray, ids: dict, first: bool
     return log_probs
 
 
-class Steering:
+class UserBans:
     """The user's bans on one batch's search: no n-gram of ``n`` pieces twice in a hypothesis
     (`rules.ngram_bans`), no EOS before ``min_len`` [B] (`rules.min_lengths`; None: none), and
     each sentence's target ``prefix`` [B, P] (``pad`` after it; None: none) forced first."""
@@ -97,9 +97,9 @@ class Steering:
         return log_probs
 
 
-def steering(
+def user_bans(
     cfg: dict, src_lengths: np.ndarray, limit: np.ndarray, ids: dict, prefix: np.ndarray | None
-) -> Steering | None:
+) -> UserBans | None:
     """The bans of the settings ``cfg`` (absent, as in releases made before them: off) for a
     batch of length limits ``limit``, with its target ``prefix``; None where none is on."""
     n = cfg.get("no_repeat_ngram", 0)
@@ -107,7 +107,7 @@ def steering(
     min_len = mins if mins.max(initial=0) > 0 else None
     if not n and min_len is None and prefix is None:
         return None
-    return Steering(n, min_len, ids["eos"], prefix, ids["pad"])
+    return UserBans(n, min_len, ids["eos"], prefix, ids["pad"])
 
 
 def limits(
@@ -140,7 +140,7 @@ def greedy(
     memory, state = graphs.encode(src)
     batch, src_len = src.shape
     limit = limits(cfg, src_lengths, prefix, ids["pad"])
-    steer = steering(cfg, src_lengths, limit, ids, prefix)
+    steer = user_bans(cfg, src_lengths, limit, ids, prefix)
     steps = int(limit.max()) + 1
     tokens = np.full((batch, steps), ids["pad"], dtype=np.int64)
     attention = np.zeros((batch, steps, src_len), dtype=np.float32)
@@ -204,10 +204,10 @@ class _Beam:
         batch, k = len(src), self.k
         limit = limits(cfg, src_lengths, prefix, self.ids["pad"], phrases)
         self.limit, self.steps = limit, int(limit.max()) + 1
-        self.steering = steering(cfg, src_lengths, limit, self.ids, prefix)
+        self.user_bans = user_bans(cfg, src_lengths, limit, self.ids, prefix)
         self.constraints = None if phrases is None else Constraints(phrases, self.ids["pad"])
         self.progress = None if phrases is None else self.constraints.start(batch)
-        repeats = self.steering is not None and self.steering.n > 0
+        repeats = self.user_bans is not None and self.user_bans.n > 0
         # [rows, t] each row's tokens so far (no_repeat_ngram only)
         self.seqs = np.zeros((batch, 0), dtype=np.int64) if repeats else None
         self.best_penalty = np.float32(length_penalty(limit.astype(np.float64) + 1, self.alpha))
@@ -235,10 +235,10 @@ class _Beam:
         at_limit = self.limit[self.sent] == t
         row_limit = np.repeat(at_limit, width)  # [rows]
         log_probs = restrict(log_probs, row_limit, self.ids, t == 0)
-        steered = self.steering is not None or self.constraints is not None
+        steered = self.user_bans is not None or self.constraints is not None
         sent = np.repeat(self.sent, width) if steered else None
-        if self.steering is not None:
-            log_probs = self.steering.apply(log_probs, t, sent, self.seqs)
+        if self.user_bans is not None:
+            log_probs = self.user_bans.apply(log_probs, t, sent, self.seqs)
         short = None  # with constraints: rows that cannot end before their limit
         if self.constraints is not None:
             short = ~self.constraints.complete(sent, self.progress)

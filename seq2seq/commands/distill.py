@@ -24,7 +24,7 @@ from seq2seq.config_choices import Pick
 from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding.chunked import PARTS, Nearest, translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model, run_bleu_tokenizer
-from seq2seq.decoding.settings import STEERING_DEFAULTS
+from seq2seq.decoding.settings import BAN_DEFAULTS
 from seq2seq.decoding.splits import run_split
 from seq2seq.runtime.engine import inference_engine
 
@@ -44,7 +44,7 @@ def distill(cfg: DistillConfig) -> dict:
         "checkpoint": cfg.checkpoint,
         "split": split,
         **{k: getattr(cfg, k) for k in ("beam_size", "alpha", "max_len_a", "max_len_b")},
-        **{k: getattr(cfg, k) for k in STEERING_DEFAULTS},  # they change what is written
+        **{k: getattr(cfg, k) for k in BAN_DEFAULTS},  # they change what is written
         "pick": cfg.pick.value,
         **({"nbest": cfg.nbest} if cfg.pick is Pick.closest else {}),
         "precision": engine.precision.value,

@@ -161,8 +161,8 @@ def sampling_part(cfg: EvaluateConfig) -> str:
 
 
 def search_facts(cfg: EvaluateConfig) -> dict[str, Any]:
-    """The search settings of a result (the steering ones where they are on, the sampling ones
-    where it sampled)."""
+    """The search settings of a result (the bans and the steering files where they are on, the
+    sampling ones where it sampled)."""
     keys = ("beam_size", "alpha", "max_len_a", "max_len_b")
     facts = {key: getattr(cfg, key) for key in keys}
     facts["coverage_penalty"] = cfg.coverage_penalty if cfg.beam_size > 1 else 0.0

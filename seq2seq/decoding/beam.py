@@ -28,7 +28,7 @@ from seq2seq.decoding.hypothesis import (
     make_hypotheses,
     max_lengths,
     restrict,
-    steering,
+    user_bans,
 )
 from seq2seq.model.decoder import DecoderState, EncoderOutput
 from seq2seq.model.seq2seq import Seq2Seq
@@ -151,10 +151,10 @@ class BeamSearch:
         best = length_penalty(limit_host.double() + 1, self.alpha).float()
         self.limit, self.best_penalty = to_device(limit_host, device), to_device(best, device)
         # a prefix leaves one finite beam per sentence (the others -inf) until it ends
-        self.steering = steering(cfg, src_lengths, limit_host, device, steer)
+        self.user_bans = user_bans(cfg, src_lengths, limit_host, device, steer)
         phrases = None if steer is None else steer.phrases
         self.constraints = None if phrases is None else Constraints(phrases.to(device))
-        repeats = self.steering is not None and self.steering.n > 0
+        repeats = self.user_bans is not None and self.user_bans.n > 0
         heads = model.decoder.heads
         enc = model.encode(src, src_lengths)
         self.beams = _Beams(
@@ -200,9 +200,9 @@ class BeamSearch:
         at_limit = self.mine(self.limit) == t  # [n]
         row_limit = at_limit.unsqueeze(1).expand(n, width).reshape(-1)  # [rows]
         log_probs = restrict(log_probs, row_limit, look, t == 0, self.bans)
-        sent = beams.sent.repeat_interleave(width) if self.steering or self.constraints else None
-        if self.steering is not None:
-            log_probs = self.steering.apply(log_probs, t, sent, beams.fed)
+        sent = beams.sent.repeat_interleave(width) if self.user_bans or self.constraints else None
+        if self.user_bans is not None:
+            log_probs = self.user_bans.apply(log_probs, t, sent, beams.fed)
         short = None  # [rows] with constraints: rows that have not placed every phrase
         if self.constraints is not None:  # they cannot end before their limit
             short = ~self.constraints.complete(sent, beams.progress)
@@ -341,7 +341,7 @@ def beam_search(
     ``nbest`` best (at most ``beam_size``), sorted by score.
 
     Each step keeps the ``beam_size`` best unfinished continuations, the bans of ``cfg``
-    applied (no_repeat_ngram, min_len_a and min_len_b: `steering`); EOS among the ``beam_size``
+    applied (no_repeat_ngram, min_len_a and min_len_b: `user_bans`); EOS among the ``beam_size``
     best candidates finishes a hypothesis, and a sentence is done with ``beam_size`` of them, or
     as soon as no live beam can end above its ``nbest``-th finished score (an exact bound:
     log-probabilities only fall, and the length penalty is largest at the length limit), which

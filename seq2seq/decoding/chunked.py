@@ -19,7 +19,7 @@ from sacrebleu.metrics import BLEU
 
 from seq2seq.decoding.inference import Translation, Translator
 from seq2seq.decoding.progress import translate_told
-from seq2seq.decoding.settings import STEERING_DEFAULTS
+from seq2seq.decoding.settings import BAN_DEFAULTS
 from seq2seq.errors import Seq2SeqError
 
 log = logging.getLogger("seq2seq.chunked")
@@ -66,8 +66,8 @@ def chosen(
 
 def _same_settings(settings: Path, expected: dict[str, Any]) -> bool:
     """Whether a folder's chunks were made as ``expected`` says; chunks recorded before the
-    steering settings came lack them, and were made at their defaults."""
-    older = {k: v for k, v in STEERING_DEFAULTS.items() if k in expected}
+    ban settings came lack them, and were made at their defaults."""
+    older = {k: v for k, v in BAN_DEFAULTS.items() if k in expected}
     return {**older, **json.loads(settings.read_text())} == expected
 
 

@@ -87,11 +87,11 @@ def restrict(log_probs: Tensor, at_limit: Tensor, look: bool, first: bool, bans:
     return log_probs
 
 
-class Steering:
+class UserBans:
     """The user's bans on one batch's search, on the device: no n-gram of ``no_repeat_ngram``
     pieces twice in a hypothesis (`rules.ngram_bans`), no EOS before the minimum length
     (`rules.min_lengths`), and each sentence's target prefix forced at its first steps. Built
-    only where a setting is on (see `steering`)."""
+    only where a setting is on (see `user_bans`)."""
 
     def __init__(self, n: int, min_len: Tensor | None, prefix: Tensor | None = None) -> None:
         self.n, self.min_len = n, min_len  # min_len: [B] on the device, None: no minimum
@@ -151,13 +151,13 @@ def bans_on(cfg: DecodeConfig) -> bool:
     return bool(cfg.no_repeat_ngram or cfg.min_len_a or cfg.min_len_b)
 
 
-def steering(
+def user_bans(
     cfg: DecodeConfig,
     src_lengths: Tensor,
     limits: Tensor,
     device: torch.device,
     steer: BatchSteering | None = None,
-) -> Steering | None:
+) -> UserBans | None:
     """The bans of ``cfg`` for a batch whose length limits are ``limits`` [B] (host), and its
     target prefixes (in ``steer``); None where none is on, so that the default search does no
     work for them (not even a host copy)."""
@@ -169,7 +169,7 @@ def steering(
     min_len = torch.from_numpy(mins).to(device) if mins.max(initial=0) > 0 else None
     if not cfg.no_repeat_ngram and min_len is None and prefix is None:
         return None
-    return Steering(cfg.no_repeat_ngram, min_len, None if prefix is None else prefix.to(device))
+    return UserBans(cfg.no_repeat_ngram, min_len, None if prefix is None else prefix.to(device))
 
 
 def greedy_results(

@@ -30,7 +30,7 @@ from seq2seq.decoding.hypothesis import (
     looks_at,
     max_lengths,
     restrict,
-    steering,
+    user_bans,
 )
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.seq2seq import Seq2Seq
@@ -90,7 +90,7 @@ def greedy_search(
 ) -> list[Hypothesis]:
     """One token at every step (the most probable, or what ``pick`` chooses), for a batch src
     [B, S] at once, within the length limits of ``cfg`` and its bans (no_repeat_ngram, min_len_a
-    and min_len_b: `steering`), each sentence's target prefix (in ``steer``) forced
+    and min_len_b: `user_bans`), each sentence's target prefix (in ``steer``) forced
     first; scores as beam search gives them (over
     ``cfg.alpha``'s length penalty); the loop looks at the device every ``check_every`` steps
     (None: `check_interval` of the device)."""
@@ -126,7 +126,7 @@ class _Greedy:
         limit_host = limit_host if steer is None else steer.limits(limit_host)
         self.steps = int(limit_host.max()) + 1
         self.limit = to_device(limit_host, device)
-        self.steering = steering(cfg, src_lengths, limit_host, device, steer)
+        self.user_bans = user_bans(cfg, src_lengths, limit_host, device, steer)
         heads = model.decoder.heads
         self.tokens = torch.full((batch, self.steps), PAD, dtype=torch.long, device=device)
         self.attention = torch.zeros(batch, self.steps, heads, src_len, device=device)
@@ -142,9 +142,9 @@ class _Greedy:
         active, running = self.active, self.running
         log_probs, self.state, weights = self.model.decoder.step(self.prev, self.state, self.enc)
         log_probs = restrict(log_probs, self.limit[active] == t, look, t == 0, self.bans)  # [b, V]
-        if self.steering is not None:
-            history = self.tokens[active, :t] if self.steering.n else None
-            log_probs = self.steering.apply(log_probs, t, active, history)
+        if self.user_bans is not None:
+            history = self.tokens[active, :t] if self.user_bans.n else None
+            log_probs = self.user_bans.apply(log_probs, t, active, history)
         best, self.prev = self.pick(log_probs)  # [b]
         self.tokens[active, t] = self.prev  # rows that ended earlier write past their length
         self.attention[active, t] = weights.float()

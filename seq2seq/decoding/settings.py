@@ -20,8 +20,8 @@ RECORDED_KEYS = tuple(
     for key in SEARCH_KEYS
     if key not in ("nbest", "batch_size", "max_source_len", "coverage_penalty", *SAMPLING_KEYS)
 )
-# the settings that steer the search, recorded since they came: a corpus's chunks
+# the settings that ban tokens (repeats, an early end), recorded since they came: a corpus's chunks
 # recorded before them lack them, and were decoded as they are at these defaults
-STEERING_DEFAULTS = {
+BAN_DEFAULTS = {
     key: getattr(DecodeConfig(), key) for key in ("no_repeat_ngram", "min_len_a", "min_len_b")
 }

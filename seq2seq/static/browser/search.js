@@ -51,7 +51,7 @@ export function steer(logProbs, vocab, histories, t, minLen, n, ids) {
 
 // The search's bans of ``cfg`` for a source of srcLength pieces (settings absent, as in releases
 // made before them: off).
-function steering(cfg, srcLength, maxLen) {
+function userBans(cfg, srcLength, maxLen) {
   const minLen = minLength(srcLength, cfg.min_len_a ?? 0, cfg.min_len_b ?? 0, maxLen);
   return { minLen, n: cfg.no_repeat_ngram ?? 0 };
 }
@@ -149,7 +149,7 @@ export async function greedy(graphs, src, cfg) {
   const prefix = cfg.prefix ?? []; // target ids the output starts with
   let { memory, state } = await graphs.encode(src);
   const limit = forcedLimit(maxLength(src.length, cfg.max_len_a, cfg.max_len_b), prefix.length);
-  const { minLen, n } = steering(cfg, src.length, limit);
+  const { minLen, n } = userBans(cfg, src.length, limit);
   const tokens = [];
   const attention = [];
   let score = 0;
@@ -180,7 +180,7 @@ export async function beam(graphs, src, cfg) {
   const prefix = cfg.prefix ?? []; // target ids every output starts with
   const limit = forcedLimit(maxLength(src.length, cfg.max_len_a, cfg.max_len_b), prefix.length);
   const bestPenalty = f32(lengthPenalty(limit + 1, cfg.alpha));
-  const { minLen, n } = steering(cfg, src.length, limit);
+  const { minLen, n } = userBans(cfg, src.length, limit);
   let seqs = [[]]; // each row's tokens so far
   let { memory, state } = await graphs.encode(src);
   let scores = [0];
