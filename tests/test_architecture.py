@@ -5,13 +5,16 @@ its size limit, and tests that share helpers through helper modules, not through
 from __future__ import annotations
 
 import ast
+import multiprocessing
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from seq2seq.data.stream import worker_context
 from seq2seq.model import build_model
 from seq2seq.model.attention import Attention
 from seq2seq.model.registry import ATTENTIONS
@@ -148,6 +151,18 @@ def test_only_the_commands_make_an_engine() -> None:
         if path.name != "engine.py" and any(call in _code(path) for call in calls)
     ]
     assert not wrong, wrong
+
+
+def test_the_data_workers_start_method_changes_nothing_process_wide(monkeypatch) -> None:
+    """What the workers' server preloads is the command's setting (the wrapper's), not a side
+    effect of the library asking for the start method."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no forkserver here (Windows): spawn has nothing to preload")
+    settings = []
+    context = type(multiprocessing.get_context("forkserver"))
+    monkeypatch.setattr(context, "set_forkserver_preload", lambda _, names: settings.append(names))
+    assert worker_context() is multiprocessing.get_context("forkserver")
+    assert settings == []
 
 
 def _code(path: Path) -> str:

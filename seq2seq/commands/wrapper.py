@@ -19,6 +19,7 @@ import hydra
 from seq2seq.commands.configs import CONFIGS, SCHEMAS, register_schemas
 from seq2seq.commands.keys import check_command_line, sweep_jobs
 from seq2seq.commands.rules import check_config
+from seq2seq.data.stream import preload_workers
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
 from seq2seq.storage.diskfull import quiet_event_writer_threads
 
@@ -72,11 +73,12 @@ def _check_job(job: str, cfg: Any, schema: type) -> None:
 
 def _run(task: Task, cfg: Any, schema: type) -> Any:
     """The task on its config, checked by ``schema``'s rules; each way a user error ends, said
-    once. A process-wide setting of the command's: TensorBoard's writer thread keeps a full
-    disk's traceback quiet."""
+    once. The command's process-wide settings: TensorBoard's writer thread keeps a full disk's
+    traceback quiet; the data workers' server preloads their modules."""
     try:
         check_config(cfg, schema)
         quiet_event_writer_threads()
+        preload_workers()
         return task(cfg)
     except Seq2SeqError as e:
         if not isinstance(e, ReportedByRankZero):  # rank 0 has said it for every rank

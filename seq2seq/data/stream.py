@@ -66,19 +66,24 @@ def available_cores() -> int:
 def worker_context() -> BaseContext:
     """Start method for tokenizer training and encoding processes: forked from a clean
     single-threaded server, since a child forked from this process (torch's, the logger's
-    threads) can crash."""
+    threads) can crash. What the server preloads is the command's setting (`preload_workers`)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")  # Windows
-    # The server imports these once; each child forks from it. A child also imports the main
-    # module: the installed commands' scripts are light (seq2seq.commands.cli); the module of
-    # ``python -m`` is preloaded, or every child would import it, torch included, again.
+    return multiprocessing.get_context("forkserver")
+
+
+def preload_workers() -> None:
+    """A command's process-wide setting: the modules the workers' server imports once, each
+    worker forking from it. A worker also imports the main module: the installed commands'
+    scripts are light (seq2seq.commands.cli); the module of ``python -m`` is preloaded, or every
+    worker would import it, torch included, again."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return
     preload = ["seq2seq.data.worker_start", "seq2seq.data.tokenizer", "seq2seq.data.dataset"]
     main = getattr(sys.modules["__main__"].__spec__, "name", None)
     if main and not main.endswith("__main__"):
         preload.append(main)
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(preload)
-    return context
+    multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
 
 
 def fingerprint(*parts: object) -> str:
