@@ -126,19 +126,32 @@ def test_fp32_products_are_set_kept_or_timed(monkeypatch) -> None:
     from seq2seq.runtime import kernels
 
     model = build_model(ModelConfig(8, 12, attention=BahdanauConfig(size=10)), 30, 40)
-    assert Engine.create("cpu", "fp32", products="pytorch").choose_products(model) == "pytorch"
+    forced = Engine.create("cpu", "fp32", products="pytorch")
+    assert forced.choose_products(model, training=True) == "pytorch"
     auto = Engine.create("cpu", "fp32")
-    assert auto.choose_products(model, kept="pytorch") == "pytorch"  # a resumed run's choice
+    kept = auto.choose_products(model, training=True, kept="pytorch")  # a resumed run's choice
+    assert kept == "pytorch"
+    timed = []
+
+    def timing(seconds: dict[str, float]):
+        def time_products(m, rows=kernels.TRAINING_ROWS, repeats=3, backward=True):
+            timed.append((rows, backward))
+            return seconds
+
+        return time_products
+
     if products.onednn_available():
-        monkeypatch.setattr(kernels, "time_products", lambda m: {"onednn": 2.0, "pytorch": 1.0})
-        assert auto.choose_products(model) == "pytorch"
-        monkeypatch.setattr(kernels, "time_products", lambda m: {"onednn": 1.0, "pytorch": 2.0})
-        assert auto.choose_products(model) == "onednn"
+        monkeypatch.setattr(kernels, "time_products", timing({"onednn": 2.0, "pytorch": 1.0}))
+        assert auto.choose_products(model, training=True) == "pytorch"
+        monkeypatch.setattr(kernels, "time_products", timing({"onednn": 1.0, "pytorch": 2.0}))
+        assert auto.choose_products(model, training=False) == "onednn"
+        # training times forward and backward; a search's choice, forward at a decoding step's rows
+        assert timed == [(kernels.TRAINING_ROWS, True), (kernels.DECODING_ROWS, False)]
     else:
-        assert auto.choose_products(model) == "pytorch"
+        assert auto.choose_products(model, training=True) == "pytorch"
     assert auto.products_in_use() == auto.kernels.fp32
     # other precisions multiply in PyTorch, whatever the fp32 choice, and leave it untouched
-    assert Engine.create("cpu", "bf16").choose_products(model) == "pytorch"
+    assert Engine.create("cpu", "bf16").choose_products(model, training=True) == "pytorch"
     assert auto.products_in_use() == auto.kernels.fp32
 
 

@@ -41,7 +41,7 @@ def test_without_onednns_private_product_the_model_multiplies_in_pytorch(monkeyp
     attention = BahdanauConfig(size=16)
     cfg = OmegaConf.structured(ModelConfig(emb_size=16, hidden_size=16, attention=attention))
     model = build_model(cfg, 20, 20)
-    name, seconds = fastest_products(model)
+    name, seconds = fastest_products(model, training=True)
     assert name == "pytorch" and seconds == {}
     src = torch.randint(4, 20, (2, 5))
     tgt = torch.randint(4, 20, (2, 4))

@@ -12,7 +12,7 @@ from seq2seq.model import build_model
 from seq2seq.model import linear as products
 from seq2seq.model.config import BahdanauConfig, LuongConfig, ModelConfig
 from seq2seq.model.linear import Linear, linear, pytorch_products
-from seq2seq.runtime.kernels import fastest_products
+from seq2seq.runtime.kernels import fastest_products, time_products
 
 needs_onednn = pytest.mark.skipif(
     not products.onednn_available(), reason="this torch has no oneDNN linear kernel"
@@ -112,12 +112,13 @@ def test_the_fastest_products_are_timed_on_both_paths_and_change_nothing(calls) 
     model = build_model(
         ModelConfig(emb_size=16, hidden_size=24, attention=BahdanauConfig(size=24)), 50, 60
     )
-    name, seconds = fastest_products(model)
-    if products.onednn_available():
-        assert set(seconds) == set(products.PRODUCTS)
-        assert seconds[name] == min(seconds.values())
-    else:
-        assert (name, seconds) == ("pytorch", {})
+    for training in (True, False):
+        name, seconds = fastest_products(model, training)
+        if products.onednn_available():
+            assert set(seconds) == set(products.PRODUCTS)
+            assert seconds[name] == min(seconds.values())
+        else:
+            assert (name, seconds) == ("pytorch", {})
     calls.clear()
     x, w = torch.randn(64, 24), torch.randn(24, 24)
     linear(x, w)  # outside a products block: PyTorch's, whatever was timed
@@ -127,3 +128,15 @@ def test_the_fastest_products_are_timed_on_both_paths_and_change_nothing(calls) 
     assert len(calls) == int(products.onednn_available())
     with pytest.raises(ValueError, match="onednn, pytorch"), products.products("mkl"):
         pass
+
+
+@needs_onednn
+def test_a_searchs_timing_runs_forward_products_only(calls) -> None:
+    """A search only multiplies forward: its timing runs no backward product (a third of the
+    training timing's oneDNN calls at the same rows)."""
+    model = torch.nn.Sequential(Linear(8, 4), Linear(4, 6))
+    time_products(model, rows=(3,), repeats=1, backward=False)
+    assert calls == [(3, 4, 6), (3, 8, 4)] * 2  # two passes: warm-up and timed
+    calls.clear()
+    time_products(model, rows=(3,), repeats=1)
+    assert len(calls) == 3 * 4

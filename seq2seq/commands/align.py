@@ -116,7 +116,7 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
     if cfg.reverse_run_dir is not None:
         runs.append(load_run(cfg.reverse_run_dir, cfg.reverse_checkpoint, engine))
         _check_reverse(*runs)
-    engine.choose_products(runs[0].model)
+    engine.choose_products(runs[0].model, training=False)
     log.info(
         "aligning %d pairs with %s (step %d) on %s",
         len(pairs),

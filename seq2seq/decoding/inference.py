@@ -34,7 +34,7 @@ def open_model(cfg: InferenceConfig, engine: Engine) -> TrainedRun:
     ``engine`` (`inference_engine`); compiled when asked. The values were checked by the command
     (commands/rules.py)."""
     run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
-    engine.choose_products(run.model)
+    engine.choose_products(run.model, training=False)
     if cfg.compile:
         engine.compile(run.model)
     return run

@@ -29,6 +29,7 @@ from seq2seq.runtime.kernels import (
     fastest_products,
     int8_available,
     limit_kernel_cache,
+    products_timing,
 )
 from seq2seq.runtime.precision import fastest_precision, native_bf16
 
@@ -192,9 +193,10 @@ class Engine(ProcessGroup):
         with self.kernels.scope():  # fp32 timed on the products the model will run
             return fastest_precision(model, vocab, tokens)
 
-    def choose_products(self, model: nn.Module, kept: str | None = None) -> str:
+    def choose_products(self, model: nn.Module, *, training: bool, kept: str | None = None) -> str:
         """The fp32 CPU products for ``model``: the setting's, a resumed run's (``kept``), or the
-        faster of the two timed on its shapes by rank 0 (every rank follows); logged with why."""
+        faster of the two timed on its shapes by rank 0 (every rank follows) as ``training`` or a
+        search multiplies; logged with why."""
         kernels = self.kernels
         if self.device.type != "cpu" or self.precision not in (Precision.fp32, Precision.auto):
             return self.products_in_use()
@@ -203,9 +205,8 @@ class Engine(ProcessGroup):
         elif kept is not None:
             name, why = kept, "the run's choice before it was resumed"
         else:
-            name, seconds = self.from_main(lambda: fastest_products(model))
-            timed = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in seconds.items())
-            why = f"timed on the model's shapes: {timed}" if timed else "no oneDNN in this torch"
+            name, seconds = self.from_main(lambda: fastest_products(model, training))
+            why = products_timing(seconds, training)
         kernels.fp32 = name
         log.info("fp32 products on the CPU: %s (%s)", name, why)
         return self.products_in_use()

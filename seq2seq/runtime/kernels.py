@@ -32,10 +32,13 @@ log = logging.getLogger("seq2seq.runtime.engine")  # the engine's choices, in it
 # them; 64 keeps the speed at a fraction of the memory (docs/performance.md)
 KERNEL_CACHE = 64
 KERNEL_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
-# Rows of the products timed: a decoding step of 64 sentences, a beam of 5 over them, and the
-# projections of all steps at once in training (~1,000 target pieces); a smaller probe chose the
-# slower path (docs/performance.md, "Levers")
-ROWS = (64, 320, 1024)
+# Rows of the products timed for training: a validation's decoding step of 64 sentences, a beam
+# of 5 over them, and the projections of all steps at once (~1,000 target pieces); a smaller
+# probe chose the slower path (docs/performance.md, "Levers")
+TRAINING_ROWS = (64, 320, 1024)
+# for the inference commands: a decoding step of 64 sentences and a beam of 5 over them, forward
+# only (what a search multiplies, in a tenth of the training timing's seconds)
+DECODING_ROWS = (64, 320)
 # qnnpack, the fourth engine of x86 builds, is ARM's: far slower than these on x86
 INT8_ENGINES = ("x86", "fbgemm", "onednn")
 LENGTH = 16  # pieces per sentence, and steps, of the int8 probe (Multi30k's captions: ~14)
@@ -53,18 +56,19 @@ def limit_kernel_cache(environ: dict[str, str] | None = None) -> str:
 
 
 def time_products(
-    model: nn.Module, rows: tuple[int, ...] = ROWS, repeats: int = 3
+    model: nn.Module, rows: tuple[int, ...] = TRAINING_ROWS, repeats: int = 3, backward: bool = True
 ) -> dict[str, float]:
-    """Seconds (median of ``repeats``) of one forward and backward product through each of the
-    model's distinct ``Linear`` shapes at each row count of ``rows``, on each path."""
+    """Seconds (median of ``repeats``) of one forward (and with ``backward``, its backward)
+    product through each of the model's distinct ``Linear`` shapes at each row count of
+    ``rows``, on each path."""
     shapes = sorted(
         {(m.in_features, m.out_features) for m in model.modules() if isinstance(m, Linear)}
     )
     gen = torch.Generator().manual_seed(0)  # not the global one: the run's draws stay its own
     inputs = [
         (
-            torch.randn(n, i, generator=gen, requires_grad=True),
-            torch.randn(o, i, generator=gen, requires_grad=True),
+            torch.randn(n, i, generator=gen, requires_grad=backward),
+            torch.randn(o, i, generator=gen, requires_grad=backward),
         )
         for n in rows
         for i, o in shapes
@@ -72,23 +76,38 @@ def time_products(
     seconds = {}
     for name in PRODUCTS:
         laps = []
-        with products(name):
+        with products(name), torch.set_grad_enabled(backward):
             for _ in range(repeats + 1):  # the first pass warms caches up
                 start = time.perf_counter()
                 for x, w in inputs:
-                    linear(x, w).sum().backward()
+                    y = linear(x, w)
+                    if backward:
+                        y.sum().backward()
                 laps.append(time.perf_counter() - start)
         seconds[name] = statistics.median(laps[1:])
     return seconds
 
 
-def fastest_products(model: nn.Module) -> tuple[str, dict[str, float]]:
+def fastest_products(model: nn.Module, training: bool) -> tuple[str, dict[str, float]]:
     """The faster fp32 CPU path for this model on this CPU (PyTorch's where oneDNN is absent),
-    and the timings it was chosen by."""
+    timed as ``training`` multiplies (forward and backward) or as a search does (forward, at
+    DECODING_ROWS); with the timings it was chosen by."""
     if not onednn_available():
         return "pytorch", {}
-    seconds = time_products(model)
+    if training:
+        seconds = time_products(model)
+    else:
+        seconds = time_products(model, DECODING_ROWS, backward=False)
     return min(seconds, key=seconds.__getitem__), seconds
+
+
+def products_timing(seconds: dict[str, float], training: bool) -> str:
+    """Why `fastest_products` chose as it did, for the log."""
+    if not seconds:
+        return "no oneDNN in this torch"
+    timed = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in seconds.items())
+    how = "forward and backward" if training else "forward, a decoding step's rows"
+    return f"timed on the model's shapes, {how}: {timed}"
 
 
 def int8_engines() -> list[str]:

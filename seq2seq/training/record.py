@@ -66,7 +66,7 @@ def choose_and_record(
     """The engine's start-up choices for ``model`` (a resumed run's ``kept`` ones), written
     into ``cfg`` (`save_config` writes them into the run's config.yaml once the start is
     accepted)."""
-    engine.choose_products(model, kept=kept.get("products"))
+    engine.choose_products(model, training=True, kept=kept.get("products"))
     engine.choose_precision(model, vocab, cfg.train.batch_tokens, kept.get("precision"))
     normalizer = cfg.model.attention.get("normalizer", "softmax")
     graphs = use_graphs(cfg.train.cuda_graphs, engine, cfg.train, normalizer)
