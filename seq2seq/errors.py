@@ -13,6 +13,10 @@ class DataError(Seq2SeqError):
     """A corpus file is missing, malformed or inconsistent."""
 
 
+class UnknownSplit(DataError):
+    """A split a corpus does not have (by name, or in one of the languages)."""
+
+
 class ChecksumError(DataError):
     """A downloaded file does not match its published SHA-256."""
 

@@ -18,8 +18,9 @@ from seq2seq.commands.configs import (
     BacktranslateConfig,
     EvaluateConfig,
     ExportConfig,
+    TranslateConfig,
 )
-from seq2seq.commands.rules import check_config
+from seq2seq.commands.rules import FILES_READ, check_config, check_files
 from seq2seq.errors import Seq2SeqError
 from seq2seq.serving.settings import ServeConfig
 
@@ -167,3 +168,22 @@ def test_align_refuses_to_write_over_its_input_by_another_name(tmp_path: Path) -
     values = {"input": str(pairs), "output": str(tmp_path / "link.txt")}
     with pytest.raises(Seq2SeqError, match="is also input="):
         check_config(_config(AlignConfig, values))
+
+
+@pytest.mark.parametrize("schema", [EvaluateConfig, TranslateConfig, AlignConfig, ServeConfig])
+def test_a_file_a_command_reads_is_there_before_it_starts(schema, tmp_path, monkeypatch):
+    """Every key of FILES_READ in the schema: a missing file or a folder refused by its key, in
+    one line; files that are there pass."""
+    monkeypatch.chdir(tmp_path)
+    keys = [k for k in FILES_READ if k in OmegaConf.structured(schema)]
+    assert keys
+    check_files(_config(schema, {}))  # none given
+    for key in keys:
+        (tmp_path / key).mkdir()
+        with pytest.raises(Seq2SeqError, match=f"^{key}=missing does not exist$"):
+            check_files(_config(schema, {key: "missing"}))
+        with pytest.raises(Seq2SeqError, match=f"^{key}={key} is a folder, not a file$"):
+            check_files(_config(schema, {key: key}))
+        (tmp_path / key).rmdir()
+        (tmp_path / key).write_text("x\n")
+    check_files(_config(schema, {k: k for k in keys}))

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from run_helpers import TRAIN_TIMEOUT, cli, command, gz_lines
 from sacrebleu.metrics import BLEU
 
@@ -112,6 +113,21 @@ def test_a_split_may_name_another_corpus_files(smoke_run, multi30k_dir, tmp_path
     assert got == (prefix, multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz")
     with pytest.raises(DataError, match="neither .*nothing.de nor"):
         split_pairs(run, run.cfg.data, str(tmp_path / "nothing"), tmp_path)
+
+
+def test_a_split_not_found_says_what_to_give_and_an_unknown_one_does_not(
+    smoke_run, tmp_path, monkeypatch
+) -> None:
+    """Relative corpus paths are taken from the current directory: where the files are not
+    found, the hint names what to give (both commands that read splits have the keys); an
+    unknown split's name is not a matter of place."""
+    run = load_run(smoke_run)
+    monkeypatch.chdir(tmp_path)
+    data = OmegaConf.merge(run.cfg.data, {"root": "elsewhere", "source": "nowhere"})
+    with pytest.raises(DataError, match="run from where training was started, or give data_s"):
+        split_pairs(run, data, "test_2016_flickr", tmp_path)
+    with pytest.raises(DataError, match="^unknown Multi30k split 'test_2099'; splits are: [^;]*$"):
+        split_pairs(run, data, "test_2099", tmp_path)
 
 
 @pytest.mark.slow

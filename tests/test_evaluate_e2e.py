@@ -155,6 +155,16 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_missing_file_is_refused_before_the_model_loads(smoke_run: Path, tmp_path) -> None:
+    (tmp_path / "in.de").write_text("Ein Hund.\n", encoding="utf-8")
+    proc = run_evaluate(
+        f"run_dir={smoke_run}", "input=in.de", "reference=in.en", "terms=g.tsv", cwd=tmp_path
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    said = "reference=in.en does not exist; terms=g.tsv does not exist"
+    assert proc.stderr.strip() == f"[ERROR] {said}"  # nothing loaded or timed before it
+
+
 @pytest.fixture
 def cs_run(smoke_run: Path, tmp_path: Path) -> Path:
     """A copy of the smoke run whose config claims Czech sources (same model and tokenizers)."""

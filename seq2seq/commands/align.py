@@ -34,7 +34,7 @@ from seq2seq.decoding.wordalign import (
     read_parallel_pairs,
     symmetrize,
 )
-from seq2seq.errors import Seq2SeqError, require_file
+from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine, inference_engine
 from seq2seq.runtime.run_folder import TrainedRun, load_run
 
@@ -42,10 +42,7 @@ log = logging.getLogger("seq2seq.align")
 
 
 def _pairs(cfg: AlignConfig) -> list[WordPair]:
-    """The input's pairs in the input's own orientation."""
-    keys = ["input"] if cfg.input is not None else ["src_file", "tgt_file"]
-    for key in keys:
-        require_file(getattr(cfg, key), key)
+    """The input's pairs in the input's own orientation (the files are there: check_files)."""
     if cfg.input is not None:
         return read_pairs(cfg.input)
     return read_parallel_pairs(cfg.src_file, cfg.tgt_file)

@@ -26,7 +26,7 @@ from seq2seq.data.stream import iter_lines
 from seq2seq.decoding.chunked import translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model
 from seq2seq.decoding.settings import RECORDED_KEYS, SAMPLING_KEYS
-from seq2seq.errors import DataError, Seq2SeqError, require_file
+from seq2seq.errors import DataError, Seq2SeqError
 from seq2seq.runtime.engine import inference_engine
 
 log = logging.getLogger("seq2seq.backtranslate")
@@ -46,7 +46,6 @@ def _mixtures(cfg: BacktranslateConfig, real: tuple[list[str], list[str]], texts
 
 def backtranslate(cfg: BacktranslateConfig) -> dict:
     """Write the synthetic and mixed corpora of ``cfg``; return what was written."""
-    require_file(cfg.mono, "mono")
     texts = [line for line in iter_lines(Path(cfg.mono)) if line]
     if not texts:
         raise DataError(f"mono={cfg.mono} holds no sentences")

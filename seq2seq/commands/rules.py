@@ -20,6 +20,7 @@ from seq2seq_lite.rules import NOT_NEGATIVE, search_problem
 from seq2seq_lite.steering import constraints_problem
 
 from seq2seq.commands.configs import (
+    STEERING_FILES,
     AlignConfig,
     AverageConfig,
     BacktranslateConfig,
@@ -30,7 +31,7 @@ from seq2seq.commands.configs import (
 )
 from seq2seq.config import Config, InferenceConfig, LoadConfig, Precision, ScheduleName
 from seq2seq.config_choices import Backend, Pick, Symmetrize
-from seq2seq.errors import Seq2SeqError
+from seq2seq.errors import DataError, Seq2SeqError, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
 
@@ -105,6 +106,25 @@ def check_config(cfg: Any, schema: type | None = None) -> None:
         raise Seq2SeqError(f"{e.full_key}: {str(e).splitlines()[0]}") from None
     if problems:
         raise Seq2SeqError("; ".join(problems))
+
+
+# the keys of the commands (evaluate, translate, align, back-translate, serve) that name a file
+# they read: each must be a file before the model is loaded
+FILES_READ = ("input", "reference", "src_file", "tgt_file", "gold", "mono", *STEERING_FILES)
+
+
+def check_files(cfg: Any) -> None:
+    """Refuse, in one line, each file the command reads (FILES_READ) that is not there or is a
+    folder, before any work starts (a model loaded for a missing reference, before)."""
+    problems = []
+    for key in FILES_READ:
+        if (path := cfg.get(key)) is not None:
+            try:
+                require_file(path, key)
+            except DataError as e:
+                problems.append(str(e))
+    if problems:
+        raise DataError("; ".join(problems))
 
 
 def _problems(cfg: Any, schema: type | None) -> list[str]:

@@ -18,7 +18,7 @@ import hydra
 
 from seq2seq.commands.configs import CONFIGS, SCHEMAS, register_schemas
 from seq2seq.commands.keys import check_command_line, sweep_jobs
-from seq2seq.commands.rules import check_config
+from seq2seq.commands.rules import check_config, check_files
 from seq2seq.data.stream import preload_workers
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
 from seq2seq.storage.diskfull import quiet_event_writer_threads
@@ -77,6 +77,7 @@ def _run(task: Task, cfg: Any, schema: type) -> Any:
     traceback quiet; the data workers' server preloads their modules."""
     try:
         check_config(cfg, schema)
+        check_files(cfg)
         quiet_event_writer_threads()
         preload_workers()
         return task(cfg)

@@ -15,7 +15,7 @@ from seq2seq.data.stream import (
     line_blocks,
     open_binary,
 )
-from seq2seq.errors import DataError
+from seq2seq.errors import DataError, UnknownSplit
 
 
 def multi30k_splits() -> dict[str, list[str]]:
@@ -109,11 +109,11 @@ def _multi30k_names(cfg: DataConfig, split: str) -> list[str]:
     """The two file names of a Multi30k split, after checking that it has both languages."""
     splits = multi30k_splits()
     if split not in splits:
-        raise DataError(f"unknown Multi30k split {split!r}; splits are: {', '.join(splits)}")
+        raise UnknownSplit(f"unknown Multi30k split {split!r}; splits are: {', '.join(splits)}")
     for lang in (cfg.src_lang, cfg.tgt_lang):
         if lang not in splits[split]:
             have = ", ".join(splits[split])
-            raise DataError(f"Multi30k {split} has no language {lang!r}; it has: {have}")
+            raise UnknownSplit(f"Multi30k {split} has no language {lang!r}; it has: {have}")
     return [f"{split}.{cfg.src_lang}.gz", f"{split}.{cfg.tgt_lang}.gz"]
 
 

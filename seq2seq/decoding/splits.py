@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from seq2seq.data.corpus import prefix_file, split_files, split_name
 from seq2seq.data.readers import FileReader, open_reader
 from seq2seq.data.stream import PairStream
-from seq2seq.errors import DataError, Seq2SeqError
+from seq2seq.errors import DataError, Seq2SeqError, UnknownSplit
 from seq2seq.runtime.run_folder import TrainedRun
 from seq2seq.storage.rundir import split_file
 
@@ -44,7 +44,7 @@ def split_pairs(
     if split in ("valid", "test") and not reader.has(split):
         raise Seq2SeqError(
             f"the run has no {split} split (data.{split} is null in its config.yaml): "
-            "choose split=<name>, or input=<file> reference=<file>"
+            "choose split=<another split, or the prefix of two files>"
         )
     kept = [split_file(run.run_dir, split, lang) for lang in (data.src_lang, data.tgt_lang)]
     if all(path.is_file() for path in kept):
@@ -54,15 +54,18 @@ def split_pairs(
     name = split_name(data, split)
     try:
         src, ref = split_files(data, split)
+    except UnknownSplit:  # a name, not a place: where the files are does not matter
+        raise
     except DataError as e:
-        places = [data.root, data.source] if data.kind == "multi30k" else [name]
+        multi30k = data.kind == "multi30k"
+        places = [data.root, data.source] if multi30k else [name]
         relative = [p for p in places if "://" not in p and not Path(p).is_absolute()]
         if not relative:
             raise
+        other = "data_source=<the Multi30k folder>" if multi30k else "split=<the files' prefix>"
         hint = (
             f"; the run's relative paths ({', '.join(relative)}) are taken from the current "
-            f"directory {Path.cwd()}: run from where training was started, or pass "
-            "input=<file> reference=<file>"
+            f"directory {Path.cwd()}: run from where training was started, or give {other}"
         )
         raise DataError(f"{e}{hint}") from e
     return name, src, ref
