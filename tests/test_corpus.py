@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from seq2seq.config import CustomDataConfig, Multi30kConfig
-from seq2seq.data.corpus import read_parallel, split_files
+from seq2seq.data.corpus import check_files, read_parallel, split_files
 from seq2seq.errors import DataError
 
 
@@ -57,6 +57,18 @@ def test_custom_prefixes_plain_and_gz(tmp_path: Path) -> None:
         split_files(cfg, "test")
     with pytest.raises(DataError, match=r"neither .*missing\.de nor .*missing\.de\.gz exists"):
         split_files(cfg, str(tmp_path / "missing"))
+
+
+def test_the_configured_files_are_checked_without_a_download(multi30k_dir, tmp_path) -> None:
+    """A wrong local folder or prefix is said before a run starts, naming its key."""
+    check_files(Multi30kConfig(source=str(multi30k_dir), root=str(tmp_path / "root")))
+    check_files(Multi30kConfig(source="https://example.org/m30k", root=str(tmp_path / "r")))
+    with pytest.raises(DataError, match=r"^data.source=.*none holds no train.de.gz \(nor does"):
+        check_files(Multi30kConfig(source=str(tmp_path / "none"), root=str(tmp_path / "root")))
+    assert not (tmp_path / "root").exists()
+    cfg = CustomDataConfig(train=str(tmp_path / "train"), valid=str(tmp_path / "dev"))
+    with pytest.raises(DataError, match=r"^data.train=.*train: neither .*train\.de nor"):
+        check_files(cfg)
 
 
 def test_multi30k_split_names(multi30k_dir: Path, tmp_path: Path) -> None:

@@ -148,6 +148,13 @@ def test_missing_or_unknown_files(tiny: Path, tmp_path: Path) -> None:
         fetch(str(tiny), tmp_path / "c", ["train.xx.gz"])
 
 
+def test_a_failed_fetch_removes_the_folders_it_made_only(tiny: Path, tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    with pytest.raises(DataError, match="could not fetch"):
+        fetch(str(tmp_path / "nowhere"), tmp_path / "data" / "multi30k" / "raw", ["tiny.txt"])
+    assert leftovers(tmp_path) == ["data", "source"] and leftovers(tmp_path / "data") == []
+
+
 def test_an_unreachable_source_names_the_file_and_the_source(tiny: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"
     with pytest.raises(DataError, match=r"could not fetch http://127.0.0.1:9/tiny.txt") as err:

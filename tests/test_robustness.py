@@ -33,7 +33,7 @@ from seq2seq.runtime.checkpoint import (
 )
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
-from seq2seq.storage.rundir import KEPT_DIR, KEPT_INDEX, LOCK, MANIFEST
+from seq2seq.storage.rundir import KEPT_DIR, KEPT_INDEX, LOCK, MANIFEST, unused_run_folder
 from seq2seq.vocab import EOS
 
 SMOKE = ["experiment=smoke", "log.progress=false"]
@@ -269,13 +269,29 @@ def test_overlong_and_odd_training_lines_are_dropped_and_counted(
         (["precision=fp16", "device=cpu"], "fp16 needs CUDA"),
         (["device=tpu"], "unknown device 'tpu'"),
         (["train.batch_tokens=0"], "train.batch_tokens=0 must be positive"),
+        (["data.source=TMP/none", "data.root=TMP/root"], "data.source=TMP/none holds no train"),
     ],
 )
 def test_bad_settings_stop_before_any_work(tmp_path: Path, overrides: list[str], message: str):
+    """One line, and no run folder left behind (nor a corpus folder made for nothing)."""
     folder = tmp_path / "run"
+    overrides = [o.replace("TMP", str(tmp_path)) for o in overrides]
     code, out = run("train", *SMOKE, f"hydra.run.dir={folder}", *overrides, timeout=300)
-    assert_one_line_error(code, out, message)
-    assert not (folder / "config.yaml").exists()  # nothing was started
+    assert_one_line_error(code, out, message.replace("TMP", str(tmp_path)))
+    assert list(tmp_path.iterdir()) == []  # nothing was started
+
+
+def test_only_a_folder_a_training_never_used_is_removed_after_a_refusal(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / "train.log").write_text("[ERROR] - train.lr=-1.0 must be positive\n")
+    assert unused_run_folder(folder)
+    (folder / "config.yaml").write_text("x: 1\n")  # no lock: the user's, no start claimed it
+    assert not unused_run_folder(folder)
+    (folder / LOCK).write_text("")  # claimed: the config is the start's
+    assert unused_run_folder(folder)
+    (folder / "src.model").write_text("")  # a tokenizer: work done
+    assert not unused_run_folder(folder)
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ of each epoch and receive what they need (tokenizers, resumed state, validation 
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
@@ -19,7 +20,7 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.distributed import follower_argv, process_rank
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.diskfull import guard_log_files
-from seq2seq.storage.rundir import RunLock
+from seq2seq.storage.rundir import RunLock, unused_run_folder
 from seq2seq.training.trainer import Trainer
 
 log = logging.getLogger("seq2seq.train")
@@ -38,6 +39,22 @@ def _claim_run_folder(argv: list[str]) -> list[str]:
     if {"-m", "--multirun"} & set(argv):
         raise Seq2SeqError("a sweep (-m) cannot run under torchrun; start one per run")
     return follower_argv(argv)
+
+
+def _drop_unused_run_folder() -> None:
+    """After a user error, rank 0 removes the run folder if it holds nothing a training did
+    (Hydra's record, the log, the lock, the config): typos leave no empty runs behind."""
+    if process_rank() != 0 or not HydraConfig.initialized():
+        return
+    folder = Path(HydraConfig.get().runtime.output_dir)
+    if not folder.is_dir() or not unused_run_folder(folder):
+        return
+    root = logging.getLogger()
+    for handler in list(root.handlers):  # the log file is closed before it goes
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == folder:
+            root.removeHandler(handler)
+            handler.close()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def train(cfg: Config) -> None:
@@ -64,7 +81,7 @@ def train(cfg: Config) -> None:
             engine.close()
 
 
-main = hydra_command("config", before=_claim_run_folder)(train)  # errors: wrapper.py
+main = hydra_command("config", before=_claim_run_folder, refused=_drop_unused_run_folder)(train)
 
 if __name__ == "__main__":
     main()

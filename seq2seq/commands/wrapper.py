@@ -29,17 +29,20 @@ Task = Callable[[Any], Any]  # the command's work on its composed config; return
 
 
 def hydra_command(
-    config_name: str, before: Callable[[list[str]], list[str]] | None = None
+    config_name: str,
+    before: Callable[[list[str]], list[str]] | None = None,
+    refused: Callable[[], None] | None = None,
 ) -> Callable[[Task], Callable[[], None]]:
     """``hydra.main`` of a command that reads ``configs/<config_name>.yaml`` (shipped inside the
     package). ``-v`` (``--verbose``) is ``hydra.verbose=seq2seq``: the debug lines too.
-    ``before`` sees the arguments first and may change them or refuse (a Seq2SeqError)."""
+    ``before`` sees the arguments first and may change them or refuse (a Seq2SeqError);
+    ``refused`` tidies up after a user error has been said (training: an unused run folder)."""
     command_name = "train" if config_name == "config" else config_name
 
     def decorate(task: Task) -> Callable[[], None]:
         @functools.wraps(task)
         def body(cfg: Any) -> None:
-            _say(_run(task, cfg, SCHEMAS[config_name]))
+            _say(_run(task, cfg, SCHEMAS[config_name], refused))
 
         run = hydra.main(version_base=None, config_path=CONFIGS, config_name=config_name)(body)
 
@@ -71,10 +74,10 @@ def _check_job(job: str, cfg: Any, schema: type) -> None:
         raise Seq2SeqError(f"the sweep's job {job}: {e}") from None
 
 
-def _run(task: Task, cfg: Any, schema: type) -> Any:
+def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None) -> Any:
     """The task on its config, checked by ``schema``'s rules; each way a user error ends, said
-    once. The command's process-wide settings: TensorBoard's writer thread keeps a full disk's
-    traceback quiet; the data workers' server preloads their modules."""
+    once (then ``refused``). The command's process-wide settings: TensorBoard's writer thread
+    keeps a full disk's traceback quiet; the data workers' server preloads their modules."""
     try:
         check_config(cfg, schema)
         check_files(cfg)
@@ -84,6 +87,8 @@ def _run(task: Task, cfg: Any, schema: type) -> Any:
     except Seq2SeqError as e:
         if not isinstance(e, ReportedByRankZero):  # rank 0 has said it for every rank
             log.error("%s", e)
+        if refused is not None:
+            refused()
     except KeyboardInterrupt:  # Ctrl-C: what each command keeps (chunks, checkpoints) is kept
         log.error("interrupted")
         sys.exit(130)

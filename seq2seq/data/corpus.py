@@ -39,9 +39,25 @@ def check_files(cfg: DataConfig) -> None:
         if name is None:
             continue
         if cfg.kind == "multi30k":
-            _multi30k_names(cfg, name)
+            _check_source(cfg, _multi30k_names(cfg, name))
         else:
-            prefix_file(name, cfg.src_lang), prefix_file(name, cfg.tgt_lang)
+            try:
+                prefix_file(name, cfg.src_lang), prefix_file(name, cfg.tgt_lang)
+            except DataError as e:
+                raise DataError(f"data.{split}={name}: {e}") from None
+
+
+def _check_source(cfg: DataConfig, names: list[str]) -> None:
+    """Each Multi30k file is in ``data.root`` already or in ``data.source`` where that is a
+    folder (a URL is tried when fetched): a wrong folder is said before the run starts."""
+    if "://" in cfg.source:
+        return
+    for name in names:
+        if not (Path(cfg.root) / name).is_file() and not (Path(cfg.source) / name).is_file():
+            raise DataError(
+                f"data.source={cfg.source} holds no {name} (nor does data.root={cfg.root}): "
+                "give a folder of the official <split>.<lang>.gz files, or a base URL"
+            )
 
 
 def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:

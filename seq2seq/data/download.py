@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import logging
@@ -58,28 +59,37 @@ def fetch(source: str, root: Path, names: list[str]) -> list[Path]:
     ``source`` is a URL base (http, https, file) or a local directory holding the same file names.
     """
     root = Path(root)
+    made = next((p for p in (*reversed(root.parents), root) if not p.exists()), None)
     root.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name in names:
-        expected = MULTI30K_SHA256.get(name)
-        if expected is None:
-            raise DataError(f"{name!r} is not a Multi30k task-1 file with a published SHA-256")
-        path = root / name
-        if path.exists():
-            actual = sha256_file(path)
-            if actual == expected:
-                paths.append(path)
-                continue
-            path.unlink()
-            log.warning(
-                "removed %s: expected SHA-256 %s, got %s; downloading it again",
-                path,
-                expected,
-                actual,
-            )
-        _download(source, name, path, expected)
-        paths.append(path)
-    return paths
+    try:
+        return [_fetched(source, root, name) for name in names]
+    except DataError:
+        if made is not None:  # the folders made for a download that failed go too, if empty
+            for folder in sorted((made, *made.rglob("*")), reverse=True):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        raise
+
+
+def _fetched(source: str, root: Path, name: str) -> Path:
+    """``root/name``, fetched from ``source`` unless it is there with its SHA-256."""
+    expected = MULTI30K_SHA256.get(name)
+    if expected is None:
+        raise DataError(f"{name!r} is not a Multi30k task-1 file with a published SHA-256")
+    path = root / name
+    if path.exists():
+        actual = sha256_file(path)
+        if actual == expected:
+            return path
+        path.unlink()
+        log.warning(
+            "removed %s: expected SHA-256 %s, got %s; downloading it again",
+            path,
+            expected,
+            actual,
+        )
+    _download(source, name, path, expected)
+    return path
 
 
 def _download(source: str, name: str, dest: Path, expected: str) -> None:

@@ -28,6 +28,9 @@ MANIFEST = release.MANIFEST  # sizes and SHA-256 of the tokenizer models and con
 BEST = "best.pt"  # the checkpoint of the best validation BLEU
 LAST = "last.pt"  # the latest checkpoint, to resume from
 LOCK = "train.lock"  # held by the training that writes the folder
+# what a training start writes before any work: Hydra's record, the log, the lock and, once it
+# holds the lock, its config.yaml (`unused_run_folder`)
+START_FILES = frozenset({".hydra", "train.log", LOCK, CONFIG_FILE})
 KEPT_DIR = "checkpoints"  # validation checkpoints kept for averaging (weights only)
 KEPT_INDEX = "index.json"  # {step: validation BLEU} of the kept checkpoints
 AVERAGED = "averaged.pt"  # what seq2seq-average writes
@@ -58,6 +61,14 @@ def split_file(run_dir: Path, split: str, lang: str) -> Path:
 def kept_checkpoint(run_dir: Path, step: int) -> Path:
     """Where the weights validated at ``step`` are kept (``train.keep_checkpoints``)."""
     return Path(run_dir) / KEPT_DIR / f"step-{step}.pt"
+
+
+def unused_run_folder(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing a training did: only START_FILES, and config.yaml only
+    beside the lock (a start that claimed the folder wrote it; without the lock it may be a
+    config.yaml the user put there)."""
+    names = {p.name for p in folder.iterdir()} if folder.is_dir() else {LOCK}
+    return not names - START_FILES and (CONFIG_FILE not in names or LOCK in names)
 
 
 class RunLock:
