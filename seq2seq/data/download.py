@@ -96,7 +96,7 @@ def _download(source: str, name: str, dest: Path, expected: str) -> None:
     """Copy ``source/name`` to a temporary file beside ``dest``, verify it, then rename it."""
     is_url = "://" in source
     where = f"{source.rstrip('/')}/{name}" if is_url else str(Path(source) / name)
-    log.info("downloading %s", where)
+    log.info("%s %s", "downloading" if is_url else "copying", where)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{name}.", suffix=".part")
     try:
         digest = hashlib.sha256()
