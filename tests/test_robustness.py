@@ -4,6 +4,7 @@ writes, bad input and bad settings each answered with one clear line, logs that 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -33,7 +34,14 @@ from seq2seq.runtime.checkpoint import (
 )
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
-from seq2seq.storage.rundir import KEPT_DIR, KEPT_INDEX, LOCK, MANIFEST, unused_run_folder
+from seq2seq.storage.rundir import (
+    KEPT_DIR,
+    KEPT_INDEX,
+    LOCK,
+    MANIFEST,
+    not_a_run,
+    unused_run_folder,
+)
 from seq2seq.vocab import EOS
 
 SMOKE = ["experiment=smoke", "log.progress=false"]
@@ -279,6 +287,21 @@ def test_bad_settings_stop_before_any_work(tmp_path: Path, overrides: list[str],
     code, out = run("train", *SMOKE, f"hydra.run.dir={folder}", *overrides, timeout=300)
     assert_one_line_error(code, out, message.replace("TMP", str(tmp_path)))
     assert list(tmp_path.iterdir()) == []  # nothing was started
+
+
+def test_a_folder_of_runs_given_as_a_run_names_the_newest_inside(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    assert not_a_run(runs, "run_dir=runs").endswith("folder: it does not exist")
+    runs.mkdir()
+    assert not_a_run(runs, "run_dir=runs") == (
+        "run_dir=runs is not a training run or release folder (no config.yaml)"
+    )
+    for i, name in enumerate(["a", "multirun_b/0_x", "c"]):  # c the newest, a sweep's inside
+        (runs / name).mkdir(parents=True)
+        (runs / name / "config.yaml").write_text("{}\n")
+        os.utime(runs / name / "config.yaml", (1e9 + i, 1e9 + i))
+    said = not_a_run(runs, "run_dir=runs")
+    assert said.endswith(f"; it holds 3 run(s), the newest {runs / 'c'}: give that folder")
 
 
 def test_only_a_folder_a_training_never_used_is_removed_after_a_refusal(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from seq2seq.storage.rundir import (
     SRC_TOKENIZER,
     TGT_TOKENIZER,
     checkpoint_path,
+    not_a_run,
     release_facts,
 )
 
@@ -51,7 +52,7 @@ def load_run(
     run_dir = Path(run_dir)
     release = (run_dir / RELEASE_WEIGHTS).is_file()
     if not (run_dir / CONFIG_FILE).is_file():
-        raise Seq2SeqError(f"{run_dir} is not a training run or release folder (no {CONFIG_FILE})")
+        raise Seq2SeqError(not_a_run(run_dir, str(run_dir)))
     if release and not (run_dir / MANIFEST).is_file():
         raise Seq2SeqError(f"{run_dir} is a release folder without its {MANIFEST}: refused")
     if (run_dir / MANIFEST).is_file() and (problems := damage(run_dir / MANIFEST)):

@@ -63,6 +63,20 @@ def kept_checkpoint(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / KEPT_DIR / f"step-{step}.pt"
 
 
+def not_a_run(folder: Path, given: str) -> str:
+    """Why ``folder`` (``given`` as the user gave it, e.g. ``run_dir=runs``) is no run or release
+    folder, and the newest run inside it where it holds runs (``runs/`` for ``runs/<time>``)."""
+    message = f"{given} is not a training run or release folder"
+    if not folder.exists():
+        return f"{message}: it does not exist"
+    message += f" (no {CONFIG_FILE})"
+    inside = [*folder.glob(f"*/{CONFIG_FILE}"), *folder.glob(f"*/*/{CONFIG_FILE}")]
+    if folder.is_dir() and inside:
+        newest = max(inside, key=lambda p: p.stat().st_mtime).parent
+        message += f"; it holds {len(inside)} run(s), the newest {newest}: give that folder"
+    return message
+
+
 def unused_run_folder(folder: Path) -> bool:
     """Whether ``folder`` holds nothing a training did: only START_FILES, and config.yaml only
     beside the lock (a start that claimed the folder wrote it; without the lock it may be a

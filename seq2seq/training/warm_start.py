@@ -22,6 +22,7 @@ from seq2seq.storage.rundir import (
     LAST,
     RELEASE_WEIGHTS,
     checkpoint_path,
+    not_a_run,
 )
 from seq2seq.training.schedule import LearningRate
 from seq2seq.training.updater import Updater
@@ -42,10 +43,7 @@ def adopt_model(cfg: DictConfig) -> None:
         return
     folder = Path(cfg.train.init_from).resolve()
     if not (folder / CONFIG_FILE).is_file():
-        raise Seq2SeqError(
-            f"train.init_from={cfg.train.init_from} is not a training run or release folder "
-            f"(no {CONFIG_FILE})"
-        )
+        raise Seq2SeqError(not_a_run(folder, f"train.init_from={cfg.train.init_from}"))
     _check_checkpoint(folder, cfg.train.init_checkpoint)
     if cfg.train.init_optimizer and not (folder / LAST).is_file():
         raise Seq2SeqError(
