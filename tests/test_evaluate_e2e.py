@@ -17,6 +17,7 @@ from seq2seq.commands.configs import EvaluateConfig
 from seq2seq.commands.evaluate import evaluate
 from seq2seq.decoding.alignment import pharaoh
 from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime.run_folder import load_run
 
 
 def run_evaluate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -190,6 +191,21 @@ def test_bad_settings_are_user_errors(smoke_run: Path, overrides: dict, message:
     cfg = OmegaConf.structured(EvaluateConfig(run_dir=str(smoke_run), **overrides))
     with pytest.raises(Seq2SeqError, match=message):
         evaluate(cfg)
+
+
+def test_a_run_without_the_checkpoint_asked_for_says_what_it_has(smoke_run, tmp_path) -> None:
+    run = tmp_path / "run"  # a training before its first validation: no checkpoint yet
+    run.mkdir()
+    for name in ("config.yaml", "src.model", "tgt.model"):
+        shutil.copy(smoke_run / name, run / name)
+    with pytest.raises(Seq2SeqError, match="has no best.pt yet: a training writes it at its"):
+        load_run(run)
+    shutil.copy(smoke_run / "last.pt", run / "last.pt")
+    with pytest.raises(Seq2SeqError, match="has no best.pt yet: it has checkpoint=last$"):
+        load_run(run)
+    with pytest.raises(Seq2SeqError, match=f"averaged.pt: seq2seq-average run_dir={run} makes"):
+        load_run(run, "averaged")
+    assert load_run(run, "last").step > 0
 
 
 def test_a_split_without_the_source_language_is_a_user_error(cs_run: Path) -> None:

@@ -19,6 +19,7 @@ from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.migrate import upgrade_saved_config
 from seq2seq.storage.manifest import damage
 from seq2seq.storage.rundir import (
+    CHECKPOINTS,
     CONFIG_FILE,
     MANIFEST,
     RELEASE_WEIGHTS,
@@ -81,7 +82,7 @@ def load_run(
     else:
         path = checkpoint_path(run_dir, checkpoint)
         if not path.is_file():
-            raise Seq2SeqError(f"checkpoint not found: {path} (give best, last or a file's path)")
+            raise Seq2SeqError(_no_checkpoint(run_dir, checkpoint, path))
         state = load_checkpoint(path)
         step = state.get("step", 0)
         if "vocab" in state and tuple(state["vocab"]) != vocab:
@@ -116,6 +117,21 @@ def load_runs(
                 "the same subword vocabularies (the same training data and tokenizer settings)"
             )
     return replace(run, model=Ensemble([m.model for m in members]))
+
+
+def _no_checkpoint(run_dir: Path, checkpoint: str, path: Path) -> str:
+    """Why ``checkpoint`` cannot be read, and what the run has instead."""
+    if checkpoint not in CHECKPOINTS:
+        return f"checkpoint not found: {path} (give best, last or a file's path)"
+    if checkpoint == "averaged":
+        return f"{run_dir} has no {path.name}: seq2seq-average run_dir={run_dir} makes it"
+    have = [
+        f"checkpoint={name}" for name, file in CHECKPOINTS.items() if (run_dir / file).is_file()
+    ]
+    instead = (
+        f"it has {', '.join(have)}" if have else "a training writes it at its first validation"
+    )
+    return f"{run_dir} has no {path.name} yet: {instead}"
 
 
 def read_config(path: Path) -> DictConfig:
