@@ -124,6 +124,11 @@ def test_prompt_translates_shows_alignment_and_quits(smoke_run: Path, tmp_path: 
     child.sendline("")  # ignored: straight back to the prompt
     child.expect_exact("de> ")
     assert child.before.strip() == ""
+    child.sendline(":help")  # a command it does not know: what it knows, nothing translated
+    child.expect_exact("de> ")
+    assert child.before.replace("\r\n", "\n").split("\n")[1] == (
+        ":q or :quit leaves; any other line is translated"
+    )
     child.sendline(":q")
     child.expect(pexpect.EOF)
     child.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import shutil
 import sys
 import time
@@ -71,6 +72,9 @@ def interactive(translator: Translator, cfg: TranslateConfig, langs: tuple[str, 
                 continue
             if line in QUIT_COMMANDS:
                 return
+            if re.fullmatch(r":[A-Za-z]+", line):  # :help, :exit: a command, not a sentence
+                print(f"{' or '.join(QUIT_COMMANDS)} leaves; any other line is translated")
+                continue
             try:
                 (translation,) = translator.translate([line])
             except InputTooLong as e:
