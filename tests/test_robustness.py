@@ -298,7 +298,9 @@ def test_a_folder_of_runs_given_as_a_run_names_the_newest_inside(tmp_path: Path)
     )
     for i, name in enumerate(["a", "multirun_b/0_x", "c"]):  # c the newest, a sweep's inside
         (runs / name).mkdir(parents=True)
-        (runs / name / "config.yaml").write_text("{}\n")
+        (runs / name / ".hydra").mkdir()  # Hydra's copy of the config: not a run
+        for config in (runs / name / "config.yaml", runs / name / ".hydra" / "config.yaml"):
+            config.write_text("{}\n")
         os.utime(runs / name / "config.yaml", (1e9 + i, 1e9 + i))
     said = not_a_run(runs, "run_dir=runs")
     assert said.endswith(f"; it holds 3 run(s), the newest {runs / 'c'}: give that folder")

@@ -70,7 +70,9 @@ def not_a_run(folder: Path, given: str) -> str:
     if not folder.exists():
         return f"{message}: it does not exist"
     message += f" (no {CONFIG_FILE})"
-    inside = [*folder.glob(f"*/{CONFIG_FILE}"), *folder.glob(f"*/*/{CONFIG_FILE}")]
+    found = [*folder.glob(f"*/{CONFIG_FILE}"), *folder.glob(f"*/*/{CONFIG_FILE}")]
+    # not Hydra's copy in a run's .hydra/, nor other hidden folders
+    inside = [p for p in found if not any(f.startswith(".") for f in p.relative_to(folder).parts)]
     if folder.is_dir() and inside:
         newest = max(inside, key=lambda p: p.stat().st_mtime).parent
         message += f"; it holds {len(inside)} run(s), the newest {newest}: give that folder"
