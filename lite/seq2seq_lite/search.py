@@ -140,7 +140,7 @@ def greedy(
     memory, state = graphs.encode(src)
     batch, src_len = src.shape
     limit = limits(cfg, src_lengths, prefix, ids["pad"])
-    steer = user_bans(cfg, src_lengths, limit, ids, prefix)
+    bans = user_bans(cfg, src_lengths, limit, ids, prefix)
     steps = int(limit.max()) + 1
     tokens = np.full((batch, steps), ids["pad"], dtype=np.int64)
     attention = np.zeros((batch, steps, src_len), dtype=np.float32)
@@ -152,8 +152,8 @@ def greedy(
     for t in range(steps):
         log_probs, state, weights = graphs.step(prev, state, memory)
         log_probs = restrict(log_probs, limit[active] == t, ids, t == 0)
-        if steer is not None:
-            log_probs = steer.apply(log_probs, t, active, tokens[active, :t])
+        if bans is not None:
+            log_probs = bans.apply(log_probs, t, active, tokens[active, :t])
         prev = log_probs.argmax(-1)
         best = log_probs[np.arange(len(prev)), prev]
         tokens[active, t] = prev

@@ -47,7 +47,7 @@ def _drop_unused_run_folder() -> None:
     if process_rank() != 0 or not HydraConfig.initialized():
         return
     folder = Path(HydraConfig.get().runtime.output_dir)
-    if not folder.is_dir() or not unused_run_folder(folder):
+    if not unused_run_folder(folder):
         return
     root = logging.getLogger()
     for handler in list(root.handlers):  # the log file is closed before it goes

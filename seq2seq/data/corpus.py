@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from seq2seq.config import DataConfig
-from seq2seq.data.download import MULTI30K_SHA256, fetch
+from seq2seq.data.download import MULTI30K_SHA256, fetch, is_url
 from seq2seq.data.stream import (
     PairStream,
     TextChunk,
@@ -50,7 +50,7 @@ def check_files(cfg: DataConfig) -> None:
 def _check_source(cfg: DataConfig, names: list[str]) -> None:
     """Each Multi30k file is in ``data.root`` already or in ``data.source`` where that is a
     folder (a URL is tried when fetched): a wrong folder is said before the run starts."""
-    if "://" in cfg.source:
+    if is_url(cfg.source):
         return
     for name in names:
         if not (Path(cfg.root) / name).is_file() and not (Path(cfg.source) / name).is_file():

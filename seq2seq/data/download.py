@@ -53,6 +53,11 @@ _OFFLINE = (
 )
 
 
+def is_url(source: str) -> bool:
+    """Whether a corpus source is a URL base (http, https, file) rather than a local folder."""
+    return "://" in source
+
+
 def fetch(source: str, root: Path, names: list[str]) -> list[Path]:
     """Make sure ``root/<name>`` exists and matches its SHA-256 for each name; return the paths.
 
@@ -94,23 +99,23 @@ def _fetched(source: str, root: Path, name: str) -> Path:
 
 def _download(source: str, name: str, dest: Path, expected: str) -> None:
     """Copy ``source/name`` to a temporary file beside ``dest``, verify it, then rename it."""
-    is_url = "://" in source
-    where = f"{source.rstrip('/')}/{name}" if is_url else str(Path(source) / name)
-    log.info("%s %s", "downloading" if is_url else "copying", where)
+    url = is_url(source)
+    where = f"{source.rstrip('/')}/{name}" if url else str(Path(source) / name)
+    log.info("%s %s", "downloading" if url else "copying", where)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{name}.", suffix=".part")
     try:
         digest = hashlib.sha256()
         received = 0
         with os.fdopen(fd, "wb") as out:
             try:
-                stream, size = _open(where, is_url)
+                stream, size = _open(where, url)
                 with stream:
                     for chunk in iter(lambda: stream.read(_CHUNK), b""):
                         digest.update(chunk)
                         out.write(chunk)
                         received += len(chunk)
             except (OSError, http.client.HTTPException) as e:
-                hint = _OFFLINE if is_url and not isinstance(e, urllib.error.HTTPError) else ""
+                hint = _OFFLINE if url and not isinstance(e, urllib.error.HTTPError) else ""
                 raise DataError(f"could not fetch {where}: {e}{hint}") from e
         if size is not None and received != size:
             raise DataError(f"incomplete download of {where}: {received} of {size} bytes")
@@ -128,9 +133,9 @@ def _download(source: str, name: str, dest: Path, expected: str) -> None:
             os.unlink(tmp)
 
 
-def _open(where: str, is_url: bool) -> tuple[BinaryIO, int | None]:
+def _open(where: str, url: bool) -> tuple[BinaryIO, int | None]:
     """Open a URL or local file for reading; also return the announced size when there is one."""
-    if not is_url:
+    if not url:
         return open(where, "rb"), None
     response = urllib.request.urlopen(where, timeout=60)
     length = response.headers.get("Content-Length")

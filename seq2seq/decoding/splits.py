@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from seq2seq.data.corpus import prefix_file, split_files, split_name
+from seq2seq.data.download import is_url
 from seq2seq.data.readers import FileReader, open_reader
 from seq2seq.data.stream import PairStream
 from seq2seq.errors import DataError, Seq2SeqError, UnknownSplit
@@ -59,7 +60,7 @@ def split_pairs(
     except DataError as e:
         multi30k = data.kind == "multi30k"
         places = [data.root, data.source] if multi30k else [name]
-        relative = [p for p in places if "://" not in p and not Path(p).is_absolute()]
+        relative = [p for p in places if not is_url(p) and not Path(p).is_absolute()]
         if not relative:
             raise
         other = "data_source=<the Multi30k folder>" if multi30k else "split=<the files' prefix>"

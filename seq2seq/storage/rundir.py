@@ -73,7 +73,7 @@ def not_a_run(folder: Path, given: str) -> str:
     found = [*folder.glob(f"*/{CONFIG_FILE}"), *folder.glob(f"*/*/{CONFIG_FILE}")]
     # not Hydra's copy in a run's .hydra/, nor other hidden folders
     inside = [p for p in found if not any(f.startswith(".") for f in p.relative_to(folder).parts)]
-    if folder.is_dir() and inside:
+    if inside:
         newest = max(inside, key=lambda p: p.stat().st_mtime).parent
         message += f"; it holds {len(inside)} run(s), the newest {newest}: give that folder"
     return message
@@ -83,7 +83,9 @@ def unused_run_folder(folder: Path) -> bool:
     """Whether ``folder`` holds nothing a training did: only START_FILES, and config.yaml only
     beside the lock (a start that claimed the folder wrote it; without the lock it may be a
     config.yaml the user put there)."""
-    names = {p.name for p in folder.iterdir()} if folder.is_dir() else {LOCK}
+    if not folder.is_dir():
+        return False
+    names = {p.name for p in folder.iterdir()}
     return not names - START_FILES and (CONFIG_FILE not in names or LOCK in names)
 
 
