@@ -54,10 +54,21 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
     return out
 
 
+def as_on_a_terminal() -> None:
+    """Ctrl-C interrupts, as in a user's shell, even when the tests run as a background job
+    (which starts with SIGINT ignored, and Python keeps an ignored SIGINT ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def piping(args: list[str], env: dict | None = None) -> subprocess.Popen:
-    """A command started with pipes on its three streams (bytes)."""
+    """A command started with pipes on its three streams (bytes), Ctrl-C interrupting it."""
     return subprocess.Popen(
-        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        args,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=as_on_a_terminal,
     )
 
 

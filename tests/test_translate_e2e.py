@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pexpect
 import pytest
-from run_helpers import cli
+from run_helpers import as_on_a_terminal, cli
 
 from seq2seq.decoding.alignment import alignment_view
 from seq2seq.decoding.nbest import NBEST_SEPARATOR
@@ -86,12 +85,6 @@ def test_pipe_is_answered_before_it_closes(smoke_run: Path, tmp_path: Path) -> N
         proc.wait()
 
 
-def _as_on_a_terminal() -> None:
-    """Ctrl-C interrupts, as in a user's shell, even when the tests run as a background job
-    (which starts with SIGINT ignored, and Python keeps an ignored SIGINT ignored)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def spawn(run_dir: Path, home: Path, *args: str) -> pexpect.spawn:
     """The app on a pseudo-terminal 80 columns wide, with its history file in `home`."""
     cmd = translate_cmd(run_dir, *args)
@@ -104,7 +97,7 @@ def spawn(run_dir: Path, home: Path, *args: str) -> pexpect.spawn:
         encoding="utf-8",
         timeout=120,
         dimensions=(40, 80),
-        preexec_fn=_as_on_a_terminal,
+        preexec_fn=as_on_a_terminal,
     )
 
 
