@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from run_helpers import cli, command
 
+from seq2seq.commands.arguments import check_arguments
 from seq2seq.commands.keys import check_command_line, sweep_jobs
 from seq2seq.errors import Seq2SeqError
 
@@ -27,9 +28,9 @@ COMMANDS = {
 }
 
 
-def refusal(config: str, *overrides: str) -> str:
+def refusal(config: str, *overrides: str, check=check_command_line) -> str:
     with pytest.raises(Seq2SeqError) as error:
-        check_command_line(config, list(overrides))
+        check(config, list(overrides))
     message = str(error.value)
     assert "\n" not in message
     return message
@@ -169,3 +170,54 @@ def test_every_job_of_a_sweep_is_checked_before_the_first_starts() -> None:
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     said = "seq2seq-train: the sweep's job train.lr=-1 train.seed=1: train.lr=-1.0 must be positive"
     assert proc.stderr.strip() == said
+
+
+STDIN = "it reads standard input and writes standard output: seq2seq-translate run_dir=..."
+
+
+@pytest.mark.parametrize(
+    ("config", "words", "said"),
+    [
+        ("translate", "--beam 3", "--beam 3: settings are key=value; did you mean beam_size=3?"),
+        ("translate", "--beam=3", "--beam=3: settings are key=value; did you mean beam_size=3?"),
+        ("config", "-m --epochs 3", "--epochs 3: settings are key=value; did you mean train."),
+        ("translate", "-src in.txt", f"-src in.txt: settings are key=value; {STDIN}"),
+        ("evaluate", "--gpu", "--gpu: settings are key=value (--help lists them)"),
+        ("translate", "run_dir runs/x", "run_dir runs/x: give it as run_dir=runs/x"),
+        ("evaluate", "beam_size=2 run_dir", "run_dir: give it a value, run_dir=..."),
+        ("config", "hello", "hello: settings are key=value (--help lists them)"),
+        ("translate", "terms=a(b).tsv", "terms=a(b).tsv: Hydra cannot read it (mismatched "),
+    ],
+)
+def test_a_command_line_of_another_tools_shape_says_the_override_meant(
+    config: str, words: str, said: str
+) -> None:
+    """Flags of OpenNMT-py or fairseq, a key and its value apart, a value Hydra's grammar
+    cannot read: one line, not argparse's usage or Hydra's parser error."""
+    assert refusal(config, *words.split(), check=check_arguments).startswith(said)
+
+
+def test_a_folder_alone_or_a_quoted_value_and_hydras_own_flags(tmp_path: Path) -> None:
+    assert refusal("translate", str(tmp_path), check=check_arguments) == (
+        f"{tmp_path}: give the folder as run_dir={tmp_path}"
+    )
+    quoted = "terms=a(b).tsv: Hydra cannot read it (mismatched input '.' expecting <EOF>); "
+    assert refusal("translate", "terms=a(b).tsv", check=check_arguments) == (
+        quoted + """quote the value: 'terms="a(b).tsv"'"""
+    )
+    assert refusal("translate", "input=x.de").startswith(f"input: no such key; {STDIN}")
+    for argv in (
+        ["--cfg", "job", "-p", "train", "train.lr=1e-3"],
+        ["--help", "--beam", "3"],
+        ["-m", "train.lr=1e-3,3e-4", "~log.progress", "hydra.run.dir=x"],
+        ['data.source="https://example.org/m30k?x=1&y=2"', "-c", "job"],
+    ):
+        check_arguments("config", argv)
+
+
+def test_a_folder_given_alone_stops_before_any_work(tmp_path: Path) -> None:
+    """End to end: the one line on stderr, exit 1, no traceback."""
+    proc = command("translate", str(tmp_path))
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    said = f"seq2seq-translate: {tmp_path}: give the folder as run_dir={tmp_path}"
+    assert proc.stderr.splitlines() == [said]

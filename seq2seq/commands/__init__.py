@@ -1,2 +1,2 @@
-"""The commands' own machinery: what runs before a command starts (``keys``: its command line
-checked against its schema)."""
+"""The commands' own machinery: what runs before a command starts (``arguments``: its command
+line in Hydra's shape; ``keys``: its overrides checked against its schema)."""

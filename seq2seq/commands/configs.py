@@ -6,7 +6,7 @@ with the training schema when a command starts, so that importing the library re
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Optional
+from typing import ClassVar, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -58,6 +58,13 @@ class EvaluateConfig(SteeringKeys, InferenceConfig):
 @dataclass
 class TranslateConfig(SteeringKeys, InferenceConfig):
     """`seq2seq-translate`: a prompt on a terminal, or one translation per line of piped input."""
+
+    # what users of other tools look for: files are the shell's redirections
+    ELSEWHERE: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("input", "src", "source", "output", "out"),
+        "it reads standard input and writes standard output: "
+        "seq2seq-translate run_dir=... < source.txt > translations.txt",
+    )
 
     show_alignment: bool = False  # draw which source subwords each target subword attended to
 

@@ -212,14 +212,20 @@ def _has_key(cfg: DictConfig, key: str) -> bool:
     return True
 
 
-def _paths(node: DictConfig, prefix: str = "") -> Iterator[str]:
+def key_paths(node: DictConfig, prefix: str = "") -> Iterator[str]:
     """Every dotted key of a composed config, sections included."""
     for name in node:
         path = f"{prefix}{name}"
         yield path
         child = node._get_node(name)
         if isinstance(child, DictConfig) and OmegaConf.get_type(child) is not dict:
-            yield from _paths(child, f"{path}.")
+            yield from key_paths(child, f"{path}.")
+
+
+def schema_hint(cfg: DictConfig, key: str) -> str:
+    """The schema's own word on a key it does not have (serve's ``prefix``, translate's
+    ``input``); "" where it has none."""
+    return getattr(OmegaConf.get_type(cfg), "ELSEWHERE", {}).get(key, "")
 
 
 def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
@@ -230,12 +236,11 @@ def _did_you_mean(word: str, candidates: Sequence[str]) -> str:
 def _unknown(cfg: DictConfig, key: str) -> str:
     """``train.max_step: no such key; did you mean train.max_steps?``; a key of another
     attention than the chosen one says which attentions have it."""
+    if hint := schema_hint(cfg, key):
+        return f"{key}: no such key; {hint}"
     if key in REMOVED:
         return f"{key} was removed: {REMOVED[key]}"
-    elsewhere = getattr(OmegaConf.get_type(cfg), "ELSEWHERE", {})  # the schema's own hints
-    if key in elsewhere:
-        return f"{key}: no such key; {elsewhere[key]}"
-    paths = [p for p in _paths(cfg) if not key.startswith(f"{p}.")]  # not its own sections
+    paths = [p for p in key_paths(cfg) if not key.startswith(f"{p}.")]  # not its own sections
     message = f"{key}: no such key{_did_you_mean(key, paths)}"
     for section, options, chosen in _GROUP_SCHEMAS:
         name = key.removeprefix(f"{section}.")

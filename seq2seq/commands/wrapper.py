@@ -1,7 +1,8 @@
 """The one wrapper all nine commands run in. Before Hydra starts: the schemas registered, ``-v``
-read, the overrides checked against the schema (an old key's spelling refused with today's).
-Before any work: the values checked (commands/rules.py). After: the result printed (a JSON
-line or a path) or a user error said in one line with exit 1, never a traceback."""
+read, the command line checked for Hydra's shape and its overrides against the schema (an old
+key's spelling refused with today's). Before any work: the values checked (commands/rules.py).
+After: the result printed (a JSON line or a path) or a user error said in one line with exit 1,
+never a traceback."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import hydra
 
+from seq2seq.commands.arguments import check_arguments
 from seq2seq.commands.configs import CONFIGS, SCHEMAS, register_schemas
 from seq2seq.commands.keys import check_command_line, sweep_jobs
 from seq2seq.commands.rules import check_config, check_files
@@ -54,6 +56,7 @@ def hydra_command(
             try:
                 if before is not None:
                     sys.argv[1:] = before(sys.argv[1:])
+                check_arguments(config_name, sys.argv[1:])
                 check_command_line(config_name, sys.argv[1:])
                 for job, cfg in sweep_jobs(config_name, sys.argv[1:]):  # -m: all before any
                     _check_job(job, cfg, SCHEMAS[config_name])
