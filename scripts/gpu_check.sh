@@ -150,7 +150,7 @@ step recipe "${RECIPE_S:-330}" "
     rm -rf /tmp/recipe\$seed
     python3 -m seq2seq.commands.train experiment=multi30k_de_en device=cuda log.progress=false \
       data.source=$bundle/multi30k hydra.run.dir=/tmp/recipe\$seed train.seed=\$seed \
-      train.max_minutes=${RECIPE_MINUTES:-1.5} ${RECIPE_OVERRIDES:-} | { grep -E 'finished|BLEU' || true; } | tail -2
+      train.max_minutes=${RECIPE_MINUTES:-1.5} ${RECIPE_OVERRIDES:-} 2>&1 | { grep -E 'finished|BLEU' || true; } | tail -2
     cp /tmp/recipe\$seed/train.log $out/recipe\${seed}_train.log
     python3 -m seq2seq.commands.evaluate run_dir=/tmp/recipe\$seed device=cuda | tail -1 \
       | tee $out/recipe\${seed}_eval.json

@@ -345,8 +345,11 @@ def test_non_finite_updates_are_skipped_then_stop_the_run(tmp_path: Path, data_d
 
 
 @pytest.mark.slow
-def test_logs_in_a_file_have_no_progress_bar(tmp_path: Path, data_dirs) -> None:
-    """stderr is a pipe here, as under nohup or a cluster's job log: plain lines, no bars."""
+def test_logs_in_a_file_have_no_progress_bar_and_stdout_is_the_run_folder(
+    tmp_path: Path, data_dirs
+) -> None:
+    """stderr is a pipe here, as under nohup or a cluster's job log: plain lines, no bars. The
+    log goes to stderr and train.log; stdout holds the run folder alone, for scripts."""
     proc = subprocess.run(
         [
             *cli("train"),
@@ -360,11 +363,14 @@ def test_logs_in_a_file_have_no_progress_bar(tmp_path: Path, data_dirs) -> None:
         timeout=TRAIN_TIMEOUT,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "\r" not in proc.stdout + proc.stderr and "\x1b[" not in proc.stdout + proc.stderr
-    assert "epoch 1, update 50/56 (step 50): loss" in proc.stdout + proc.stderr
+    assert proc.stdout == f"{tmp_path}\n"
+    assert "\r" not in proc.stderr and "\x1b[" not in proc.stderr
+    assert "epoch 1, update 50/56 (step 50): loss" in proc.stderr
     # the whole run's ETA beside the epoch's, and the limit that ends the run
     eta = r", epoch ETA 0:00:\d\d, run ETA 0:00:\d\d \(train.max_epochs\)\n"
-    assert re.search(eta, proc.stdout + proc.stderr), proc.stderr
+    assert re.search(eta, proc.stderr), proc.stderr
+    logged = (tmp_path / "train.log").read_text().splitlines()
+    assert logged and set(logged) <= set(proc.stderr.splitlines())
 
 
 # -- any text in, one line out -------------------------------------------------------------------

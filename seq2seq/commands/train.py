@@ -57,8 +57,9 @@ def _drop_unused_run_folder() -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def train(cfg: Config) -> None:
-    """Train with the composed config, in the run folder Hydra made (rank 0's)."""
+def train(cfg: Config) -> str | None:
+    """Train with the composed config, in the run folder Hydra made (rank 0's); rank 0 answers
+    with the folder, for scripts (the log goes to stderr and train.log)."""
     engine = None
     guard_log_files()
     try:
@@ -76,6 +77,7 @@ def train(cfg: Config) -> None:
             logging.getLogger().setLevel(logging.WARNING)
         run_dir = Path(engine.broadcast(HydraConfig.get().runtime.output_dir))
         Trainer(cfg, run_dir, engine).fit()
+        return str(run_dir) if engine.is_main else None
     finally:
         if engine is not None:
             engine.close()
