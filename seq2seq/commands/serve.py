@@ -31,7 +31,12 @@ log = logging.getLogger("seq2seq.serve")
 
 def serve(cfg: ServeConfig) -> None:
     """Load the runs or releases and serve them until SIGINT/SIGTERM."""
-    where, models = open_models(cfg, lambda: inference_engine(cfg))  # process settings
+    sock = _bind(cfg.host, cfg.port)  # a taken port is refused before the models load
+    try:
+        where, models = open_models(cfg, lambda: inference_engine(cfg))  # process settings
+    except BaseException:
+        sock.close()
+        raise
     folders = [cfg.run_dir, *cfg.compare_with]
     for model, folder in zip(models, folders, strict=True):
         log.info(
@@ -41,7 +46,6 @@ def serve(cfg: ServeConfig) -> None:
             model.card["attention_label"],
             model.card["step"],
         )
-    sock = _bind(cfg.host, cfg.port)  # a taken port is refused before "serving on" is said
     log.info(
         "serving on %s at http://%s:%d/ (queue: %d sentences, deadline %g s)",
         where,
