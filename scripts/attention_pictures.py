@@ -15,7 +15,7 @@ from matplotlib.image import imsave
 
 from seq2seq.decoding.heatmap import attention_figure
 
-Groups = dict[tuple[str, str], list[Any]]  # (direction, row): its runs (attention_table.Run)
+Groups = dict[tuple[str, str], list[Any]]  # (direction, row): its runs (attention_runs.Run)
 
 
 def picture_curves(grouped: Groups, path: Path) -> None:

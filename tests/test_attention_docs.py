@@ -12,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
+import attention_runs  # noqa: E402
 import attention_table  # noqa: E402
 
 DOCS = REPO / "docs"
@@ -40,7 +41,7 @@ def test_every_quoted_python_line_is_a_line_of_the_package(page: Path) -> None:
 def test_the_tables_are_the_records_in_the_pages_language(page: Path) -> None:
     """What ``attention_table.py --record docs/attention_comparison.jsonl --docs`` would write."""
     lines = read(DOCS / "attention_comparison.jsonl").splitlines()
-    runs = [attention_table.Run.from_json(line) for line in lines]
+    runs = [attention_runs.Run.from_json(line) for line in lines]
     tables = attention_table.tables(runs, attention_table.page_language(page))
     text = read(page)
     for name, body in tables.items():

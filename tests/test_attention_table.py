@@ -1,4 +1,5 @@
-"""scripts/attention_table.py: the comparison's measures, and the table from run folders."""
+"""scripts/attention_table.py and attention_runs.py: the comparison's measures, and the table from
+run folders."""
 
 from __future__ import annotations
 
@@ -17,23 +18,24 @@ from seq2seq.storage.manifest import write_manifest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
+import attention_runs  # noqa: E402
 import attention_table  # noqa: E402
 
 W = "\u2581"  # sentencepiece's word mark
 
 
-def run(**fields) -> attention_table.Run:
+def run(**fields) -> attention_runs.Run:
     """A summary with only the fields a test looks at."""
     defaults = {"folder": "f", "row": "r", "direction": "de→en", "seed": 1, "measures": {}}
     defaults |= {"penalised": None, "curve": {}, "tokens_per_second": 1.0, "parameters": 1}
-    return attention_table.Run(**(defaults | fields))
+    return attention_runs.Run(**(defaults | fields))
 
 
 def test_repeated_bigrams_count_repeats_within_a_line_per_100_words() -> None:
     lines = ["a man a man a man", "a man", "x y z"]  # 6 + 2 + 3 words
     # line 1: (a, man) x3, (man, a) x2 -> 2 + 1 repeats; the others none
-    assert attention_table.repeated_bigrams(lines) == pytest.approx(100 * 3 / 11)
-    assert attention_table.repeated_bigrams([]) == 0
+    assert attention_runs.repeated_bigrams(lines) == pytest.approx(100 * 3 / 11)
+    assert attention_runs.repeated_bigrams([]) == 0
 
 
 def test_unattended_words_join_pieces_into_words_and_leave_out_eos() -> None:
@@ -46,9 +48,9 @@ def test_unattended_words_join_pieces_into_words_and_leave_out_eos() -> None:
             [0.0, 0.0, 0.0, 1.0, 0.0],
         ],
     }
-    assert attention_table.unattended_words([record]) == pytest.approx(100 / 3)  # "läuft"
+    assert attention_runs.unattended_words([record]) == pytest.approx(100 / 3)  # "läuft"
     eos_only = {**record, "weights": [[0, 0, 0, 0, 1.0]] * 3}
-    assert attention_table.unattended_words([eos_only]) == pytest.approx(100)
+    assert attention_runs.unattended_words([eos_only]) == pytest.approx(100)
 
 
 def test_mean_spread_and_the_seeds_spread_rule() -> None:
@@ -121,7 +123,7 @@ def test_the_table_and_pictures_from_run_folders(
 
 def test_aer_cells_give_argmax_and_the_rows_best_method() -> None:
     def aligned(**aer: float):
-        return run(aer=dict.fromkeys(attention_table.ALIGN_METHODS, 0.9) | aer)
+        return run(aer=dict.fromkeys(attention_runs.ALIGN_METHODS, 0.9) | aer)
 
     cells = attention_table.aer_cells([aligned(argmax=0.6), aligned(**{"threshold 0.3": 0.4})])
     assert cells == ["0.750 ± 0.150", "0.650 ± 0.250 (threshold 0.3)"]
@@ -131,11 +133,11 @@ def test_aer_cells_give_argmax_and_the_rows_best_method() -> None:
 def test_records_merge_by_direction_row_and_seed(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     first = [run(row="a", seed=1, curve={200: 5.0}), run(row="a", seed=2)]
-    assert len(attention_table.merged(path, first)) == 2
-    again = attention_table.merged(path, [run(row="a", seed=1, curve={200: 6.0}), run(row="b")])
+    assert len(attention_runs.merged(path, first)) == 2
+    again = attention_runs.merged(path, [run(row="a", seed=1, curve={200: 6.0}), run(row="b")])
     assert [(r.row, r.seed) for r in again] == [("a", 1), ("a", 2), ("b", 1)]
     assert again[0].curve == {200: 6.0}  # replaced, and the update keys are ints again
-    assert attention_table.merged(path, []) == again  # the file alone makes the table
+    assert attention_runs.merged(path, []) == again  # the file alone makes the table
 
 
 def test_training_speed_comes_from_the_runs_with_the_most_threads() -> None:
@@ -143,8 +145,8 @@ def test_training_speed_comes_from_the_runs_with_the_most_threads() -> None:
     measures["sentences_per_second"] = 1.0
     alone = run(seed=1, threads=2, tokens_per_second=2700.0, measures=measures)
     shared = run(seed=2, threads=1, tokens_per_second=1500.0, measures=measures)
-    assert attention_table.speed_runs([alone, shared]) == [alone]
-    assert attention_table.speed_runs([shared]) == [shared]
+    assert attention_runs.speed_runs([alone, shared]) == [alone]
+    assert attention_runs.speed_runs([shared]) == [shared]
     cells = attention_table.table([alone, shared]).splitlines()[2].split(" | ")
     assert "2700" in cells and "2100" not in cells
 
@@ -165,7 +167,7 @@ def measured(bleu: float) -> dict[str, float]:
     return dict.fromkeys(names, 1.0) | {"bleu": bleu}
 
 
-def comparison() -> list[attention_table.Run]:
+def comparison() -> list[attention_runs.Run]:
     """Two directions; a best row, one within its seeds' spread and one outside; AER by each
     method with threshold 0.3 best for one row; validation curves and the coverage penalty."""
     runs = []
@@ -176,7 +178,7 @@ def comparison() -> list[attention_table.Run]:
         ("de→en", "bahdanau", 1, 20.0),
         ("en→fr", "local_m", 1, 38.0),
     ):
-        aer = dict.fromkeys(attention_table.ALIGN_METHODS, 0.6) | {"threshold 0.3": 0.5}
+        aer = dict.fromkeys(attention_runs.ALIGN_METHODS, 0.6) | {"threshold 0.3": 0.5}
         runs.append(
             run(
                 direction=direction,
@@ -217,7 +219,7 @@ def test_the_chinese_tables_translate_every_header_and_word_but_keep_the_numbers
             assert not any(re.search(r"[A-Za-z]", w) for w in words), line
     assert "在种子波动之内" in chinese["main"] and "阈值 0.3" in chinese["main"]
     assert chinese["main"].splitlines()[2].startswith("| 德→英 | luong |")
-    assert set(attention_table.ALIGN_METHODS) <= set(attention_table.WORDS)  # any best method
+    assert set(attention_runs.ALIGN_METHODS) <= set(attention_table.WORDS)  # any best method
     with pytest.raises(ValueError, match="zh"):
         attention_table.tables(runs, "fr")
 
@@ -228,7 +230,7 @@ def test_the_pages_leave_the_speeds_out_and_each_page_gets_its_language(tmp_path
         for name in ("main", "entropy", "coverage", "machines")
     )
     record = tmp_path / "records.jsonl"
-    attention_table.merged(record, comparison())
+    attention_runs.merged(record, comparison())
     pages = [tmp_path / "attention.md", tmp_path / "attention.zh.md"]
     for page in pages:
         page.write_text(marks, encoding="utf-8")
