@@ -79,6 +79,84 @@ def bleu(texts: list[str], refs: list[str]) -> float:
     return round(sacrebleu.corpus_bleu(texts, [refs]).score, 2)
 
 
+def constraints_figures(
+    translator: Translator, src: list[str], refs: list[str], out: Path, repeats: int
+) -> tuple[dict, list[str]]:
+    """Two reference words missing from each unconstrained output, asked for as constraints:
+    how many are placed, BLEU, and the time against unconstrained search (alternating, back to
+    back); and the unconstrained outputs."""
+    plain, _ = timed(translator, src, None)
+    plain_texts = [translator.best_text(t) for t in plain]
+    wanted = reference_constraints(plain_texts, refs, 2)
+    (out / "constraints.tsv").write_text("".join("\t".join(w) + "\n" for w in wanted))
+    steer = [LineSteering("", w) for w in wanted]
+    seconds: dict[str, list[float]] = {"plain": [], "constrained": []}
+    for _ in range(repeats):
+        plain, s = timed(translator, src, None)
+        seconds["plain"].append(s)
+        steered, s = timed(translator, src, steer)
+        seconds["constrained"].append(s)
+    texts = [translator.best_text(t) for t in steered]
+    figures = {
+        **steering_report(texts, steer),
+        "sentences_with_any": sum(bool(w) for w in wanted),
+        "bleu_plain": bleu(plain_texts, refs),
+        "bleu_constrained": bleu(texts, refs),
+        "seconds_plain": [round(x, 2) for x in seconds["plain"]],
+        "seconds_constrained": [round(x, 2) for x in seconds["constrained"]],
+        "slowdown": round(
+            statistics.median(seconds["constrained"]) / statistics.median(seconds["plain"]), 3
+        ),
+    }
+    return figures, plain_texts
+
+
+def prefix_figures(
+    translator: Translator, src: list[str], refs: list[str], plain_texts: list[str], out: Path
+) -> dict:
+    """The reference's first half as each sentence's prefix: outputs that keep it, and BLEU of
+    the rest against the unconstrained output's rest."""
+    cut = [max(1, len(r.split()) // 2) for r in refs]  # the reference's first half, as words
+    prefixes = [" ".join(r.split()[:n]) for r, n in zip(refs, cut, strict=True)]
+    (out / "prefixes.txt").write_text("".join(p + "\n" for p in prefixes))
+    found, _ = timed(translator, src, [LineSteering(p) for p in prefixes])
+    completed = [translator.best_text(t) for t in found]
+    rest = [" ".join(r.split()[n:]) for r, n in zip(refs, cut, strict=True)]
+    return {
+        "outputs_starting_with_prefix": sum(
+            c.startswith(p) for c, p in zip(completed, prefixes, strict=True)
+        ),
+        "sentences": len(src),
+        "bleu_rest_continued": bleu(
+            [c[len(p) :].strip() for c, p in zip(completed, prefixes, strict=True)], rest
+        ),
+        "bleu_rest_unconstrained": bleu(
+            [" ".join(t.split()[n:]) for t, n in zip(plain_texts, cut, strict=True)], rest
+        ),
+    }
+
+
+def glossary_figures(
+    translator: Translator, src: list[str], refs: list[str], plain_texts: list[str], args
+) -> dict:
+    """A glossary from the training pairs' links, applied to every sentence."""
+    data = Path(args.data_source)
+    train = read_parallel(data / "train.de.gz", data / "train.en.gz", args.pairs)
+    links = Path(args.links).read_text().splitlines()
+    glossary = glossary_from_links(*train, links, 10)
+    (Path(args.out) / "glossary.tsv").write_text(glossary)
+    entries = read_glossary(glossary, "glossary.tsv")
+    steer = [with_glossary(None, line, entries) for line in src]
+    found, _ = timed(translator, src, steer)
+    texts = [translator.best_text(t) for t in found]
+    return {
+        "entries": len(entries),
+        **steering_report(texts, steer),
+        "bleu_plain": bleu(plain_texts, refs),
+        "bleu_glossary": bleu(texts, refs),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir")
@@ -95,65 +173,10 @@ def main() -> None:
     src, refs = read_parallel(data / f"{args.split}.de.gz", data / f"{args.split}.en.gz")
     translator = Translator.from_run(load_run(args.run_dir), DecodeConfig(beam_size=5))
     figures: dict = {"run": args.run_dir, "threads": torch.get_num_threads()}
-
-    plain, _ = timed(translator, src, None)
-    plain_texts = [translator.best_text(t) for t in plain]
-    wanted = reference_constraints(plain_texts, refs, 2)
-    (out / "constraints.tsv").write_text("".join("\t".join(w) + "\n" for w in wanted))
-    steer = [LineSteering("", w) for w in wanted]
-    seconds: dict[str, list[float]] = {"plain": [], "constrained": []}
-    for _ in range(args.repeats):  # alternating, back to back
-        plain, s = timed(translator, src, None)
-        seconds["plain"].append(s)
-        steered, s = timed(translator, src, steer)
-        seconds["constrained"].append(s)
-    texts = [translator.best_text(t) for t in steered]
-    figures["constraints"] = {
-        **steering_report(texts, steer),
-        "sentences_with_any": sum(bool(w) for w in wanted),
-        "bleu_plain": bleu(plain_texts, refs),
-        "bleu_constrained": bleu(texts, refs),
-        "seconds_plain": [round(x, 2) for x in seconds["plain"]],
-        "seconds_constrained": [round(x, 2) for x in seconds["constrained"]],
-        "slowdown": round(
-            statistics.median(seconds["constrained"]) / statistics.median(seconds["plain"]), 3
-        ),
-    }
-
-    cut = [max(1, len(r.split()) // 2) for r in refs]  # the reference's first half, as words
-    prefixes = [" ".join(r.split()[:n]) for r, n in zip(refs, cut, strict=True)]
-    (out / "prefixes.txt").write_text("".join(p + "\n" for p in prefixes))
-    found, _ = timed(translator, src, [LineSteering(p) for p in prefixes])
-    completed = [translator.best_text(t) for t in found]
-    rest = [" ".join(r.split()[n:]) for r, n in zip(refs, cut, strict=True)]
-    figures["prefix"] = {
-        "outputs_starting_with_prefix": sum(
-            c.startswith(p) for c, p in zip(completed, prefixes, strict=True)
-        ),
-        "sentences": len(src),
-        "bleu_rest_continued": bleu(
-            [c[len(p) :].strip() for c, p in zip(completed, prefixes, strict=True)], rest
-        ),
-        "bleu_rest_unconstrained": bleu(
-            [" ".join(t.split()[n:]) for t, n in zip(plain_texts, cut, strict=True)], rest
-        ),
-    }
-
+    figures["constraints"], plain = constraints_figures(translator, src, refs, out, args.repeats)
+    figures["prefix"] = prefix_figures(translator, src, refs, plain, out)
     if args.links:
-        train = read_parallel(data / "train.de.gz", data / "train.en.gz", args.pairs)
-        links = Path(args.links).read_text().splitlines()
-        glossary = glossary_from_links(*train, links, 10)
-        (out / "glossary.tsv").write_text(glossary)
-        entries = read_glossary(glossary, "glossary.tsv")
-        steer = [with_glossary(None, line, entries) for line in src]
-        found, _ = timed(translator, src, steer)
-        texts = [translator.best_text(t) for t in found]
-        figures["glossary"] = {
-            "entries": len(entries),
-            **steering_report(texts, steer),
-            "bleu_plain": bleu(plain_texts, refs),
-            "bleu_glossary": bleu(texts, refs),
-        }
+        figures["glossary"] = glossary_figures(translator, src, refs, plain, args)
     print(json.dumps(figures))
 
 

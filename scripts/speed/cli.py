@@ -142,14 +142,8 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="The reference model's training and decoding speed, memory and FLOPs."
-    )
-    defaults = Multi30kConfig()
-    parser.add_argument("--data-source", default=defaults.source, help="URL or local Multi30k")
-    parser.add_argument("--data-root", default=defaults.root, help="download folder")
-    parser.add_argument("--cache-dir", default=defaults.cache_dir, help="tokenizer/ids cache")
+def _add_choices(parser: argparse.ArgumentParser) -> None:
+    """The options that each take a comma-separated subset of their choices."""
     lists = {  # option: (choices, help); every choice is measured unless a subset is given
         "--model": (
             MODELS,
@@ -179,6 +173,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--attention": list(MEASURED_BY_DEFAULT),
         }.get(option, list(choices))
         parser.add_argument(option, type=comma_list(choices), default=default, help=help_text)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="The reference model's training and decoding speed, memory and FLOPs."
+    )
+    defaults = Multi30kConfig()
+    parser.add_argument("--data-source", default=defaults.source, help="URL or local Multi30k")
+    parser.add_argument("--data-root", default=defaults.root, help="download folder")
+    parser.add_argument("--cache-dir", default=defaults.cache_dir, help="tokenizer/ids cache")
+    _add_choices(parser)
     parser.add_argument(
         "--cuda-graphs",
         type=comma_list(("false", "true")),

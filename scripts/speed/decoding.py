@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gc
 import itertools
 import statistics
 import time
@@ -23,7 +22,7 @@ from scripts.speed.choices import (
     progress,
     shape_of,
 )
-from scripts.speed.machine import flop_counter, peak_rss_mib, reset_peak_rss
+from scripts.speed.machine import flop_counter, peak_rss_mib, reset_peaks
 from seq2seq.config import DecodeConfig, Multi30kConfig, Precision, TrainConfig
 from seq2seq.data.corpus import read_parallel, split_files
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
@@ -59,22 +58,10 @@ def measure_decoding(
     operators of one more pass (per output piece). ``graphs``: the search's fixed-shape chunks,
     recorded in passes of their own (timed apart) and replayed in the passes, as a server does."""
     cfg = DecodeConfig(beam_size=beam_size, nbest=1, batch_size=batch_size)
-    gc.collect()
-    reset_peak_rss()
-    engine.reset_peak_memory()
+    reset_peaks(engine)
     with flop_counter() as counter, engine.compute():  # also the warm-up, eager
         hyps = decode_corpus(model, test, cfg)
-    start = time.perf_counter()
-    # a chunk is captured at its second run, so two passes capture every chunk a pass runs (the
-    # longest batch's beam chunks run once a pass); a second only where the first captured
-    if graphs is not None:
-        for _ in range(RECORD_PASSES):
-            before = graphs.captured
-            with engine.compute():
-                decode_corpus(model, test, cfg, graphs)
-            if graphs.captured == before:
-                break
-    record_s = time.perf_counter() - start
+    record_s = _record(engine, model, test, cfg, graphs)
     rates = []
     for _ in range(sizes.passes):
         start = time.perf_counter()
@@ -83,16 +70,7 @@ def measure_decoding(
         rates.append(len(test) / (time.perf_counter() - start))
     max_memory = engine.max_memory_allocated()
     outputs = [nbest[0].tokens for nbest in hyps]
-
-    def decode_pass() -> int:
-        """One more pass; its units are the output pieces (the same as the timed passes')."""
-        decode_corpus(model, test, cfg, graphs)
-        return sum(map(len, outputs))
-
-    ops = None
-    if profile:
-        with engine.compute():
-            ops = profile_ops(decode_pass, cuda=engine.device.type == "cuda")
+    ops = _profile(engine, model, test, cfg, graphs, outputs) if profile else None
     limits = max_lengths(torch.from_numpy(test.src_lengths), cfg.max_len_a, cfg.max_len_b)
     text = [tgt_tok.decode(tokens) for tokens in outputs]
     flops_per_sentence = counter.get_total_flops() / len(test)
@@ -121,6 +99,44 @@ def measure_decoding(
         **({"max_memory_allocated_mib": max_memory / 2**20} if max_memory is not None else {}),
         **({"profile": ops.to_dict()} if ops is not None else {}),
     }
+
+
+def _record(
+    engine: Engine,
+    model: Seq2Seq,
+    test: TokenizedCorpus,
+    cfg: DecodeConfig,
+    graphs: SearchGraphs | None,
+) -> float:
+    """Seconds spent recording the search's graphs, in passes of their own. A chunk is captured
+    at its second run, so two passes capture every chunk a pass runs (the longest batch's beam
+    chunks run once a pass); a second only where the first captured."""
+    start = time.perf_counter()
+    for _ in range(RECORD_PASSES if graphs is not None else 0):
+        before = graphs.captured
+        with engine.compute():
+            decode_corpus(model, test, cfg, graphs)
+        if graphs.captured == before:
+            break
+    return time.perf_counter() - start
+
+
+def _profile(
+    engine: Engine,
+    model: Seq2Seq,
+    test: TokenizedCorpus,
+    cfg: DecodeConfig,
+    graphs: SearchGraphs | None,
+    outputs: list[list[int]],
+) -> Any:
+    """The operators of one more pass, per output piece (the timed passes' units)."""
+
+    def decode_pass() -> int:
+        decode_corpus(model, test, cfg, graphs)
+        return sum(map(len, outputs))
+
+    with engine.compute():
+        return profile_ops(decode_pass, cuda=engine.device.type == "cuda")
 
 
 def encode_test_split(

@@ -4,6 +4,7 @@ and the FLOP counter that the shares of it are computed from."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import math
 import platform
@@ -54,6 +55,13 @@ def reset_peak_rss() -> bool:
     except OSError:
         return False
     return True
+
+
+def reset_peaks(engine: Engine) -> None:
+    """A measurement's start: garbage collected, the peak-RSS and device-memory marks reset."""
+    gc.collect()
+    reset_peak_rss()
+    engine.reset_peak_memory()
 
 
 def peak_rss_mib() -> float:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import gc
 import itertools
 import statistics
 import time
@@ -25,7 +24,7 @@ from scripts.speed.choices import (
     progress,
     shape_of,
 )
-from scripts.speed.machine import flop_counter, peak_rss_mib, reset_peak_rss
+from scripts.speed.machine import flop_counter, peak_rss_mib, reset_peaks
 from seq2seq.config import Precision, TrainConfig
 from seq2seq.data.batching import Batch, TokenBatchSampler, collate
 from seq2seq.data.dataset import TokenizedCorpus
@@ -70,9 +69,7 @@ def measure_training(
     """Target tokens/s of forward + backward + clipping + Adam, median over timed windows of
     epoch-0 batches after a warm-up; FLOPs per target token, batch make-up, peak RSS and (on
     CUDA) peak device memory; with ``profile``, the operators of one more window."""
-    gc.collect()
-    reset_peak_rss()
-    engine.reset_peak_memory()
+    reset_peaks(engine)
     torch.manual_seed(tcfg.seed)
     model = build_model(OmegaConf.structured(model_cfg), *vocab)
     updater = make_updater(engine, model, tcfg)
@@ -83,12 +80,7 @@ def measure_training(
     epoch = sampler.batches(0)
     needed = sizes.warmup + sizes.windows * sizes.window
     order = list(itertools.islice(itertools.cycle(epoch), needed))
-    capture_s = 0.0
-    if isinstance(updater, StaticUpdater):  # every bucket's graph captured before timing
-        captures = bucket_warmup(train, epoch, tcfg.batch_tokens)
-        start = time.perf_counter()
-        run_updates(engine, updater, train, captures)
-        capture_s = time.perf_counter() - start
+    capture_s = _capture(engine, updater, train, epoch, tcfg.batch_tokens)
     run_updates(engine, updater, train, order[: sizes.warmup])
     windows = [order[i : i + sizes.window] for i in range(sizes.warmup, needed, sizes.window)]
     rates = []
@@ -97,12 +89,7 @@ def measure_training(
         tokens = run_updates(engine, updater, train, batches)
         rates.append(tokens / (time.perf_counter() - start))
     max_memory = engine.max_memory_allocated()
-    counting = updater  # a replayed graph dispatches no operator: count the eager update
-    if isinstance(updater, StaticUpdater) and updater.graphs:
-        counting = Updater(engine, copy.deepcopy(updater.module), tcfg)
-    with flop_counter() as counter:  # the first window again, counted, not timed
-        counted = run_updates(engine, counting, train, windows[0])
-    flops_per_token = counter.get_total_flops() / counted
+    flops_per_token = _flops_per_token(engine, updater, tcfg, train, windows[0])
     ops = None
     if profile:
         work = functools.partial(run_updates, engine, updater, train, windows[0])
@@ -129,6 +116,39 @@ def measure_training(
         **({"max_memory_allocated_mib": max_memory / 2**20} if max_memory is not None else {}),
         **({"profile": ops.to_dict()} if ops is not None else {}),
     }
+
+
+def _capture(
+    engine: Engine,
+    updater: Updater | StaticUpdater,
+    train: TokenizedCorpus,
+    epoch: Sequence[np.ndarray],
+    budget: int,
+) -> float:
+    """Seconds to capture every bucket's graph before timing (0 for an eager updater)."""
+    if not isinstance(updater, StaticUpdater):
+        return 0.0
+    captures = bucket_warmup(train, epoch, budget)
+    start = time.perf_counter()
+    run_updates(engine, updater, train, captures)
+    return time.perf_counter() - start
+
+
+def _flops_per_token(
+    engine: Engine,
+    updater: Updater | StaticUpdater,
+    tcfg: TrainConfig,
+    train: TokenizedCorpus,
+    window: list[np.ndarray],
+) -> float:
+    """FLOPs per target token of the first window again, counted, not timed; a replayed graph
+    dispatches no operator, so the eager update of the same weights is counted."""
+    counting = updater
+    if isinstance(updater, StaticUpdater) and updater.graphs:
+        counting = Updater(engine, copy.deepcopy(updater.module), tcfg)
+    with flop_counter() as counter:
+        counted = run_updates(engine, counting, train, window)
+    return counter.get_total_flops() / counted
 
 
 def bucket_warmup(
