@@ -289,6 +289,20 @@ def test_bad_settings_stop_before_any_work(tmp_path: Path, overrides: list[str],
     assert list(tmp_path.iterdir()) == []  # nothing was started
 
 
+def test_a_refused_start_removes_the_folders_it_made_and_keeps_the_others(tmp_path: Path):
+    """The default runs/ made for a refused first start goes with its run folder; a folder that
+    was there before stays, empty or not."""
+    refused = [*cli("train"), *SMOKE, "train.batch_tokens=0"]
+    proc = subprocess.run(refused, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "train.batch_tokens=0 must be positive" in proc.stderr
+    assert list(tmp_path.iterdir()) == []  # no runs/ left
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    code, out = run("train", *SMOKE, f"hydra.run.dir={kept / 'new' / 'run'}", "train.lr=-1")
+    assert_one_line_error(code, out, "train.lr=-1.0 must be positive")
+    assert list(tmp_path.iterdir()) == [kept] and list(kept.iterdir()) == []
+
+
 def test_a_folder_of_runs_given_as_a_run_names_the_newest_inside(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     assert not_a_run(runs, "run_dir=runs").endswith("folder: it does not exist")

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import shutil
+from importlib import resources
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import Config
@@ -26,35 +28,64 @@ from seq2seq.training.trainer import Trainer
 log = logging.getLogger("seq2seq.train")
 
 
-def _claim_run_folder(argv: list[str]) -> list[str]:
-    """Before Hydra writes anything: rank 0 refuses a busy run folder; under torchrun, ranks other
-    than 0 get no Hydra output folder or log file (rank 0 owns the run folder and tells them
-    where it is), and a sweep is refused."""
-    rank = process_rank()
-    run_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")), None)
-    if rank == 0 and run_dir:
-        RunLock(Path(run_dir)).check_free()
-    if rank == 0:
-        return argv
-    if {"-m", "--multirun"} & set(argv):
-        raise Seq2SeqError("a sweep (-m) cannot run under torchrun; start one per run")
-    return follower_argv(argv)
+class _RunFolder:
+    """A start's run folder. Before Hydra writes anything, rank 0 refuses a busy one and notes
+    the folders above it that are not there yet; after a user error, it removes the run folder
+    if no training used it, and the noted folders it leaves empty: typos leave nothing behind."""
+
+    def __init__(self) -> None:
+        self.new_parents: list[Path] = []  # deepest first
+
+    def claim(self, argv: list[str]) -> list[str]:
+        """Under torchrun, ranks other than 0 get no Hydra output folder or log file (rank 0 owns
+        the run folder and tells them where it is), and a sweep is refused."""
+        rank = process_rank()
+        run_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")), None)
+        if rank == 0 and run_dir:
+            RunLock(Path(run_dir)).check_free()
+        if rank == 0:
+            self.new_parents = _new_parents(run_dir or _default_run_dir())
+            return argv
+        if {"-m", "--multirun"} & set(argv):
+            raise Seq2SeqError("a sweep (-m) cannot run under torchrun; start one per run")
+        return follower_argv(argv)
+
+    def drop_unused(self) -> None:
+        if process_rank() != 0 or not HydraConfig.initialized():
+            return
+        folder = Path(HydraConfig.get().runtime.output_dir)
+        if not unused_run_folder(folder):
+            return
+        _close_log_files(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        for parent in self.new_parents:
+            if parent in folder.parents and parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
 
 
-def _drop_unused_run_folder() -> None:
-    """After a user error, rank 0 removes the run folder if it holds nothing a training did
-    (Hydra's record, the log, the lock, the config): typos leave no empty runs behind."""
-    if process_rank() != 0 or not HydraConfig.initialized():
-        return
-    folder = Path(HydraConfig.get().runtime.output_dir)
-    if not unused_run_folder(folder):
-        return
+def _close_log_files(folder: Path) -> None:
+    """The log handlers writing into ``folder``, closed before it goes."""
     root = logging.getLogger()
-    for handler in list(root.handlers):  # the log file is closed before it goes
+    for handler in list(root.handlers):
         if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == folder:
             root.removeHandler(handler)
             handler.close()
-    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _default_run_dir() -> str:
+    """configs/config.yaml's hydra.run.dir, unresolved (``runs/${now:...}``)."""
+    cfg = OmegaConf.load(resources.files("seq2seq.configs") / "config.yaml")
+    return OmegaConf.to_container(cfg.hydra, resolve=False)["run"]["dir"]
+
+
+def _new_parents(run_dir: str) -> list[Path]:
+    """The folders above ``run_dir`` (up to its first ``${...}``) not there yet, deepest first."""
+    fixed = run_dir.split("${")[0]
+    above = Path(fixed).absolute() if fixed.endswith("/") else Path(fixed).absolute().parent
+    return [p for p in [above, *above.parents] if not p.exists()]
+
+
+_run_folder = _RunFolder()
 
 
 def train(cfg: Config) -> str | None:
@@ -83,7 +114,7 @@ def train(cfg: Config) -> str | None:
             engine.close()
 
 
-main = hydra_command("config", before=_claim_run_folder, refused=_drop_unused_run_folder)(train)
+main = hydra_command("config", before=_run_folder.claim, refused=_run_folder.drop_unused)(train)
 
 if __name__ == "__main__":
     main()
