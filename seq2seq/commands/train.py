@@ -15,6 +15,7 @@ from pathlib import Path
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
+from seq2seq.commands.keys import CONFIG_MODULE
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import Config
 from seq2seq.data.readers import open_reader
@@ -74,7 +75,7 @@ def _close_log_files(folder: Path) -> None:
 
 def _default_run_dir() -> str:
     """configs/config.yaml's hydra.run.dir, unresolved (``runs/${now:...}``)."""
-    cfg = OmegaConf.load(resources.files("seq2seq.configs") / "config.yaml")
+    cfg = OmegaConf.load(resources.files(CONFIG_MODULE) / "config.yaml")
     return OmegaConf.to_container(cfg.hydra, resolve=False)["run"]["dir"]
 
 
