@@ -17,6 +17,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from seq2seq.config_choices import (
+    BestMetric,
     Int8Engine,
     Precision,
     Products,
@@ -161,7 +162,8 @@ class TrainConfig:
     label_smoothing: float = 0.1
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     validate_every: Optional[int] = None  # updates between validations; None = every epoch
-    patience: int = 5  # validations without a better BLEU before early stopping
+    best_metric: BestMetric = BestMetric.bleu  # what chooses best.pt, stopping and the plateau
+    patience: int = 5  # validations without a better best_metric before early stopping
     keep_checkpoints: int = 0  # keep the weights of the N latest and N best validations
     val_beam_size: int = 1  # validation BLEU decodes greedily unless raised
     val_batch_size: int = 64  # sentences per validation decoding batch; GPUs take more

@@ -1,6 +1,6 @@
 """The config's closed choices, each an Enum that Hydra checks when a value is given: subword
-model, schedule, matrix-product path, int8 engine, serving backend, precision, checkpoint
-selection and alignment methods."""
+model, schedule, matrix-product path, int8 engine, serving backend, precision, the metric of
+the best checkpoint, checkpoint selection and alignment methods."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ class SubwordModel(str, Enum):
 
 
 class ScheduleName(str, Enum):
-    plateau = "plateau"  # reduce on a plateau of validation BLEU
+    plateau = "plateau"  # reduce on a plateau of the validation score (train.best_metric)
     inverse_sqrt = "inverse_sqrt"  # lr * sqrt(warmup / update) after the warm-up
 
 
@@ -50,6 +50,20 @@ class Precision(str, Enum):
     bf16 = "bf16"  # autocast; CUDA, or CPUs with native bf16
     fp16 = "fp16"  # autocast with loss scaling; CUDA only
     int8 = "int8"  # inference on the CPU: dynamic quantization (evaluate, translate, serve)
+
+
+class BestMetric(str, Enum):
+    """The validation score that chooses best.pt, stops training early, drives the plateau
+    schedule and ranks kept checkpoints (as Joey NMT's early_stopping_metric and fairseq's
+    --best-checkpoint-metric)."""
+
+    bleu = "bleu"
+    chrf = "chrf"
+    loss = "loss"  # validation cross-entropy: lower is better
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self is not BestMetric.loss
 
 
 class Selection(str, Enum):

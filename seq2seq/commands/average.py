@@ -11,13 +11,14 @@ import logging
 from pathlib import Path
 
 import torch
+from omegaconf import OmegaConf
 
 from seq2seq.commands.configs import AverageConfig
 from seq2seq.commands.wrapper import hydra_command
-from seq2seq.config_choices import Selection
+from seq2seq.config_choices import BestMetric, Selection
 from seq2seq.errors import Seq2SeqError
-from seq2seq.runtime.checkpoint import kept_steps, load_checkpoint, save_checkpoint
-from seq2seq.storage.rundir import AVERAGED, kept_checkpoint
+from seq2seq.runtime.checkpoint import best_steps, kept_steps, load_checkpoint, save_checkpoint
+from seq2seq.storage.rundir import AVERAGED, CONFIG_FILE, kept_checkpoint
 
 log = logging.getLogger("seq2seq.average")
 
@@ -45,8 +46,9 @@ def average(cfg: AverageConfig) -> Path:
         raise Seq2SeqError(
             f"{run_dir} keeps no checkpoints to average: train it with train.keep_checkpoints=N"
         )
+    metric = _best_metric(run_dir)
     if Selection(cfg.select) == Selection.best:
-        chosen = sorted(steps, key=lambda s: (-steps[s], -s))[: cfg.n]
+        chosen = best_steps(steps, cfg.n, metric.higher_is_better)
     else:
         chosen = sorted(steps)[-cfg.n :]
     if len(chosen) < cfg.n:
@@ -62,12 +64,21 @@ def average(cfg: AverageConfig) -> Path:
     out = Path(cfg.out) if cfg.out else run_dir / AVERAGED
     save_checkpoint(out, state)
     log.info(
-        "averaged steps %s (validation BLEU %s) into %s",
+        "averaged steps %s (validation %s %s) into %s",
         sorted(chosen),
+        metric.value,
         [round(steps[s], 2) for s in sorted(chosen)],
         out,
     )
     return out
+
+
+def _best_metric(run_dir: Path) -> BestMetric:
+    """What ranked the run's kept checkpoints: its train.best_metric (BLEU before the key)."""
+    config = run_dir / CONFIG_FILE
+    if not config.is_file():
+        return BestMetric.bleu
+    return BestMetric(OmegaConf.select(OmegaConf.load(config), "train.best_metric", default="bleu"))
 
 
 main = hydra_command("average")(average)  # the command: errors and output in wrapper.py

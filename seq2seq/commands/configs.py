@@ -75,7 +75,8 @@ class AverageConfig:
 
     run_dir: str = needed("<a run trained with train.keep_checkpoints=N>")
     n: int = 5  # how many kept checkpoints to average
-    select: Selection = Selection.last  # the n latest validations, or the n best by BLEU
+    select: Selection = Selection.last  # the n latest validations, or the n best (by the
+    # run's train.best_metric: BLEU by default)
     out: Optional[str] = None  # default: <run_dir>/averaged.pt (evaluate with checkpoint=averaged)
 
 

@@ -143,8 +143,8 @@ def _differences(saved: Any, now: Any, key: str) -> list[str]:
 
 
 def kept_steps(run_dir: Path) -> dict[int, float]:
-    """{step: validation BLEU} of the checkpoints kept in the run folder; a damaged index is a
-    Seq2SeqError naming it."""
+    """{step: validation score} of the checkpoints kept in the run folder (of the run's
+    train.best_metric: BLEU by default); a damaged index is a Seq2SeqError naming it."""
     index = Path(run_dir) / KEPT_DIR / KEPT_INDEX
     if not index.is_file():
         return {}
@@ -154,19 +154,30 @@ def kept_steps(run_dir: Path) -> dict[int, float]:
         raise Seq2SeqError(f"{index} is damaged ({e}): it lists the kept checkpoints") from None
 
 
+def best_steps(steps: dict[int, float], n: int, higher_is_better: bool = True) -> list[int]:
+    """The ``n`` steps of the best scores (the later step first among equal ones)."""
+    sign = -1 if higher_is_better else 1
+    return sorted(steps, key=lambda s: (sign * steps[s], -s))[:n]
+
+
 def keep(
-    writer: CheckpointWriter, run_dir: Path, step: int, bleu: float, weights: dict, n: int
+    writer: CheckpointWriter,
+    run_dir: Path,
+    step: int,
+    score: float,
+    weights: dict,
+    n: int,
+    higher_is_better: bool = True,
 ) -> None:
-    """Keep the weights validated at ``step`` (written in the background); of all kept, only
-    the ``n`` latest and the ``n`` best by BLEU stay."""
+    """Keep the weights validated at ``step`` (written in the background) with their validation
+    ``score``; of all kept, only the ``n`` latest and the ``n`` best stay."""
     try:
-        steps = {**kept_steps(run_dir), step: bleu}
+        steps = {**kept_steps(run_dir), step: score}
     except Seq2SeqError as e:  # training goes on: the index starts again from this one
         log.warning("%s; a new one starts with step %d", e, step)
-        steps = {step: bleu}
-    by_bleu = sorted(steps, key=lambda s: (-steps[s], -s))[:n]
-    stay = set(sorted(steps)[-n:]) | set(by_bleu)
-    writer.save([kept_checkpoint(run_dir, step)], {**weights, "step": step, "bleu": bleu})
+        steps = {step: score}
+    stay = set(sorted(steps)[-n:]) | set(best_steps(steps, n, higher_is_better))
+    writer.save([kept_checkpoint(run_dir, step)], {**weights, "step": step, "score": score})
     for old in set(steps) - stay:
         kept_checkpoint(run_dir, old).unlink(missing_ok=True)
     index = Path(run_dir) / KEPT_DIR / KEPT_INDEX

@@ -46,7 +46,8 @@ def upgrade_saved_config(cfg: Any) -> Any:
 
 def upgrade_saved_state(state: dict[str, Any]) -> dict[str, Any]:
     """A training checkpoint in today's keys: its epoch plan ("plan") and "precision" read from
-    its config where the checkpoint predates them."""
+    its config where the checkpoint predates them; from before train.best_metric, best.pt was
+    chosen by BLEU ("best_metric", "best_score")."""
     config = state.get("config", {})
     train, data = config.get("train", {}), config.get("data", {})
     state.setdefault(
@@ -61,4 +62,7 @@ def upgrade_saved_state(state: dict[str, Any]) -> dict[str, Any]:
     )
     if "precision" not in state and (config.get("precision") or train.get("precision")):
         state["precision"] = config.get("precision") or train.get("precision")
+    if "best_metric" not in state and "step" in state:
+        state["best_metric"] = "bleu"
+        state["best_score"] = state["best_bleu"] if state.get("best_bleu", -1.0) >= 0 else None
     return state

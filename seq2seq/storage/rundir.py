@@ -25,14 +25,14 @@ CONFIG_FILE = "config.yaml"  # the resolved training config
 SRC_TOKENIZER = "src.model"  # sentencepiece models
 TGT_TOKENIZER = "tgt.model"
 MANIFEST = release.MANIFEST  # sizes and SHA-256 of the tokenizer models and config
-BEST = "best.pt"  # the checkpoint of the best validation BLEU
+BEST = "best.pt"  # the checkpoint of the best validation score (train.best_metric: BLEU)
 LAST = "last.pt"  # the latest checkpoint, to resume from
 LOCK = "train.lock"  # held by the training that writes the folder
 # what a training start writes before any work: Hydra's record, the log, the lock and, once it
 # holds the lock, its config.yaml (`unused_run_folder`)
 START_FILES = frozenset({".hydra", "train.log", LOCK, CONFIG_FILE})
 KEPT_DIR = "checkpoints"  # validation checkpoints kept for averaging (weights only)
-KEPT_INDEX = "index.json"  # {step: validation BLEU} of the kept checkpoints
+KEPT_INDEX = "index.json"  # {step: validation score (train.best_metric)} of those
 AVERAGED = "averaged.pt"  # what seq2seq-average writes
 TENSORBOARD_DIR = "tensorboard"  # event files
 RELEASE_WEIGHTS = "model.safetensors"  # a release folder's weights (seq2seq-export)

@@ -149,16 +149,19 @@ class Report:
         monitor.hparams(p.step, run_hparams(self.cfg), final)
         monitor.flush()  # a running TensorBoard shows this validation now
         now = time.perf_counter()
+        best = {p.best_metric: " (best)" if improved else ""}  # after the score that chose it
         log.info(
-            "step %d (epoch %d): valid loss %.3f, ppl %.2f, BLEU %.2f%s, chrF %.2f%s "
+            "step %d (epoch %d): valid loss %.3f%s, ppl %.2f, BLEU %.2f%s, chrF %.2f%s%s "
             "(%.1f s, TensorBoard %.2f s)",
             p.step,
             p.epoch + (p.batch_in_epoch > 0),
             result.metrics["loss"],
+            best.get("loss", ""),
             result.metrics["ppl"],
             result.metrics["bleu"],
-            " (best)" if improved else "",
+            best.get("bleu", ""),
             result.metrics["chrf"],
+            best.get("chrf", ""),
             f", AER {result.metrics['aer']:.3f}" if "aer" in result.metrics else "",
             now - start,
             now - logging_start,

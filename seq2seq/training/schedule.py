@@ -1,5 +1,6 @@
-"""The learning rate over training: an optional linear warm-up, then reduce-on-plateau of
-validation BLEU (the default) or inverse square-root decay by update (as fairseq and Joey NMT)."""
+"""The learning rate over training: an optional linear warm-up, then reduce-on-plateau of the
+validation score train.best_metric names (the default) or inverse square-root decay by update
+(as fairseq and Joey NMT)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,23 @@ from seq2seq.config import ScheduleName, SchedulerConfig
 class LearningRate:
     """Sets the optimizer's rate before each update and after each validation."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, lr: float, cfg: SchedulerConfig) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        lr: float,
+        cfg: SchedulerConfig,
+        higher_is_better: bool = True,
+    ) -> None:
         self.optimizer, self.base, self.cfg = optimizer, lr, cfg
         self.name = ScheduleName(cfg.name)
         self.plateau = None
         if self.name == ScheduleName.plateau:
             self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
-                optimizer, mode="max", factor=cfg.factor, patience=cfg.patience, min_lr=cfg.min_lr
+                optimizer,
+                mode="max" if higher_is_better else "min",
+                factor=cfg.factor,
+                patience=cfg.patience,
+                min_lr=cfg.min_lr,
             )
 
     def rate(self, step: int) -> float | None:
@@ -40,9 +51,9 @@ class LearningRate:
                 else:
                     group["lr"] = rate
 
-    def after_validation(self, bleu: float) -> None:
+    def after_validation(self, score: float) -> None:
         if self.plateau is not None:
-            self.plateau.step(bleu)
+            self.plateau.step(score)
 
     def state_dict(self) -> dict[str, Any]:
         return self.plateau.state_dict() if self.plateau is not None else {}

@@ -13,10 +13,11 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
+from seq2seq.config_choices import BestMetric
 from seq2seq.data.dataset import TokenizedCorpus
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine
-from seq2seq.storage.rundir import LAST
+from seq2seq.storage.rundir import BEST, LAST
 from seq2seq.training.schedule import LearningRate
 from seq2seq.training.updater import Updater
 
@@ -30,11 +31,54 @@ class Progress:
     step: int = 0  # updates so far
     epoch: int = 0  # epochs finished
     batch_in_epoch: int = 0  # updates of the current epoch done
-    best_bleu: float = -1.0
-    bad_validations: int = 0  # in a row, without a better BLEU
+    best_bleu: float = -1.0  # validation BLEU of best.pt
+    best_metric: str = "bleu"  # train.best_metric, which chose best.pt (a resume keeps it)
+    best_score: float | None = None  # best_metric's value at best.pt; None before validating
+    bad_validations: int = 0  # in a row, without a better best_metric
     stopped_early: bool = False
     seconds: float = 0.0  # wall-clock seconds of training so far (validation included)
     validated_step: int = -1  # the step of the latest validation (an epoch's end validates once)
+
+
+def improves(score: float, progress: Progress) -> bool:
+    """Whether a validation's ``score`` (of ``progress.best_metric``) beats best.pt's."""
+    if progress.best_score is None:
+        return True
+    if BestMetric(progress.best_metric).higher_is_better:
+        return score > progress.best_score
+    return score < progress.best_score
+
+
+def count_validation(
+    progress: Progress, bleu: float, score: float, patience: int, last: bool
+) -> bool:
+    """One validation's BLEU and ``score`` (of best_metric) counted: whether it makes the new
+    best.pt; ``patience`` validations in a row without one stop training early, unless this is
+    the ``last`` of a run that stops anyway."""
+    improved = improves(score, progress)
+    if improved:
+        progress.best_score, progress.best_bleu, progress.bad_validations = score, bleu, 0
+    else:
+        progress.bad_validations += 1
+    if progress.bad_validations >= patience and not last:
+        train_log.info(
+            "early stopping: no better %s in %d validations",
+            progress.best_metric,
+            progress.bad_validations,
+        )
+        progress.stopped_early = True
+    return improved
+
+
+def check_best_metric(state: dict[str, Any], metric: str) -> None:
+    """A resumed run keeps the metric that chose its best.pt: scores of two metrics cannot be
+    compared."""
+    saved = state["best_metric"]  # runtime/migrate.py fills an old checkpoint's
+    if saved != metric:
+        raise Seq2SeqError(
+            f"train.resume=true: {BEST} of this run was chosen by {saved}; resume with "
+            f"train.best_metric={saved}, or start a new run"
+        )
 
 
 def epoch_plan(cfg: DictConfig, engine: Engine, train: TokenizedCorpus) -> dict[str, Any]:
@@ -119,11 +163,19 @@ def restore_training(
     if len(state["rng"]) == engine.world_size:
         engine.set_rng_state(state["rng"][engine.rank])
     train_log.info(
-        "resumed from %s: step %d, epoch %d, batch %d, best BLEU %.2f",
+        "resumed from %s: step %d, epoch %d, batch %d, %s",
         LAST,
         progress.step,
         progress.epoch + 1,
         progress.batch_in_epoch,
-        progress.best_bleu,
+        best_said(progress),
     )
     return progress
+
+
+def best_said(progress: Progress) -> str:
+    """best.pt's score for the log: "best BLEU 31.20", or "best loss 2.104 (BLEU 30.90)"."""
+    if progress.best_metric == BestMetric.bleu.value or progress.best_score is None:
+        return f"best BLEU {progress.best_bleu:.2f}"
+    name = "chrF" if progress.best_metric == BestMetric.chrf.value else progress.best_metric
+    return f"best {name} {progress.best_score:.3f} (BLEU {progress.best_bleu:.2f})"

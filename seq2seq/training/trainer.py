@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 from tqdm import tqdm
 
+from seq2seq.config_choices import BestMetric
 from seq2seq.data.batching import Batch, TokenBatchSampler, Update, collate, plan_updates
 from seq2seq.data.guidance import AlignmentTargets
 from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, write_splits
@@ -41,7 +42,15 @@ from seq2seq.training.graphed import make_updater
 from seq2seq.training.record import choose_and_record, save_config
 from seq2seq.training.report import Report, Window
 from seq2seq.training.schedule import LearningRate
-from seq2seq.training.state import Progress, epoch_plan, restore_training, training_state
+from seq2seq.training.state import (
+    Progress,
+    best_said,
+    check_best_metric,
+    count_validation,
+    epoch_plan,
+    restore_training,
+    training_state,
+)
 from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
 from seq2seq.training.updater import NonFiniteGuard, StepResult
 from seq2seq.training.validation import Validator, check_validation_lines, validation_search
@@ -153,11 +162,16 @@ class Trainer:
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
         choose_and_record(cfg, engine, model, state or {}, self._vocab())
         self.updater = make_updater(engine, model, tcfg)  # as choose_and_record decided
-        self.schedule = LearningRate(self.updater.optimizer, tcfg.lr, tcfg.scheduler)
-        self.plan, self.progress = epoch_plan(cfg, engine, self.data.train), Progress()
+        metric = BestMetric(tcfg.best_metric)
+        self.schedule = LearningRate(
+            self.updater.optimizer, tcfg.lr, tcfg.scheduler, metric.higher_is_better
+        )
+        self.plan = epoch_plan(cfg, engine, self.data.train)
+        self.progress = Progress(best_metric=metric.value)
         if state is None and tcfg.init_from:
             start_from(tcfg, self.updater, self.schedule)
         if state is not None:
+            check_best_metric(state, metric.value)
             self.progress = restore_training(state, self.updater, self.schedule, engine, self.plan)
         engine.from_main(lambda: save_config(cfg, run_dir))  # a start refused above leaves it
         purge = self.progress.step + 1 if state is not None else None  # hide logs after last.pt
@@ -216,7 +230,7 @@ class Trainer:
     def _fit(self) -> None:
         self._clock = time.monotonic() - self.progress.seconds  # a resumed run goes on counting
         if self.progress.stopped_early:
-            log.info("this run has already stopped early (best BLEU %.2f)", self.progress.best_bleu)
+            log.info("this run has already stopped early (%s)", best_said(self.progress))
             return
         with stop_signals(self.engine.distributed) as request:
             stop = 0
@@ -237,11 +251,7 @@ class Trainer:
                 self.engine.barrier()  # no rank leaves before rank 0 has written last.pt
                 raise SystemExit(128 + stop)
         self._save(LAST)
-        log.info(
-            "finished after %d updates; best validation BLEU %.2f",
-            self.progress.step,
-            self.progress.best_bleu,
-        )
+        log.info("finished after %d updates; %s", self.progress.step, best_said(self.progress))
         if summary := self.updater.summary():
             log.info("%s", summary)
 
@@ -307,27 +317,32 @@ class Trainer:
     # -- validation --------------------------------------------------------------------------
 
     def _validate_and_checkpoint(self, last: bool) -> None:
-        """Rank 0 validates; every rank takes the same decisions from its BLEU. The `last`
-        validation of a run that stops anyway does not count as stopping early."""
+        """Rank 0 validates; every rank takes the same decisions from its scores (of
+        train.best_metric). The `last` validation of a run that stops anyway does not count as
+        stopping early."""
         start = time.perf_counter()
         result = None
         if self.validator is not None:  # rank 0
             result = self.validator(self.updater.module, self.data)
-        bleu = self.engine.broadcast(result.metrics["bleu"] if result else None)
         p = self.progress
+        bleu, score = self.engine.broadcast(
+            (result.metrics["bleu"], result.metrics[p.best_metric]) if result else None
+        )
         p.validated_step = p.step
-        improved = bleu > p.best_bleu
-        if improved:
-            p.best_bleu, p.bad_validations = bleu, 0
-        else:
-            p.bad_validations += 1
-        self.schedule.after_validation(bleu)
-        if p.bad_validations >= self.cfg.train.patience and not last:
-            log.info("early stopping: no better BLEU in %d validations", p.bad_validations)
-            p.stopped_early = True
+        improved = count_validation(p, bleu, score, self.cfg.train.patience, last)
+        self.schedule.after_validation(score)
         if result is not None:
             self.report.validation(p, result, improved, start)
         self._save(*([BEST] if improved else []), LAST)
         if self.cfg.train.keep_checkpoints and self.engine.is_main:
             weights = {"model": self.updater.module.state_dict(), "vocab": self._vocab()}
-            keep(self.writer, self.run_dir, p.step, bleu, weights, self.cfg.train.keep_checkpoints)
+            higher = BestMetric(p.best_metric).higher_is_better
+            keep(
+                self.writer,
+                self.run_dir,
+                p.step,
+                score,
+                weights,
+                self.cfg.train.keep_checkpoints,
+                higher,
+            )
