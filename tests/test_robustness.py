@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pexpect
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -385,6 +386,27 @@ def test_logs_in_a_file_have_no_progress_bar_and_stdout_is_the_run_folder(
     assert re.search(eta, proc.stderr), proc.stderr
     logged = (tmp_path / "train.log").read_text().splitlines()
     assert logged and set(logged) <= set(proc.stderr.splitlines())
+
+
+@pytest.mark.slow
+def test_on_a_terminal_log_lines_print_above_the_progress_bar(tmp_path: Path, data_dirs) -> None:
+    """A validation in the middle of an epoch logs while the bar shows: its line starts on a line
+    of its own, not after the bar's text."""
+    args = ["experiment=smoke", "train.max_steps=20", "train.validate_every=10", *data_dirs]
+    child = pexpect.spawn(
+        cli("train")[0],
+        [*cli("train")[1:], f"hydra.run.dir={tmp_path}", *args],
+        encoding="utf-8",
+        timeout=TRAIN_TIMEOUT,
+        dimensions=(24, 120),
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    lines = child.before.replace("\r\n", "\n").split("\n")  # a terminal ends lines in \r\n
+    said = [line.split("\r")[-1] for line in lines if "valid loss" in line]
+    assert len(said) == 2 and all(line.startswith("[20") for line in said), said
+    assert "epoch 1:" in child.before  # the bar showed
 
 
 # -- any text in, one line out -------------------------------------------------------------------

@@ -1,10 +1,14 @@
-"""How training is told: the log lines and TensorBoard records of training and validation (rank
-0's; the other ranks only add to sums). Where training stands (`Progress`) lives in checkpoints."""
+"""How training is told: the log lines, the progress bar and the TensorBoard records of training
+and validation (rank 0's; the other ranks only add to sums). Where training stands (`Progress`)
+lives in checkpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 import time
+from collections.abc import Iterator
 
 import torch
 from omegaconf import DictConfig
@@ -166,3 +170,51 @@ class Report:
             now - start,
             now - logging_start,
         )
+
+
+class _AboveTheBar(logging.StreamHandler):
+    """A console handler writing through tqdm, so that a line prints above the progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # as logging's own handlers: a log call never raises
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def lines_above(bar: tqdm) -> Iterator[None]:
+    """While ``bar`` shows, the console's log lines (a validation's, a warning) print above it,
+    not into it; the log file's handler is left as it is."""
+    root = logging.getLogger()
+    consoles = [
+        h
+        for h in root.handlers
+        if type(h) is logging.StreamHandler and h.stream in (sys.stdout, sys.stderr)
+    ]
+    swapped = []
+    for console in consoles if not bar.disable else []:
+        above = _AboveTheBar(console.stream)
+        above.setFormatter(console.formatter)
+        above.setLevel(console.level)
+        root.removeHandler(console)
+        root.addHandler(above)
+        swapped.append((console, above))
+    try:
+        yield
+    finally:
+        for console, above in swapped:
+            root.removeHandler(above)
+            root.addHandler(console)
+
+
+def epoch_bar(total: int, done: int, epoch: int, shown: bool) -> tqdm:
+    """The progress bar of one epoch's updates (on a terminal, rank 0)."""
+    return tqdm(
+        total=total,
+        initial=done,
+        desc=f"epoch {epoch + 1}",
+        disable=not shown,
+        dynamic_ncols=True,
+        leave=False,
+    )

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
-from tqdm import tqdm
 
 from seq2seq.config_choices import BestMetric
 from seq2seq.data.batching import Batch, TokenBatchSampler, Update, collate, plan_updates
@@ -40,7 +39,7 @@ from seq2seq.storage.rundir import (
 )
 from seq2seq.training.graphed import make_updater
 from seq2seq.training.record import choose_and_record, save_config
-from seq2seq.training.report import Report, Window
+from seq2seq.training.report import Report, Window, epoch_bar, lines_above
 from seq2seq.training.schedule import LearningRate
 from seq2seq.training.state import (
     Progress,
@@ -132,18 +131,6 @@ class Epochs:
         if self.subwords is None:
             return update.tokens
         return int(self.engine.sum_over_ranks([sum(b.ntokens for b in batches)])[0])
-
-
-def epoch_bar(total: int, done: int, epoch: int, shown: bool) -> tqdm:
-    """The progress bar of one epoch's updates (on a terminal, rank 0)."""
-    return tqdm(
-        total=total,
-        initial=done,
-        desc=f"epoch {epoch + 1}",
-        disable=not shown,
-        dynamic_ncols=True,
-        leave=False,
-    )
 
 
 class Trainer:
@@ -279,7 +266,7 @@ class Trainer:
         shown = self.cfg.log.progress and engine.is_main and sys.stderr.isatty()
         bar = epoch_bar(len(plan), p.batch_in_epoch, p.epoch, shown)
         window = Window()
-        with bar:
+        with bar, lines_above(bar):
             prepare = functools.partial(self.epochs.device_batches, epoch=p.epoch)
             batches_ahead = engine.prefetch(todo, prepare)
             for update, batches in zip(todo, batches_ahead, strict=True):
