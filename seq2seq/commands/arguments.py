@@ -39,7 +39,8 @@ def check_arguments(config_name: str, argv: Sequence[str]) -> None:
 def _flag(config_name: str, argv: list[str], flag: str) -> str:
     """``--beam 3``: the key it meant, with its value where one follows."""
     name, _, value = flag.lstrip("-").partition("=")
-    after = argv[argv.index(flag) + 1 : argv.index(flag) + 2]
+    at = argv.index(flag)
+    after = argv[at + 1 : at + 2]
     if not value and after and not after[0].startswith("-") and "=" not in after[0]:
         value = after[0]
     shown = f"{flag} {value}" if value and "=" not in flag else flag
@@ -60,8 +61,7 @@ def _bare(config_name: str, word: str, following: list[str]) -> str:
         return f"{word}: give it a value, {word}=..."
     if "run_dir" in keys and Path(word).is_dir():
         return f"{word}: give the folder as run_dir={word}"
-    hint = _elsewhere(cfg, word) if cfg is not None else ""
-    return f"{word}: settings are key=value{hint or ' ' + LISTED}"
+    return f"{word}: settings are key=value{_elsewhere(cfg, word) or ' ' + LISTED}"
 
 
 def _readable(word: str) -> None:
