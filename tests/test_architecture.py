@@ -62,7 +62,7 @@ def test_importing_the_library_registers_nothing_with_hydra() -> None:
 
 
 # The library's folders, lowest first: each imports only from its own folder, the folders before
-# it, and the shared modules; none imports seq2seq.commands, the room of the nine commands, their
+# it, and the shared modules; none imports seq2seq.commands, the room of the ten commands, their
 # configs and their one wrapper, which sits on top.
 LAYERS = ["storage", "model", "data", "runtime", "decoding", "training", "serving"]
 SHARED = {"config", "config_choices", "errors", "languages", "vocab"}
@@ -73,6 +73,7 @@ COMMANDS = {
     "distill",
     "evaluate",
     "export",
+    "score",
     "serve",
     "train",
     "translate",

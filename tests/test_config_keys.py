@@ -20,6 +20,7 @@ COMMANDS = {
     "evaluate": ("beam_size", "beam_sizes", "4"),
     "translate": ("show_alignment", "show_aligment", "true"),
     "align": ("src_file", "src_fiel", "a.en"),
+    "score": ("normalize", "normalise", "true"),
     "average": ("select", "selct", "best"),
     "export": ("onnx", "onxx", "true"),
     "distill": ("chunk_sentences", "chunk_sentence", "500"),
@@ -139,7 +140,7 @@ def test_a_typo_stops_a_command_before_any_work(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("config", COMMANDS)
 def test_every_command_checks_before_it_starts(config: str, tmp_path: Path) -> None:
-    """Each of the nine commands, started as a user starts it, with a + typo: one line naming
+    """Each of the ten commands, started as a user starts it, with a + typo: one line naming
     the key meant, exit 1, and the run folder it names never read."""
     key, typo, value = COMMANDS[config]
     module = "train" if config == "config" else config

@@ -18,6 +18,7 @@ from seq2seq.commands.configs import (
     BacktranslateConfig,
     EvaluateConfig,
     ExportConfig,
+    ScoreConfig,
     TranslateConfig,
 )
 from seq2seq.commands.rules import FILES_READ, check_config, check_files
@@ -46,6 +47,8 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (AlignConfig, {"src_file": "a", "tgt_file": "b", "weights": "b"}, "weights=b is also tgt"),
         (AlignConfig, {"input": "p", "output": "o", "weights": "o"}, "weights=o is also output="),
         (AlignConfig, {"input": "p", "symmetrize": "union"}, "symmetrize=union combines two"),
+        (ScoreConfig, {"output": "x"}, "output=x is also src_file="),
+        (ScoreConfig, {"batch_tokens": 0}, "batch_tokens=0 must be positive"),
         (AverageConfig, {"n": 0}, "n=0 must be positive"),
         (BacktranslateConfig, {"ratios": []}, r"ratios=\[\] must be positive"),
         (BacktranslateConfig, {"ratios": [1.0, -2.0]}, r"ratios=\[1.0, -2.0\] must be positive"),
@@ -117,6 +120,7 @@ def test_the_rules_are_the_schemas() -> None:
         ("export", [], "give run_dir=<a training run folder> out=<a new folder for the release>$"),
         ("backtranslate", ["run_dir=x"], "give out=<a folder for the synthetic corpus> mono=<a"),
         ("distill", ["run_dir=x"], "give out=<a folder for the distilled corpus>$"),
+        ("score", ["run_dir=x"], "give src_file=<sources, one sentence a line> tgt_file=<their"),
         ("average", [], "give run_dir=<a run trained with train.keep_checkpoints=N>$"),
     ],
 )

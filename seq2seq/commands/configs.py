@@ -1,4 +1,4 @@
-"""The typed configs of the commands after training (evaluate, translate, align, average,
+"""The typed configs of the commands after training (evaluate, translate, align, score, average,
 distill, back-translate, export; serve's is the server's own, serving/settings.py), registered
 with the training schema when a command starts, so that importing the library registers nothing.
 """
@@ -106,6 +106,19 @@ class AlignConfig(LoadConfig):
 
 
 @dataclass
+class ScoreConfig(LoadConfig):
+    """`seq2seq-score`: how likely a run finds given translations (forced decoding): log P(target |
+    source) of each pair, and the perplexity of them all."""
+
+    src_file: str = needed("<sources, one sentence a line>")
+    tgt_file: str = needed("<their translations, line by line>")
+    # the scores, a line per pair; None: stdout (and the perplexity in the log, not on stdout)
+    output: Optional[str] = None
+    normalize: bool = False  # each pair's score per target piece (EOS counted), not its sum
+    batch_tokens: int = 4000  # pairs read together: at most this many x their longest side
+
+
+@dataclass
 class DistillConfig(InferenceConfig):
     """`seq2seq-distill`: a teacher's beam output for every source of a split of its corpus
     (sequence-level knowledge distillation), written as a corpus for data=custom."""
@@ -159,6 +172,7 @@ SCHEMAS: dict[str, type] = {
     "backtranslate": BacktranslateConfig,
     "serve": ServeConfig,
     "align": AlignConfig,
+    "score": ScoreConfig,
 }
 
 

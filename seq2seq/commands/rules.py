@@ -1,7 +1,8 @@
-"""What the config's types cannot say, refused in one line before any work starts: the ranges of
-keys by name, then the rules of each command's schema (keyed by its class, which a Hydra-composed
-config keeps). Old spellings of keys are refused by commands/keys.py with today's name
-(its REMOVED); a saved run's old config is read by runtime/migrate.py."""
+"""What the config's types cannot say, refused in one line before any work starts: the ranges
+of keys by name (commands/ranges.py), then the rules of each command's schema (keyed by its
+class, which a Hydra-composed config keeps). Old spellings of keys are refused by
+commands/keys.py with today's name (its REMOVED); a saved run's old config is read by
+runtime/migrate.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
-from seq2seq_lite.rules import NOT_NEGATIVE, search_problem
+from seq2seq_lite.rules import search_problem
 from seq2seq_lite.steering import constraints_problem
 
 from seq2seq.commands.configs import (
@@ -29,6 +30,7 @@ from seq2seq.commands.configs import (
     ExportConfig,
     SteeringKeys,
 )
+from seq2seq.commands.ranges import range_problems
 from seq2seq.config import Config, InferenceConfig, LoadConfig, Precision, ScheduleName
 from seq2seq.config_choices import Backend, Pick, Symmetrize
 from seq2seq.errors import DataError, Seq2SeqError, require_file
@@ -36,63 +38,6 @@ from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
 
 log = logging.getLogger("seq2seq.config")
-
-_POSITIVE = (
-    "model.emb_size",
-    "model.hidden_size",
-    "model.encoder_size",
-    "model.encoder_layers",
-    "model.attention.size",
-    "model.attention.heads",
-    "model.attention.window",
-    "data.max_len",
-    "data.train_limit",
-    "data.valid_limit",
-    "data.tokenizer.vocab_size",
-    "data.tokenizer.character_coverage",
-    "train.max_epochs",
-    "train.max_steps",
-    "train.max_minutes",
-    "train.batch_tokens",
-    "train.accumulate",
-    "train.lr",
-    "train.clip_grad_norm",
-    "train.patience",
-    "train.val_beam_size",
-    "train.val_batch_size",
-    "train.log_every",
-    "train.validate_every",
-    "beam_size",
-    "nbest",
-    "batch_size",
-    "max_source_len",
-    "temperature",
-    "chunk_sentences",
-    "port",
-    "max_body_bytes",
-    "max_sentences",
-    "max_chars",
-    "max_beam",
-    "batch_sentences",
-    "max_queue_sentences",
-    "request_timeout_s",
-)
-_FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
-_NOT_NEGATIVE = (
-    *NOT_NEGATIVE,  # the search's, lite's rule
-    "train.threads",
-    "train.scheduler.warmup",
-    "data.workers",
-    "data.valid_size",
-    "data.test_size",
-    "train.guided_weight",
-    "train.coverage_weight",
-    "coverage_penalty",
-    "top_k",
-    "log_attention",
-    "batch_wait_ms",
-    "max_constraints",
-)
 
 
 def check_config(cfg: Any, schema: type | None = None) -> None:
@@ -111,6 +56,7 @@ def check_config(cfg: Any, schema: type | None = None) -> None:
 # the keys of the commands (evaluate, translate, align, back-translate, serve) that name a file
 # they read: each must be a file before the model is loaded
 FILES_READ = ("input", "reference", "src_file", "tgt_file", "gold", "mono", *STEERING_FILES)
+FILES_WRITTEN = ("output", "weights")  # the files (not folders) they write
 
 
 def check_files(cfg: Any) -> None:
@@ -131,7 +77,7 @@ def _problems(cfg: Any, schema: type | None) -> list[str]:
     """The keys to give; else the ranges broken; else what the schema's rules refuse."""
     if needed := _needed(cfg):  # keys without a default, not given
         return ["give " + " ".join(f"{key}={hint}" for key, hint in needed)]
-    if problems := _range_problems(cfg):  # the rules may take each value in its range
+    if problems := range_problems(cfg):  # the rules may take each value in its range
         return problems
     problems = [
         p for owner, rule in _RULES if schema and issubclass(schema, owner) for p in rule(cfg)
@@ -155,30 +101,6 @@ def _needed(cfg: Any) -> list[tuple[str, str]]:
         hint = field.metadata.get("give", "...") if field else "..."
         found.add(((section, place), ".".join(filter(None, (section, name))), hint))
     return [(key, hint) for _, key, hint in sorted(found)]
-
-
-def _range_problems(cfg: Any) -> list[str]:
-    """The keys of these names out of their range, in whichever command's config they are."""
-    problems = []
-    for key in _POSITIVE:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and value <= 0:
-            problems.append(f"{key}={value} must be positive")
-    for key in _FRACTIONS:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and not 0 <= value < 1:
-            problems.append(f"{key}={value} must be at least 0 and below 1")
-    for key in _NOT_NEGATIVE:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and value < 0:
-            problems.append(f"{key}={value} must not be negative")
-    coverage = OmegaConf.select(cfg, "data.tokenizer.character_coverage", default=None)
-    if coverage is not None and coverage > 1:
-        problems.append(f"data.tokenizer.character_coverage={coverage} must be at most 1")
-    top_p = OmegaConf.select(cfg, "top_p", default=None)
-    if top_p is not None and not 0 < top_p <= 1:
-        problems.append(f"top_p={top_p} must be above 0 and at most 1")
-    return problems
 
 
 def _warn_dot_as_general(cfg: Any) -> None:
@@ -334,10 +256,16 @@ def _aligned(cfg: AlignConfig) -> list[str]:
             f"symmetrize={Symmetrize(cfg.symmetrize).value} combines two runs' links: add "
             "reverse_run_dir=<a run of the other direction>"
         )
-    written = [k for k in ("output", "weights") if cfg[k] is not None]
+    return problems
+
+
+def _written_apart(cfg: LoadConfig) -> list[str]:
+    """No file a command writes is a file it reads, or another it writes."""
+    problems = []
+    written = [k for k in FILES_WRITTEN if cfg.get(k) is not None]
     for i, key in enumerate(written):
-        for other in (*written[:i], "input", "src_file", "tgt_file", "gold"):
-            if cfg[other] is not None and _same_file(cfg[key], cfg[other]):
+        for other in (*written[:i], *FILES_READ):
+            if cfg.get(other) is not None and _same_file(cfg[key], cfg[other]):
                 problems.append(f"{key}={cfg[key]} is also {other}=: write it elsewhere")
     return problems
 
@@ -382,6 +310,7 @@ def _exported(cfg: ExportConfig) -> list[str]:
 _RULES: tuple[tuple[type, Callable[[Any], list[str]]], ...] = (
     (Config, _training),
     (LoadConfig, _chosen_precision),
+    (LoadConfig, _written_apart),
     (InferenceConfig, _search),
     (SteeringKeys, _steered),
     (ServeConfig, _served),

@@ -1,4 +1,4 @@
-"""The one wrapper all nine commands run in. Before Hydra starts: the schemas registered, ``-v``
+"""The one wrapper all ten commands run in. Before Hydra starts: the schemas registered, ``-v``
 read, the command line checked for Hydra's shape and its overrides against the schema (an old
 key's spelling refused with today's). Before any work: the values checked (commands/rules.py).
 After: the result printed (a JSON line or a path) or a user error said in one line with exit 1,

@@ -1,5 +1,5 @@
-"""Forced decoding: where a model attends while it reads a given target (teacher forcing, never a
-search), per subword and merged into the pairs' words."""
+"""Forced decoding: a model reading a given target (teacher forcing, never a search): how likely it
+finds the target, and where it attends, per subword and merged into the pairs' words."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from seq2seq.data.batching import collate_sequences
+from seq2seq.data.batching import Batch, TokenBatchSampler, collate_sequences
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.wordalign import WordPair, word_weights
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import Engine
+from seq2seq.vocab import PAD
 
 
 @dataclass
@@ -89,3 +90,40 @@ class ForcedAligner:
             sizes = (len(pairs[k][0]), len(pairs[k][1]))
             out[k] = word_weights(weights, sources[k].word_of, targets[k].word_of, sizes, shift)
         return out
+
+
+def target_log_probs(model: Seq2Seq, batch: Batch) -> torch.Tensor:
+    """Per pair of a teacher-forced batch, log P(target | source) in nats: the sum over its
+    pieces and EOS, in fp32 [B]. Summed and negated over a batch, the NLL training reports."""
+    features, _ = model.features(batch.src, batch.src_lengths, batch.tgt_in)  # [B, T, F]
+    real = batch.tgt_out != PAD  # [B, T]
+    logits = model.decoder.output_layer(features[real])  # [N, V]: real positions only
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    picked = log_probs.gather(1, batch.tgt_out[real].unsqueeze(1)).squeeze(1)  # [N]
+    rows = torch.arange(real.size(0), device=real.device).unsqueeze(1).expand_as(real)[real]
+    return torch.zeros(real.size(0), device=real.device).index_add_(0, rows, picked)
+
+
+@torch.inference_mode()
+def score_pairs(
+    model: Seq2Seq,
+    sources: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    engine: Engine,
+    batch_tokens: int,
+) -> np.ndarray:
+    """log P(target | source) of each pair of piece ids (without EOS), in their order: read in
+    batches of at most ``batch_tokens`` (pairs x longest side), similar lengths together, and
+    brought to the host once at the end."""
+    lengths = [np.array([len(s) + 1 for s in side]) for side in (sources, targets)]
+    sampler = TokenBatchSampler(*lengths, batch_tokens, shuffle=False)
+    order, found = [], []
+    with engine.compute():
+        for ids in sampler.batches(0):
+            batch = collate_sequences([sources[k] for k in ids], [targets[k] for k in ids], ids)
+            found.append(target_log_probs(model, engine.to_device(batch)))
+            order.append(ids)
+    scores = np.zeros(len(sources))
+    if found:
+        scores[np.concatenate(order)] = torch.cat(found).cpu().numpy()
+    return scores

@@ -1,0 +1,91 @@
+"""The range of each key that has one, by its name in whichever command's config it sits: what
+the types cannot say (a size is positive, a dropout below 1), refused before any work starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import OmegaConf
+from seq2seq_lite.rules import NOT_NEGATIVE as SEARCH_NOT_NEGATIVE
+
+POSITIVE = (
+    "model.emb_size",
+    "model.hidden_size",
+    "model.encoder_size",
+    "model.encoder_layers",
+    "model.attention.size",
+    "model.attention.heads",
+    "model.attention.window",
+    "data.max_len",
+    "data.train_limit",
+    "data.valid_limit",
+    "data.tokenizer.vocab_size",
+    "data.tokenizer.character_coverage",
+    "train.max_epochs",
+    "train.max_steps",
+    "train.max_minutes",
+    "train.batch_tokens",
+    "train.accumulate",
+    "train.lr",
+    "train.clip_grad_norm",
+    "train.patience",
+    "train.val_beam_size",
+    "train.val_batch_size",
+    "train.log_every",
+    "train.validate_every",
+    "beam_size",
+    "nbest",
+    "batch_size",
+    "batch_tokens",
+    "max_source_len",
+    "temperature",
+    "chunk_sentences",
+    "port",
+    "max_body_bytes",
+    "max_sentences",
+    "max_chars",
+    "max_beam",
+    "batch_sentences",
+    "max_queue_sentences",
+    "request_timeout_s",
+)
+FRACTIONS = ("model.dropout", "train.label_smoothing", "train.weight_decay", "data.sampling_alpha")
+NOT_NEGATIVE = (
+    *SEARCH_NOT_NEGATIVE,  # the search's, lite's rule
+    "train.threads",
+    "train.scheduler.warmup",
+    "data.workers",
+    "data.valid_size",
+    "data.test_size",
+    "train.guided_weight",
+    "train.coverage_weight",
+    "coverage_penalty",
+    "top_k",
+    "log_attention",
+    "batch_wait_ms",
+    "max_constraints",
+)
+
+
+def range_problems(cfg: Any) -> list[str]:
+    """The keys of these names out of their range, in whichever command's config they are."""
+    problems = []
+    for key in POSITIVE:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and value <= 0:
+            problems.append(f"{key}={value} must be positive")
+    for key in FRACTIONS:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not 0 <= value < 1:
+            problems.append(f"{key}={value} must be at least 0 and below 1")
+    for key in NOT_NEGATIVE:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and value < 0:
+            problems.append(f"{key}={value} must not be negative")
+    coverage = OmegaConf.select(cfg, "data.tokenizer.character_coverage", default=None)
+    if coverage is not None and coverage > 1:
+        problems.append(f"data.tokenizer.character_coverage={coverage} must be at most 1")
+    top_p = OmegaConf.select(cfg, "top_p", default=None)
+    if top_p is not None and not 0 < top_p <= 1:
+        problems.append(f"top_p={top_p} must be above 0 and at most 1")
+    return problems
