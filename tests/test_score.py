@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from model_helpers import SETUPS, TGT_VOCAB, hand_batch, tiny_model
+from omegaconf import OmegaConf
 from run_helpers import command, scalars
 
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.forced import score_pairs, target_log_probs
 from seq2seq.runtime.engine import Engine
+from seq2seq.runtime.run_folder import TrainedRun
 from seq2seq.storage.rundir import TGT_TOKENIZER
 from seq2seq.vocab import PAD
 
@@ -94,17 +97,41 @@ def test_the_perplexity_of_the_validation_pairs_is_the_one_training_logged(
 
 
 @pytest.mark.slow
-def test_files_of_other_lengths_leave_no_output_file(smoke_run: Path, tmp_path: Path) -> None:
+def test_files_of_other_lengths_or_languages(smoke_run: Path, tmp_path: Path) -> None:
     (tmp_path / "a.de").write_text("Ein Hund .\nZwei Männer .\n", encoding="utf-8")
     (tmp_path / "a.en").write_text("A dog .\n", encoding="utf-8")
     out = tmp_path / "scores.txt"
-    proc = command(
-        "score",
-        f"run_dir={smoke_run}",
-        f"src_file={tmp_path / 'a.de'}",
-        f"tgt_file={tmp_path / 'a.en'}",
-        f"output={out}",
-    )
+    files = [f"src_file={tmp_path / 'a.de'}", f"tgt_file={tmp_path / 'a.en'}"]
+    proc = command("score", f"run_dir={smoke_run}", *files, f"output={out}")
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.strip().endswith("a.de has 2 lines, " + f"{tmp_path / 'a.en'} has 1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.de", "a.en"]
+
+    (tmp_path / "a.en").write_text("A dog .\nTwo men .\n", encoding="utf-8")
+    swapped = [f"src_file={tmp_path / 'a.en'}", f"tgt_file={tmp_path / 'a.de'}"]
+    proc = command("score", f"run_dir={smoke_run}", *swapped)  # scored, and warned of
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 2, proc.stderr
+    assert proc.stderr.count("are the files the wrong way round?") == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "side", "warned"),
+    [
+        ("test.en", "source", True),  # a de->en run reading English as its source
+        ("corpus/test.de.gz", "target", True),
+        ("test.de", "source", False),
+        ("test.en", "target", False),
+        ("sources.txt", "source", False),  # a name that says no language
+        (None, "source", False),
+    ],
+)
+def test_a_file_named_for_the_other_language_is_warned_of(path, side, warned, caplog) -> None:
+    cfg = OmegaConf.create({"data": {"src_lang": "de", "tgt_lang": "en"}})
+    run = TrainedRun(Path("run"), cfg, None, None, None, Path("best.pt"), 0)  # names alone
+    with caplog.at_level(logging.WARNING):
+        run.check_language("src_file", path, side)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == int(warned)
+    if warned:
+        assert lines[0].startswith(f"src_file={path}: its name says ")
+        assert "are the files the wrong way round?" in lines[0]

@@ -114,6 +114,9 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
         runs.append(load_run(cfg.reverse_run_dir, cfg.reverse_checkpoint, engine))
         _check_reverse(*runs)
     engine.choose_products(runs[0].model, training=False)
+    sides = ("target", "source") if cfg.swap else ("source", "target")
+    runs[0].check_language("src_file", cfg.src_file, sides[0])
+    runs[0].check_language("tgt_file", cfg.tgt_file, sides[1])
     log.info(
         "aligning %d pairs with %s (step %d) on %s",
         len(pairs),

@@ -51,6 +51,7 @@ def backtranslate(cfg: BacktranslateConfig) -> dict:
         raise DataError(f"mono={cfg.mono} holds no sentences")
     engine = inference_engine(cfg)  # this process's threads and device
     run = open_model(cfg, engine)
+    run.check_language("mono", cfg.mono, "source")
     mono_lang, synthetic_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
     real: tuple[list[str], list[str]] = ([], [])
     wanted: dict[float, int] = {}  # ratio -> synthetic pairs it takes

@@ -184,6 +184,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     out = Path(cfg.out) if cfg.out is not None else None
     engine = inference_engine(cfg)  # this process's threads and device
     run = open_model(cfg, engine)
+    run.check_language("input", cfg.input, "source")
+    run.check_language("reference", cfg.reference, "target")
     device, engine_facts = engine.describe(), engine_choices(engine)
     translator = Translator.from_run(run, cfg, engine)
     tokenize = run_bleu_tokenizer(run.cfg.data, cfg.bleu_tokenize)

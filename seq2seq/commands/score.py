@@ -69,6 +69,8 @@ def score(cfg: ScoreConfig) -> dict[str, Any] | None:
     engine = inference_engine(cfg)  # this process's threads and device
     run = load_run(cfg.run_dir, cfg.checkpoint, engine)
     engine.choose_products(run.model, training=False)
+    run.check_language("src_file", cfg.src_file, "source")
+    run.check_language("tgt_file", cfg.tgt_file, "target")
     log.info(
         "scoring %s as translations of %s with %s (step %d) on %s",
         cfg.tgt_file,

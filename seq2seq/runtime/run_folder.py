@@ -3,6 +3,7 @@ its tokenizers and its model with the checkpoint's weights, after the manifest's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,6 +31,8 @@ from seq2seq.storage.rundir import (
     release_facts,
 )
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class TrainedRun:
@@ -42,6 +45,27 @@ class TrainedRun:
     tgt_tok: Tokenizer
     checkpoint: Path
     step: int  # training updates behind the checkpoint
+
+    def check_language(self, key: str, path: str | Path | None, side: str) -> None:
+        """One warning where the name of a file the run reads on ``side`` ("source" or
+        "target") ends in the pair's other language (``test.en`` as a de-en run's source):
+        files given the wrong way round translate or score without an error, into nonsense."""
+        src, tgt = self.cfg.data.src_lang, self.cfg.data.tgt_lang
+        expected, other = (src, tgt) if side == "source" else (tgt, src)
+        name = Path(path).name.removesuffix(".gz") if path is not None else ""
+        said = name.rpartition(".")[2].lower() if "." in name else ""
+        if said == other.lower() != expected.lower():
+            log.warning(
+                "%s=%s: its name says %s, but the run (%s->%s) reads %s as its %s; are the "
+                "files the wrong way round?",
+                key,
+                path,
+                other,
+                src,
+                tgt,
+                expected,
+                side,
+            )
 
 
 def load_run(
