@@ -1,8 +1,9 @@
 """On a CUDA GPU: smoke training in each precision, the same translations as on the CPU,
-checkpoints that move between devices, the fused GRU cell and the decoder's gradients, training
-updates replayed from CUDA graphs (the eager updates' results, also after a change of bucket),
-search steps that never synchronise, greedy and beam search replayed from CUDA graphs, and
-captures that keep the allocator's caches. Marked ``gpu``; skipped where torch finds no CUDA."""
+checkpoints that move between devices, the scores of given pairs, the fused GRU cell and the
+decoder's gradients, training updates replayed from CUDA graphs (the eager updates' results, also
+after a change of bucket), search steps that never synchronise, greedy and beam search replayed
+from CUDA graphs, and captures that keep the allocator's caches. Marked ``gpu``; skipped where
+torch finds no CUDA."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from model_helpers import SETUPS, hand_batch, peaky_model, settings, sources, tiny_model
@@ -24,6 +26,7 @@ from seq2seq.data.corpus import read_parallel
 from seq2seq.decoding import beam as beam_module
 from seq2seq.decoding import graphed as graphed_module
 from seq2seq.decoding import search as search_module
+from seq2seq.decoding.forced import score_pairs
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
 from seq2seq.decoding.search import beam_search, decode, decode_sources, greedy_search
@@ -117,6 +120,16 @@ def test_checkpoints_move_between_devices(smoke_run: Path, gpu_runs: dict[str, P
     on_cpu = evaluate(gpu_runs["fp32"], "cpu")  # trained on the GPU
     assert on_cpu["device"] == "cpu"
     assert on_cpu["bleu"] == pytest.approx(evaluate(gpu_runs["fp32"], "cuda")["bleu"], abs=0.5)
+
+
+def test_the_pairs_scores_on_the_gpu_are_the_cpus(no_tf32) -> None:
+    """seq2seq-score's forced decoding: each pair's log-probability, on either device."""
+    model, rng = tiny_model(**SETUPS["luong-feed"]), np.random.default_rng(1)
+    sources = [list(rng.integers(4, 20, int(rng.integers(0, 12)))) for _ in range(40)]
+    targets = [list(rng.integers(4, 25, int(rng.integers(0, 12)))) for _ in range(40)]
+    on_cpu = score_pairs(model, sources, targets, Engine.create("cpu", "fp32"), 60)
+    on_gpu = score_pairs(model.cuda(), sources, targets, Engine.create("cuda", "fp32"), 60)
+    np.testing.assert_allclose(on_gpu, on_cpu, rtol=1e-4, atol=1e-4)
 
 
 # rows of hand_batch per update: 3 and 2 rows share bucket (285, 8, 8) (7 target pieces), one
