@@ -48,6 +48,7 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (AlignConfig, {"input": "p", "output": "o", "weights": "o"}, "weights=o is also output="),
         (AlignConfig, {"input": "p", "symmetrize": "union"}, "symmetrize=union combines two"),
         (ScoreConfig, {"output": "x"}, "output=x is also src_file="),
+        (AlignConfig, {"input": "p", "weights": "/"}, "weights=/ is a folder: give a file's name"),
         (ScoreConfig, {"batch_tokens": 0}, "batch_tokens=0 must be positive"),
         (AverageConfig, {"n": 0}, "n=0 must be positive"),
         (BacktranslateConfig, {"ratios": []}, r"ratios=\[\] must be positive"),

@@ -106,6 +106,8 @@ def test_files_of_other_lengths_or_languages(smoke_run: Path, tmp_path: Path) ->
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.strip().endswith("a.de has 2 lines, " + f"{tmp_path / 'a.en'} has 1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.de", "a.en"]
+    proc = command("score", f"run_dir={smoke_run}", *files, f"output={tmp_path}")
+    assert proc.returncode == 1 and proc.stderr.strip().endswith("is a folder: give a file's name")
 
     (tmp_path / "a.en").write_text("A dog .\nTwo men .\n", encoding="utf-8")
     swapped = [f"src_file={tmp_path / 'a.en'}", f"tgt_file={tmp_path / 'a.de'}"]

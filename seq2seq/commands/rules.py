@@ -260,9 +260,10 @@ def _aligned(cfg: AlignConfig) -> list[str]:
 
 
 def _written_apart(cfg: LoadConfig) -> list[str]:
-    """No file a command writes is a file it reads, or another it writes."""
-    problems = []
+    """No file a command writes is a folder, a file it reads, or another it writes."""
     written = [k for k in FILES_WRITTEN if cfg.get(k) is not None]
+    folders = [k for k in written if os.path.isdir(cfg[k])]
+    problems = [f"{k}={cfg[k]} is a folder: give a file's name" for k in folders]
     for i, key in enumerate(written):
         for other in (*written[:i], *FILES_READ):
             if cfg.get(other) is not None and _same_file(cfg[key], cfg[other]):
