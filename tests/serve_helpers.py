@@ -21,6 +21,9 @@ from typing import Any
 import pytest
 from run_helpers import cli
 
+from seq2seq.serving.api import FIELDS
+
+KNOWN = ", ".join(sorted(FIELDS))  # the request's fields, as a refusal names them
 SENTENCES = [
     "Ein Hund läuft über die Wiese.",
     "Zwei Männer spielen Fußball.",

@@ -18,7 +18,7 @@ import pytest
 import sentencepiece as spm
 from run_helpers import browser_search, command
 from seq2seq_lite import Translator as LiteTranslator
-from serve_helpers import SENTENCES, export, headless_browser
+from serve_helpers import KNOWN, SENTENCES, export, headless_browser
 
 from seq2seq.storage.rundir import SRC_TOKENIZER
 
@@ -147,6 +147,7 @@ def test_the_pages_requests_are_answered_as_the_server_answers_them(browser_rele
     pieces = len(tokenizer.encode(long))  # the server's words for it
     said = f"sentence 0 has {pieces:,} subwords; at most 1,000 are translated (max_source_len=...)"
     assert found[6][1]["error"] == said
+    assert found[4][1]["error"] == f"unknown fields: beam; the fields are {KNOWN}"  # the server's
     [plain] = found[7][1]["translations"]
     assert set(plain) == {"translation"}  # the export's nbest of 1, no alignment unasked
     [asked] = found[8][1]["translations"]

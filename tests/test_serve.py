@@ -21,6 +21,7 @@ import pytest
 import torch
 from run_helpers import cli
 from serve_helpers import (
+    KNOWN,
     SENTENCES,
     call,
     cli_translations,
@@ -85,7 +86,7 @@ def test_health_model_page_and_unknown_paths(served: str) -> None:
         (b"\xff\xfe", 400, "the request body, line 1: invalid UTF-8 (invalid start byte)"),
         ({"sentences": "one string"}, 422, "JSON list of sentences"),
         ([1, 2], 422, "JSON list of sentences"),
-        ({"text": ["a"]}, 422, "unknown fields: text"),
+        ({"text": ["a"]}, 422, f"unknown fields: text; the fields are {KNOWN}"),
         ([], 422, "no sentences"),
         (["a"] * 65, 413, "at most 64 per request"),
         (["x" * 1001], 413, "at most 1000"),

@@ -64,7 +64,8 @@ def parse(
     if isinstance(data, dict):
         unknown = set(data) - FIELDS
         if unknown:
-            raise BadRequest(422, f"unknown fields: {', '.join(sorted(unknown))}")
+            names, known = ", ".join(sorted(unknown)), ", ".join(sorted(FIELDS))
+            raise BadRequest(422, f"unknown fields: {names}; the fields are {known}")
         options, data = data, data.get("sentences")
     if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
         raise BadRequest(422, 'send a JSON list of sentences (strings), or {"sentences": [...]}')

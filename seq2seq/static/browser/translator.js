@@ -154,7 +154,7 @@ class Translator {
     if (!sentences.length) return "no sentences";
     if (Array.isArray(query)) return null;
     const unknown = Object.keys(query).filter((k) => !FIELDS.has(k)).sort();
-    if (unknown.length) return `unknown fields: ${unknown.join(", ")}`;
+    if (unknown.length) return `unknown fields: ${unknown.join(", ")}; the fields are ${[...FIELDS].sort().join(", ")}`;
     if (query.alignment !== undefined && typeof query.alignment !== "boolean") return "alignment must be true or false";
     if (query.constraints) return "constraints are for seq2seq-serve: not in the browser yet";
     const { beam_size, nbest } = this.options(query);
