@@ -93,16 +93,17 @@ def score(cfg: ScoreConfig) -> dict[str, Any] | None:
                 last = now
     seconds = time.perf_counter() - start
     nll = -log_prob / pieces  # the files are not empty: every pair has at least its EOS
+    ppl = math.exp(min(nll, 50.0))
     log.info(
         "%d pairs, %d target pieces: perplexity %.2f (NLL %.4f a piece) in %.1f s",
         pairs,
         pieces,
-        math.exp(min(nll, 50.0)),
+        ppl,
         nll,
         seconds,
     )
     result = {
-        "ppl": round(math.exp(min(nll, 50.0)), 4),
+        "ppl": round(ppl, 4),
         "nll": round(nll, 6),  # per target piece, EOS counted
         "pairs": pairs,
         "target_pieces": pieces,
