@@ -45,6 +45,16 @@ SETUPS = {
     "luong-entmax15": dict(attention=LuongConfig(size=10, normalizer="entmax15")),
     "bahdanau-tied": dict(attention=BahdanauConfig(size=10), tie_embeddings=True),
     "luong-tied": dict(attention=LuongConfig(size=10), tie_embeddings=True),
+    # stacked decoder GRUs: attention reads the top layer
+    "bahdanau-stacked": dict(attention=BahdanauConfig(size=10), decoder_layers=2),
+    "conditional-stacked": dict(
+        attention=BahdanauConfig(size=10, conditional=True, coverage=True), decoder_layers=3
+    ),
+    "luong-stacked": dict(attention=LuongConfig(size=10, input_feed=True), decoder_layers=2),
+    "luong-nofeed-stacked": dict(
+        attention=LuongConfig(size=10, input_feed=False), decoder_layers=3
+    ),
+    "multihead-stacked": dict(attention=MultiHeadConfig(size=8, heads=2), decoder_layers=2),
 }
 
 

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from seq2seq.model import build_model
 from seq2seq.model.config import LuongConfig, ModelConfig
 from seq2seq.model.decoder import BahdanauStep, LuongStep
+from seq2seq.model.recurrence import climb, upper_layers
 
 
 @pytest.mark.parametrize("name", SETUPS)
@@ -190,3 +191,53 @@ def test_search_steps_give_fp32_log_probs_under_bf16_autocast(name: str) -> None
         log_probs, _, _ = model.decoder.step(batch.tgt_in[:, 0], model.decoder.init_state(enc), enc)
     assert log_probs.dtype == torch.float32
     torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(3))
+
+
+@pytest.mark.parametrize("name", ["bahdanau-stacked", "conditional-stacked", "luong-stacked"])
+def test_a_stacked_decoder_starts_each_layer_apart_and_steps_them_all(name: str) -> None:
+    """model.decoder_layers=L: the bridge gives every layer its own start, the state keeps the
+    top layer in ``hidden`` [B, H] and the others in ``lower`` [B, L - 1, H], and a step moves
+    them all (a search reorders their rows alike)."""
+    model, batch = tiny_model(**SETUPS[name]), HandBatch()
+    layers = SETUPS[name]["decoder_layers"]
+    assert model.decoder.flow.rnn.num_layers == layers
+    with torch.no_grad():
+        enc = model.encode(batch.src, batch.src_lengths)
+        state = model.decoder.init_state(enc)
+        assert state.hidden.shape == (3, 12) and state.lower.shape == (3, layers - 1, 12)
+        assert not torch.allclose(state.lower[:, 0], state.hidden)
+        _, after, _ = model.decoder.step(batch.tgt_in[:, 0], state, enc)
+    assert after.lower.shape == state.lower.shape
+    for before, now in zip(state.layers(), after.layers(), strict=True):
+        assert not torch.allclose(before, now)
+    picked = after.index_select(torch.tensor([2, 0]))
+    torch.testing.assert_close(picked.lower, after.lower[[2, 0]])
+
+
+def test_one_decoder_layer_keeps_the_parameters_of_earlier_runs() -> None:
+    """decoder_layers=1 (the default) builds what runs from before the key saved: one GRU layer
+    and a bridge of [H, M], so their checkpoints load as they are."""
+    names = {n: tuple(p.shape) for n, p in tiny_model(**SETUPS["bahdanau"]).named_parameters()}
+    assert names["decoder.bridge.weight"] == (12, 24)
+    assert not any("_l1" in n for n in names) and "decoder.flow.rnn.weight_hh_l0" in names
+    stacked = dict(tiny_model(**SETUPS["bahdanau-stacked"]).named_parameters())
+    assert stacked["decoder.bridge.weight"].shape == (24, 24)
+    assert stacked["decoder.flow.rnn.weight_ih_l1"].shape == (36, 12)
+
+
+def test_layers_above_the_first_read_the_one_below_after_dropout() -> None:
+    """`climb` drops the lower layer's output as ``nn.GRU`` does between layers: at p = 1 the
+    second layer reads zeros, and outside training it reads the output as it is."""
+    rnn = torch.nn.GRU(4, 5, 2, dropout=0.5)
+    gen = torch.Generator().manual_seed(0)
+    bottom, h0, h1 = (torch.randn(3, 5, generator=gen) for _ in range(3))
+    upper = upper_layers(rnn)
+    with torch.no_grad():
+        _, dropped = climb(bottom, [h0, h1], upper, 1.0, training=True)
+        _, kept = climb(bottom, [h0, h1], upper, 1.0, training=False)
+        cell = torch.nn.GRUCell(5, 5)  # layer 1 of ``rnn``, as a cell
+        layer_1 = (rnn.weight_ih_l1, rnn.weight_hh_l1, rnn.bias_ih_l1, rnn.bias_hh_l1)
+        for mine, theirs in zip(cell.parameters(), layer_1, strict=True):
+            mine.copy_(theirs)
+        torch.testing.assert_close(dropped, cell(torch.zeros_like(bottom), h1))
+        torch.testing.assert_close(kept, cell(bottom, h1))

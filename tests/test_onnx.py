@@ -33,6 +33,8 @@ EXTRA = (
     "bahdanau-sparsemax",
     "luong-entmax15",
     "luong-tied",
+    "conditional-stacked",  # three decoder layers: the state gains ``lower``
+    "luong-nofeed-stacked",
 )
 
 

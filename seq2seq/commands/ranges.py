@@ -13,6 +13,7 @@ POSITIVE = (
     "model.hidden_size",
     "model.encoder_size",
     "model.encoder_layers",
+    "model.decoder_layers",
     "model.attention.size",
     "model.attention.heads",
     "model.attention.window",

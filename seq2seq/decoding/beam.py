@@ -30,8 +30,8 @@ from seq2seq.decoding.hypothesis import (
     restrict,
     user_bans,
 )
-from seq2seq.model.decoder import DecoderState, EncoderOutput
 from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.model.states import DecoderState, EncoderOutput
 from seq2seq.runtime.engine import HOST
 from seq2seq.vocab import BOS, EOS, PAD
 

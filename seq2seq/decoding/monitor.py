@@ -62,6 +62,7 @@ def run_hparams(cfg: Any) -> dict[str, HParam]:
         "batch_tokens": cfg.train.batch_tokens,
         "dropout": cfg.model.dropout,
         "emb_size": cfg.model.emb_size,
+        "decoder_layers": getattr(cfg.model, "decoder_layers", 1),
         "encoder_layers": cfg.model.encoder_layers,
         "encoder_size": getattr(cfg.model, "encoder_size", None) or cfg.model.hidden_size,
         "hidden_size": cfg.model.hidden_size,

@@ -98,6 +98,9 @@ class ModelConfig:
     hidden_size: int = 512  # the decoder GRU, and each encoder direction unless encoder_size
     encoder_size: Optional[int] = None  # per encoder direction; None: hidden_size
     encoder_layers: int = 1
+    # stacked decoder GRUs (OpenNMT-py's dec_layers, 2 by default there); attention and the
+    # output read the top one, and model.dropout applies between layers
+    decoder_layers: int = 1
     dropout: float = 0.3
     tie_embeddings: bool = False  # share target embedding and output projection
     attention: AttentionConfig = MISSING

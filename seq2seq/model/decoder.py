@@ -9,7 +9,7 @@ once per batch), and the recurrence runs its own GRU cell over ``nn.GRU`` parame
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -18,52 +18,9 @@ from torch import Tensor, nn
 from seq2seq.model.attention import Attention
 from seq2seq.model.autocast import compute_dtype, run_gru
 from seq2seq.model.linear import Linear, linear
-from seq2seq.model.recurrence import LoopWeight, gru_cell, gru_update, looping
+from seq2seq.model.recurrence import LoopWeight, climb, gru_cell, gru_update, looping, upper_layers
+from seq2seq.model.states import DecoderState, EncoderOutput
 from seq2seq.vocab import PAD
-
-
-@dataclass
-class EncoderOutput:
-    """What the decoder reads from the encoder, computed once per batch."""
-
-    memory: Tensor  # [B, S, M]
-    mask: Tensor  # [B, S] bool, True = real source token
-    keys: Tensor  # attention keys, batch first
-    values: Tensor  # attention values, batch first
-    final: Tensor  # [B, M] summary for the initial decoder state
-    gates: Tensor | None = None  # [B, S, 3H] values times the GRU input weight (Bahdanau)
-
-    def index_select(self, idx: Tensor) -> EncoderOutput:
-        """Rows ``idx`` of every field (beam expansion, dropping finished sentences)."""
-        return EncoderOutput(
-            self.memory.index_select(0, idx),
-            self.mask.index_select(0, idx),
-            self.keys.index_select(0, idx),
-            self.values.index_select(0, idx),
-            self.final.index_select(0, idx),
-            None if self.gates is None else self.gates.index_select(0, idx),
-        )
-
-
-@dataclass
-class DecoderState:
-    """Recurrent state between steps: ``feed`` is Luong's previous attentional vector; the
-    attention's ``coverage`` and the next target ``position`` are kept where the attention reads
-    them (`Attention.uses_coverage`, `Attention.positional`)."""
-
-    hidden: Tensor  # [B, H]
-    feed: Tensor | None = None  # [B, H]
-    coverage: Tensor | None = None  # [B, S] fp32: the weights of the steps so far, summed
-    position: Tensor | None = None  # 0-d long: every row of a batch is at the same step
-
-    def index_select(self, idx: Tensor) -> DecoderState:
-        """Rows ``idx`` (beam reordering, dropping finished sentences)."""
-        feed, coverage = (_rows(x, idx) for x in (self.feed, self.coverage))
-        return DecoderState(self.hidden.index_select(0, idx), feed, coverage, self.position)
-
-
-def _rows(x: Tensor | None, idx: Tensor) -> Tensor | None:
-    return None if x is None else x.index_select(0, idx)
 
 
 def _accumulate(coverage: Tensor | None, weights: Tensor) -> Tensor | None:
@@ -76,24 +33,45 @@ def _next(position: Tensor | None) -> Tensor | None:
 
 
 class DecoderStep(nn.Module):
-    """What both data flows share: the attention module and a one-layer GRU."""
+    """What both data flows share: the attention module and a GRU of one or more layers, the
+    first reading the flow's input, each other the layer below (after dropout, as in
+    ``nn.GRU``); attention and output read the top layer."""
 
     def __init__(
-        self, emb_size: int, hidden_size: int, attention: Attention, feed_size: int
+        self,
+        emb_size: int,
+        hidden_size: int,
+        attention: Attention,
+        feed_size: int,
+        layers: int = 1,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.attention = attention
         self.emb_size = emb_size
-        self.rnn = nn.GRU(emb_size + feed_size, hidden_size, batch_first=True)
+        between = dropout if layers > 1 else 0.0
+        self.rnn = nn.GRU(
+            emb_size + feed_size, hidden_size, layers, dropout=between, batch_first=True
+        )
 
     @classmethod
     def build(
-        cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any
+        cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any, **stack: Any
     ) -> DecoderStep:
         """The step of a model config: ``settings`` is the attention config, whose FLOW_KEYS
-        (``input_feed`` of the Luong flow, ``conditional`` of Bahdanau's) are the step's. Each
-        flow defines it."""
+        (``input_feed`` of the Luong flow, ``conditional`` of Bahdanau's) are the step's;
+        ``stack``: the GRU's ``layers`` and the ``dropout`` between them. Each flow defines it."""
         raise NotImplementedError
+
+    def stack(
+        self, bottom: Tensor, previous: list[Tensor], upper: list | None = None
+    ) -> list[Tensor]:
+        """Every layer's new state from layer 0's, bottom [B, H] (`climb`); ``upper``: a loop's
+        `upper_layers`."""
+        if len(previous) == 1:
+            return [bottom]
+        upper = upper_layers(self.rnn) if upper is None else upper
+        return climb(bottom, previous, upper, self.rnn.dropout, self.training)
 
     def compile_steps(self, compiler: Callable[[Callable], Callable]) -> None:
         """Run the search step through ``compiler``, e.g. ``torch.compile`` (decoding's
@@ -127,15 +105,18 @@ class DecoderStep(nn.Module):
         """Per-batch work on the encoder output before the first step; none by default."""
         return enc
 
-    def init_state(self, hidden: Tensor, enc: EncoderOutput) -> DecoderState:
-        """The state before the first step, from the bridged encoder summary [B, H]: zero
-        coverage and position 0 where the attention reads them."""
+    def init_state(self, start: Tensor, enc: EncoderOutput) -> DecoderState:
+        """The state before the first step, from the bridged encoder summary [B, L x H] (each
+        layer's, the bottom first): zero coverage and position 0 where the attention reads them."""
+        hidden, lower = start, None
+        if self.rnn.num_layers > 1:
+            hidden, lower = DecoderState.stacked(start.split(self.rnn.hidden_size, 1))
         coverage = position = None
         if self.attention.uses_coverage:
             coverage = torch.zeros(enc.mask.shape, device=hidden.device)  # [B, S]
         if self.attention.positional:
             position = torch.zeros((), dtype=torch.long, device=hidden.device)
-        return DecoderState(hidden, None, coverage, position)
+        return DecoderState(hidden, None, coverage, position, lower)
 
     def forward(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
@@ -158,10 +139,15 @@ class BahdanauStep(DecoderStep):
     """
 
     def __init__(
-        self, emb_size: int, hidden_size: int, attention: Attention, conditional: bool = False
+        self,
+        emb_size: int,
+        hidden_size: int,
+        attention: Attention,
+        conditional: bool = False,
+        **stack: Any,
     ) -> None:
         feed_size = 0 if conditional else attention.context_size  # GRU_1 reads the word only
-        super().__init__(emb_size, hidden_size, attention, feed_size)
+        super().__init__(emb_size, hidden_size, attention, feed_size, **stack)
         self.conditional = conditional
         self.context_rnn = None  # GRU_2 of the conditional GRU, which reads the context
         if conditional:
@@ -170,9 +156,10 @@ class BahdanauStep(DecoderStep):
 
     @classmethod
     def build(
-        cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any
+        cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any, **stack: Any
     ) -> DecoderStep:
-        return cls(emb_size, hidden_size, attention, bool(getattr(settings, "conditional", False)))
+        conditional = bool(getattr(settings, "conditional", False))
+        return cls(emb_size, hidden_size, attention, conditional, **stack)
 
     def feed_weight(self) -> Tensor:
         """The input weight that multiplies the context: the GRU's (GRU_2's) [3H, C]."""
@@ -192,13 +179,13 @@ class BahdanauStep(DecoderStep):
         """Teacher forcing: emb [B, T, E] -> (readout [B, T, H], weights [B, heads, T, S])."""
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
         dtype = compute_dtype(emb.device)  # the loop's weights cast once
-        recur = self.recurrences(dtype)  # the loop's W_hh
-        hidden, coverage = state.hidden, state.coverage
+        recur, upper = self.recurrences(dtype), upper_layers(self.rnn, dtype)  # the loop's
+        layers, coverage = state.layers(), state.coverage
         states, weights = [], []
         with looping(self.attention.loop_layers(), dtype):
             for gi_t in gi_emb:
-                hidden, w, coverage = self._advance(gi_t, hidden, coverage, enc, recur)
-                states.append(hidden)
+                layers, w, coverage = self._advance(gi_t, layers, coverage, enc, recur, upper)
+                states.append(layers[-1])
                 weights.append(w)
         weights = torch.stack(weights, 2)  # [B, 1, T, S]
         contexts = self.attention.read(weights, enc.values)  # [B, T, C], all steps at once
@@ -215,15 +202,19 @@ class BahdanauStep(DecoderStep):
     def _advance(
         self,
         gi_t: Tensor,
-        hidden: Tensor,
+        layers: list[Tensor],
         coverage: Tensor | None,
         enc: EncoderOutput,
         recur: tuple[LoopWeight, ...] | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """One step from the word's share of the GRU input gi_t [B, 3H] (its bias included):
-        (state s_t, weights [B, 1, S], coverage); ``recur``: the loop's (`recurrences`)."""
+        upper: list | None = None,
+    ) -> tuple[list[Tensor], Tensor, Tensor | None]:
+        """One step from the word's share of the GRU input gi_t [B, 3H] (its bias included) and
+        each layer's state, the bottom first: (their states s_t, weights [B, 1, S], coverage);
+        ``recur``, ``upper``: the loop's (`recurrences`, `upper_layers`)."""
         recur = recur or (None, None)
-        query = self.cell(gi_t, hidden, recur[0]) if self.conditional else hidden  # s'_t, s_{t-1}
+        hidden = layers[0]  # the bottom layer's s_{t-1}
+        # the query: the conditional GRU's s'_t, else the top layer's s_{t-1}
+        query = self.cell(gi_t, hidden, recur[0]) if self.conditional else layers[-1]
         weights = self.attention.weigh(query, enc.keys, enc.mask, coverage=coverage)
         if self.context_rnn is None:  # gi_t + W_ih c_t [B, 3H]
             gi = torch.baddbmm(gi_t.unsqueeze(1), weights, enc.gates).squeeze(1)
@@ -236,38 +227,46 @@ class BahdanauStep(DecoderStep):
                 hidden = gru_cell(gi, query, rnn.weight_hh_l0, rnn.bias_hh_l0)
             else:
                 hidden = gru_update(gi, recur[1](query), query)
-        return hidden, weights, _accumulate(coverage, weights)
+        return self.stack(hidden, layers, upper), weights, _accumulate(coverage, weights)
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One step: emb [B, E] -> (readout [B, H], state, weights [B, heads, S])."""
         gi = linear(emb, self.rnn.weight_ih_l0[:, : self.emb_size], self.rnn.bias_ih_l0)
-        hidden, weights, coverage = self._advance(gi, state.hidden, state.coverage, enc)
+        layers, weights, coverage = self._advance(gi, state.layers(), state.coverage, enc)
+        hidden, lower = DecoderState.stacked(layers)
         context = self.attention.read(weights.unsqueeze(2), enc.values).squeeze(1)  # [B, C]
         readout = torch.tanh(self.readout(torch.cat([hidden, context, emb], -1)))
-        return readout, DecoderState(hidden, None, coverage), weights
+        return readout, DecoderState(hidden, None, coverage, lower=lower), weights
 
 
 class LuongStep(DecoderStep):
     """Luong flow: GRU input emb (+ previous attentional vector); s_t queries; tanh(W_c[c; s])."""
 
     def __init__(
-        self, emb_size: int, hidden_size: int, attention: Attention, input_feed: bool
+        self,
+        emb_size: int,
+        hidden_size: int,
+        attention: Attention,
+        input_feed: bool,
+        **stack: Any,
     ) -> None:
-        super().__init__(emb_size, hidden_size, attention, hidden_size if input_feed else 0)
+        feed_size = hidden_size if input_feed else 0
+        super().__init__(emb_size, hidden_size, attention, feed_size, **stack)
         self.input_feed = input_feed
         self.combine = Linear(attention.context_size + hidden_size, hidden_size, bias=False)
 
     @classmethod
     def build(
-        cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any
+        cls, emb_size: int, hidden_size: int, attention: Attention, settings: Any, **stack: Any
     ) -> LuongStep:
-        return cls(emb_size, hidden_size, attention, bool(getattr(settings, "input_feed", False)))
+        input_feed = bool(getattr(settings, "input_feed", False))
+        return cls(emb_size, hidden_size, attention, input_feed, **stack)
 
-    def init_state(self, hidden: Tensor, enc: EncoderOutput) -> DecoderState:
-        state = super().init_state(hidden, enc)
-        return replace(state, feed=torch.zeros_like(hidden) if self.input_feed else None)
+    def init_state(self, start: Tensor, enc: EncoderOutput) -> DecoderState:
+        state = super().init_state(start, enc)
+        return replace(state, feed=torch.zeros_like(state.hidden) if self.input_feed else None)
 
     def attentional(
         self, hidden: Tensor, enc: EncoderOutput, position: Tensor | None
@@ -284,17 +283,19 @@ class LuongStep(DecoderStep):
         """Teacher forcing: emb [B, T, E] -> (attentional vectors [B, T, H], weights)."""
         dtype = compute_dtype(emb.device)  # the GRU's weights cast once
         if not self.input_feed:  # no feedback: the GRU and the attention each run once
-            states, _ = run_gru(self.rnn, dtype, emb, state.hidden.unsqueeze(0))  # [B, T, H]
+            states, _ = run_gru(self.rnn, dtype, emb, torch.stack(state.layers()))  # [B, T, H]
             return self.attentional(states, enc, state.position)
         gi_emb = self.project_embeddings(emb)  # [T, B, 3H]
         # the GRU input's columns that read the fed vector [3H, H], and W_hh, b_hh
         columns, recur = LoopWeight(self.feed_weight(), dtype=dtype), self.recurrence(dtype)
-        hidden, feed, position = state.hidden, state.feed, state.position
+        upper = upper_layers(self.rnn, dtype)
+        layers, feed, position = state.layers(), state.feed, state.position
         outputs, weights = [], []
         with looping([self.combine, *self.attention.loop_layers()], dtype):  # W_c, the query's
             for gi_t in gi_emb:
-                hidden = self.cell(columns(feed, gi_t), hidden, recur)  # [B, H]
-                feed, w = self.attentional(hidden, enc, position)  # [B, H]
+                bottom = self.cell(columns(feed, gi_t), layers[0], recur)  # [B, H]
+                layers = self.stack(bottom, layers, upper)
+                feed, w = self.attentional(layers[-1], enc, position)  # [B, H]
                 position = _next(position)
                 outputs.append(feed)
                 weights.append(w)
@@ -305,10 +306,12 @@ class LuongStep(DecoderStep):
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One step: emb [B, E] -> (attentional vector [B, H], state, weights [B, heads, S])."""
         x = torch.cat([emb, state.feed], -1) if self.input_feed else emb
-        hidden = self.cell(self.project_input(x), state.hidden)
+        layers = state.layers()
+        layers = self.stack(self.cell(self.project_input(x), layers[0]), layers)
+        hidden, lower = DecoderState.stacked(layers)
         output, weights = self.attentional(hidden, enc, state.position)
         feed = output if self.input_feed else None
-        return output, DecoderState(hidden, feed, position=_next(state.position)), weights
+        return output, DecoderState(hidden, feed, None, _next(state.position), lower), weights
 
 
 class Decoder(nn.Module):
@@ -326,7 +329,7 @@ class Decoder(nn.Module):
         emb_size, hidden_size = flow.emb_size, flow.rnn.hidden_size
         self.embedding = nn.Embedding(vocab_size, emb_size, padding_idx=PAD)
         self.dropout = nn.Dropout(dropout)
-        self.bridge = Linear(memory_size, hidden_size)
+        self.bridge = Linear(memory_size, flow.rnn.num_layers * hidden_size)  # each layer's start
         self.flow = flow
         if tie_embeddings:  # readout -> emb_size, then the transposed target embedding
             # N(0, 1/E), not nn.Embedding's N(0, 1): as the output layer's weights that gives
@@ -350,8 +353,9 @@ class Decoder(nn.Module):
         return self.attention.heads
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
-        """Initial state tanh(W final) (+ a zero attentional vector for Luong input feeding)."""
-        return self.flow.init_state(torch.tanh(self.bridge(enc.final)), enc)  # [B, H]
+        """Initial state tanh(W final), each layer's (+ a zero attentional vector for Luong input
+        feeding)."""
+        return self.flow.init_state(torch.tanh(self.bridge(enc.final)), enc)  # [B, L x H]
 
     def forward(self, tgt_in: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
         """Teacher forcing: tgt_in [B, T] -> (features [B, T, H], weights [B, heads, T, S])."""

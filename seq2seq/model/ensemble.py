@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seq2seq.model.decoder import DecoderState, EncoderOutput
 from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.model.states import DecoderState, EncoderOutput
 
 
 @dataclass

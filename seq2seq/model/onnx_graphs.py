@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from seq2seq.model.decoder import DecoderState, EncoderOutput
 from seq2seq.model.seq2seq import Seq2Seq
+from seq2seq.model.states import DecoderState, EncoderOutput
 from seq2seq.vocab import BOS, PAD
 
 MEMORY = ("keys", "values", "mask", "gates")  # EncoderOutput fields a step reads
-STATE = ("hidden", "feed", "coverage", "position")  # DecoderState fields
+STATE = ("hidden", "feed", "coverage", "position", "lower")  # DecoderState fields
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Iterable, Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.model.autocast import cast
@@ -38,6 +39,37 @@ def gru_update(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:
 def gru_cell(gi: Tensor, hidden: Tensor, weight_hh: Tensor, bias_hh: Tensor) -> Tensor:
     """One GRU step from the input projection gi [B, 3H] and the state's weights."""
     return gru_update(gi, linear(hidden, weight_hh, bias_hh), hidden)
+
+
+def upper_layers(rnn: nn.GRU, dtype: torch.dtype | None = None) -> list[tuple[LoopWeight, ...]]:
+    """Layers 1 .. L - 1 of a stacked ``rnn``: each one's input and state projections, in
+    ``dtype``, for the steps of one loop (none for one layer)."""
+    return [
+        tuple(
+            LoopWeight(
+                getattr(rnn, f"weight_{kind}_l{k}"), getattr(rnn, f"bias_{kind}_l{k}"), dtype
+            )
+            for kind in ("ih", "hh")
+        )
+        for k in range(1, rnn.num_layers)
+    ]
+
+
+def climb(
+    bottom: Tensor,
+    previous: list[Tensor],
+    upper: list[tuple[LoopWeight, ...]],
+    dropout: float,
+    training: bool,
+) -> list[Tensor]:
+    """One step up a stacked GRU from layer 0's new state bottom [B, H]: every layer's new state,
+    the bottom first. ``previous``: each layer's state before the step; ``upper``:
+    `upper_layers`. Each layer reads the one below after dropout, as ``nn.GRU`` does."""
+    states = [bottom]
+    for (ih, hh), hidden in zip(upper, previous[1:], strict=True):
+        below = F.dropout(states[-1], dropout, training) if dropout else states[-1]
+        states.append(gru_update(ih(below), hh(hidden), hidden))
+    return states
 
 
 class _Steps:

@@ -9,9 +9,10 @@ from omegaconf import DictConfig
 from torch import Tensor, nn
 
 from seq2seq.model.config import ModelConfig
-from seq2seq.model.decoder import Decoder, EncoderOutput
+from seq2seq.model.decoder import Decoder
 from seq2seq.model.encoder import Encoder
 from seq2seq.model.registry import attention_type, build_attention
+from seq2seq.model.states import EncoderOutput
 from seq2seq.vocab import BOS, PAD
 
 # ids no target is ever: label smoothing gives them nothing (search never emits them either)
@@ -158,7 +159,10 @@ def build_model(cfg: ModelConfig | DictConfig, src_vocab: int, tgt_vocab: int) -
     memory_size = 2 * encoder_size
     attention = build_attention(cfg.attention, cfg.hidden_size, memory_size)
     step = attention_type(cfg.attention.name).step
-    flow = step.build(cfg.emb_size, cfg.hidden_size, attention, cfg.attention)
+    layers = getattr(cfg, "decoder_layers", 1)  # a run from before the key: one
+    flow = step.build(
+        cfg.emb_size, cfg.hidden_size, attention, cfg.attention, layers=layers, dropout=cfg.dropout
+    )
     encoder = Encoder(src_vocab, cfg.emb_size, encoder_size, cfg.encoder_layers, cfg.dropout)
     decoder = Decoder(tgt_vocab, memory_size, flow, cfg.dropout, cfg.tie_embeddings)
     return Seq2Seq(encoder, decoder)
