@@ -161,12 +161,15 @@ def release(smoke_run: Path, tmp_path_factory) -> Path:
     return export(smoke_run, tmp_path_factory.mktemp("release") / "de-en")
 
 
-def evaluate(run_dir: Path, *overrides: str) -> dict:
+def evaluate(run_dir: Path, *overrides: str, cwd: Path | None = None) -> dict:
+    """`seq2seq-evaluate`'s result; ``cwd``: where a download goes (a release's ``data.root``
+    is relative), not the directory pytest runs in."""
     proc = subprocess.run(
         [*cli("evaluate"), f"run_dir={run_dir}", *overrides],
         capture_output=True,
         text=True,
         timeout=600,
+        cwd=cwd,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
@@ -197,7 +200,7 @@ def test_a_release_reproduces_the_run_and_holds_no_pickle(
     assert facts["device"] == torch.load(smoke_run / "last.pt", weights_only=True)["device"]
     assert facts["device"].startswith("cpu, fp32")  # from the checkpoint, not the log
     # the release keeps no path of the training machine: say where Multi30k is
-    on_release = evaluate(release, f"data_source={multi30k_url}")
+    on_release = evaluate(release, f"data_source={multi30k_url}", cwd=tmp_path)
     assert on_release["bleu"] == evaluate(smoke_run)["bleu"]  # exactly
 
 
