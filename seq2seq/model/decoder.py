@@ -63,7 +63,7 @@ class DecoderStep(nn.Module):
         ``stack``: the GRU's ``layers`` and the ``dropout`` between them. Each flow defines it."""
         raise NotImplementedError
 
-    def stack(
+    def layers_after(
         self, bottom: Tensor, previous: list[Tensor], upper: list | None = None
     ) -> list[Tensor]:
         """Every layer's new state from layer 0's, bottom [B, H] (`climb`); ``upper``: a loop's
@@ -227,7 +227,7 @@ class BahdanauStep(DecoderStep):
                 hidden = gru_cell(gi, query, rnn.weight_hh_l0, rnn.bias_hh_l0)
             else:
                 hidden = gru_update(gi, recur[1](query), query)
-        return self.stack(hidden, layers, upper), weights, _accumulate(coverage, weights)
+        return self.layers_after(hidden, layers, upper), weights, _accumulate(coverage, weights)
 
     def step(
         self, emb: Tensor, state: DecoderState, enc: EncoderOutput
@@ -294,7 +294,7 @@ class LuongStep(DecoderStep):
         with looping([self.combine, *self.attention.loop_layers()], dtype):  # W_c, the query's
             for gi_t in gi_emb:
                 bottom = self.cell(columns(feed, gi_t), layers[0], recur)  # [B, H]
-                layers = self.stack(bottom, layers, upper)
+                layers = self.layers_after(bottom, layers, upper)
                 feed, w = self.attentional(layers[-1], enc, position)  # [B, H]
                 position = _next(position)
                 outputs.append(feed)
@@ -307,7 +307,7 @@ class LuongStep(DecoderStep):
         """One step: emb [B, E] -> (attentional vector [B, H], state, weights [B, heads, S])."""
         x = torch.cat([emb, state.feed], -1) if self.input_feed else emb
         layers = state.layers()
-        layers = self.stack(self.cell(self.project_input(x), layers[0]), layers)
+        layers = self.layers_after(self.cell(self.project_input(x), layers[0]), layers)
         hidden, lower = DecoderState.stacked(layers)
         output, weights = self.attentional(hidden, enc, state.position)
         feed = output if self.input_feed else None

@@ -76,9 +76,11 @@ class Report:
 
     def start(self, parameters: int, pairs: int, updates: int) -> None:
         tcfg, world = self.cfg.train, self.engine.world_size
+        layers = self.cfg.model.get("decoder_layers", 1)
         log.info(
-            "model: %s attention, %.2fM parameters; %d training pairs, %d updates per epoch",
+            "model: %s attention%s, %.2fM parameters; %d training pairs, %d updates per epoch",
             describe_attention(self.cfg.model.attention),
+            f", {layers} decoder layers" if layers > 1 else "",
             parameters / 1e6,
             pairs,
             updates,
