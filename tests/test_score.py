@@ -97,6 +97,30 @@ def test_the_perplexity_of_the_validation_pairs_is_the_one_training_logged(
 
 
 @pytest.mark.slow
+def test_an_ensembles_score_is_the_mean_of_its_members(
+    smoke_run: Path, luong_run: Path, tmp_path: Path
+) -> None:
+    """ensemble=[...]: each pair's score is the mean of the runs' own, the sum over steps of the
+    mean log-probability that an ensemble search adds up; the result names every run."""
+    (tmp_path / "a.de").write_text("Ein Hund läuft .\nZwei Männer .\n", encoding="utf-8")
+    (tmp_path / "a.en").write_text("A dog runs .\nTwo men .\n", encoding="utf-8")
+    files = [f"src_file={tmp_path / 'a.de'}", f"tgt_file={tmp_path / 'a.en'}"]
+
+    def scores(*args: str) -> tuple[list[float], dict]:
+        out = tmp_path / "scores.txt"
+        proc = command("score", *files, *args, f"output={out}")
+        assert proc.returncode == 0, proc.stderr
+        return [float(line) for line in out.read_text().splitlines()], json.loads(proc.stdout)
+
+    alone, _ = scores(f"run_dir={smoke_run}")
+    other, _ = scores(f"run_dir={luong_run}")
+    both, result = scores(f"run_dir={smoke_run}", f"ensemble=[{luong_run}]")
+    assert alone != pytest.approx(other, abs=1e-2)  # two models that disagree
+    assert both == pytest.approx([(a + b) / 2 for a, b in zip(alone, other, strict=True)], abs=2e-4)
+    assert result["runs"] == [str(smoke_run.resolve()), str(luong_run.resolve())]
+
+
+@pytest.mark.slow
 def test_files_of_other_lengths_or_languages(smoke_run: Path, tmp_path: Path) -> None:
     (tmp_path / "a.de").write_text("Ein Hund .\nZwei Männer .\n", encoding="utf-8")
     (tmp_path / "a.en").write_text("A dog .\n", encoding="utf-8")

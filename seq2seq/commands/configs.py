@@ -116,6 +116,9 @@ class ScoreConfig(LoadConfig):
     output: Optional[str] = None
     normalize: bool = False  # each pair's score per target piece (EOS counted), not its sum
     batch_tokens: int = 4000  # pairs read together: at most this many x their longest side
+    # more run folders: each pair's score is the mean of theirs and run_dir's, the score an
+    # ensemble search (which averages their log-probabilities at every step) gives it
+    ensemble: list[str] = field(default_factory=list)
 
 
 @dataclass

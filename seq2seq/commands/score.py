@@ -28,8 +28,9 @@ from seq2seq.data.corpus import parallel_batches
 from seq2seq.decoding.forced import score_pairs
 from seq2seq.decoding.progress import LOG_EVERY_S
 from seq2seq.errors import Seq2SeqError
+from seq2seq.model.ensemble import Ensemble
 from seq2seq.runtime.engine import Engine, engine_choices, inference_engine
-from seq2seq.runtime.run_folder import TrainedRun, load_run
+from seq2seq.runtime.run_folder import TrainedRun, load_runs
 
 log = logging.getLogger("seq2seq.score")
 
@@ -37,11 +38,14 @@ log = logging.getLogger("seq2seq.score")
 def _scored_blocks(
     cfg: ScoreConfig, run: TrainedRun, engine: Engine
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Per block of pairs: each pair's log-probability and its target pieces (EOS counted)."""
+    """Per block of pairs: each pair's log-probability and its target pieces (EOS counted).
+    An ensemble's is the mean of its members': the sum over steps of their mean log-probability,
+    what its search adds up."""
+    members = run.model.members if isinstance(run.model, Ensemble) else [run.model]
     for sources, targets in parallel_batches(Path(cfg.src_file), Path(cfg.tgt_file)):
         src_ids, tgt_ids = run.src_tok.encode_batch(sources), run.tgt_tok.encode_batch(targets)
-        log_probs = score_pairs(run.model, src_ids, tgt_ids, engine, cfg.batch_tokens)
-        yield log_probs, np.array([len(ids) + 1 for ids in tgt_ids])
+        scored = [score_pairs(m, src_ids, tgt_ids, engine, cfg.batch_tokens) for m in members]
+        yield np.mean(scored, 0), np.array([len(ids) + 1 for ids in tgt_ids])
 
 
 @contextlib.contextmanager
@@ -67,16 +71,18 @@ def _scores_out(path: str | None) -> Iterator[TextIO]:
 def score(cfg: ScoreConfig) -> dict[str, Any] | None:
     """Score the pairs, write a line each; the summary (returned, the JSON line, with output=)."""
     engine = inference_engine(cfg)  # this process's threads and device
-    run = load_run(cfg.run_dir, cfg.checkpoint, engine)
+    run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
     engine.choose_products(run.model, training=False)
     run.check_language("src_file", cfg.src_file, "source")
     run.check_language("tgt_file", cfg.tgt_file, "target")
+    model = f"{run.checkpoint} (step {run.step})"
+    if cfg.ensemble:
+        model = f"an ensemble of {1 + len(cfg.ensemble)} runs, {run.checkpoint.name} of each"
     log.info(
-        "scoring %s as translations of %s with %s (step %d) on %s",
+        "scoring %s as translations of %s with %s on %s",
         cfg.tgt_file,
         cfg.src_file,
-        run.checkpoint,
-        run.step,
+        model,
         engine.describe(),
     )
     start = last = time.perf_counter()
@@ -110,6 +116,7 @@ def score(cfg: ScoreConfig) -> dict[str, Any] | None:
         "normalize": cfg.normalize,
         "output": str(Path(cfg.output).resolve()) if cfg.output else None,
         "run": str(run.run_dir.resolve()),
+        "runs": [str(Path(d).resolve()) for d in (cfg.run_dir, *cfg.ensemble)],
         "checkpoint": str(run.checkpoint.resolve()),
         "step": run.step,
         **engine_choices(engine),
