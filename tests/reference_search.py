@@ -86,7 +86,7 @@ def beam_search(
     Each step keeps the ``beam_size`` best unfinished continuations; EOS among the ``beam_size``
     best candidates finishes a hypothesis, and a sentence is done with ``beam_size`` of them.
     """
-    k, alpha, nbest = cfg.beam_size, cfg.alpha, cfg.nbest
+    k = cfg.beam_size
     batch, src_len = src.shape
     enc = model.encode(src, src_lengths).index_select(torch.arange(batch).repeat_interleave(k))
     state = model.decoder.init_state(enc)  # rows: sentence-major, k beams each
@@ -117,10 +117,8 @@ def beam_search(
             if len(hyps) < k:
                 row = int(parents[i, j])
                 attention = torch.cat([history[row], weights[row].unsqueeze(0).float()])
-                score = float(top_scores[i, j]) / length_penalty(t + 1, alpha)
-                if cfg.coverage_penalty:  # Wu et al.: never-attended words count as 1e-6
-                    covered = attention.mean(1).sum(0)[: int(src_lengths[sent[i]])]
-                    score += cfg.coverage_penalty * float(covered.clamp(1e-6, 1.0).log().sum())
+                source_len = int(src_lengths[sent[i]])
+                score = _finished_score(float(top_scores[i, j]), t + 1, attention, source_len, cfg)
                 hyps.append((score, tokens[row], attention))
         done = at_limit | torch.tensor([len(finished[s]) >= k for s in sent.tolist()])
         if bool(done.all()):
@@ -137,6 +135,25 @@ def beam_search(
         if keep.numel() < n:
             enc = enc.index_select((keep.unsqueeze(1) * k + torch.arange(k)).view(-1))
             sent = sent[keep]
+    return _nbest(finished, src_lengths, cfg.nbest)
+
+
+def _finished_score(
+    log_prob: float, length: int, attention: Tensor, source_len: int, cfg: DecodeConfig
+) -> float:
+    """A finished hypothesis's score: length-penalised, plus Wu et al.'s coverage penalty where
+    asked (never-attended words count as 1e-6)."""
+    score = log_prob / length_penalty(length, cfg.alpha)
+    if cfg.coverage_penalty:
+        covered = attention.mean(1).sum(0)[:source_len]
+        score += cfg.coverage_penalty * float(covered.clamp(1e-6, 1.0).log().sum())
+    return score
+
+
+def _nbest(
+    finished: list[list[tuple[float, Tensor, Tensor]]], src_lengths: Tensor, nbest: int
+) -> list[list[Hypothesis]]:
+    """Each sentence's ``nbest`` best finished hypotheses, best first."""
     results = []
     for hyps, n in zip(finished, src_lengths.tolist(), strict=True):
         best = sorted(hyps, key=lambda h: -h[0])[:nbest]

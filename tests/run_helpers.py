@@ -145,6 +145,46 @@ def command(
     )
 
 
+SMOKE_ARGS = ["experiment=smoke", "log.progress=false"]  # a training of seconds, no bar
+
+
+def started(module: str, *args: str) -> subprocess.Popen:
+    """`seq2seq-<module> args` started, stdout and stderr together in one pipe."""
+    return subprocess.Popen(
+        [*cli(module), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def outcome(module: str, *args: str, timeout: float = TRAIN_TIMEOUT) -> tuple[int, str]:
+    """`seq2seq-<module> args` to its end: its exit code and its output, both streams."""
+    proc = started(module, *args)
+    out = finish(proc, timeout)
+    return proc.returncode, out
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen) -> None:
+    """Until ``proc`` has written something into ``path``; a failure if it ends first."""
+    deadline = time.monotonic() + TRAIN_TIMEOUT
+    while not path.exists() or not path.stat().st_size:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"{path} never appeared:\n{proc.communicate()[0]}")
+        time.sleep(0.05)
+
+
+def assert_one_line_error(code: int, out: str, *expected: str) -> None:
+    """A failure said in exactly one error line holding each of ``expected``, no traceback."""
+    assert code != 0, out
+    assert "Traceback" not in out, out
+    errors = [line for line in out.splitlines() if "ERROR" in line or "seq2seq-train:" in line]
+    assert len(errors) == 1, out
+    for text in expected:
+        assert text in errors[0], out
+
+
 def gz_lines(path: Path) -> list[str]:
     """The lines of a gzip-compressed text file (a written corpus)."""
     with gzip.open(path, "rt", encoding="utf-8") as f:

@@ -137,10 +137,9 @@ def train_log(rates: list[int]) -> str:
     )
 
 
-def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
-    """What the steps leave, made up: each target's ratio and whether it is met; a figure no
-    step left is "–"."""
-    write = lambda name, text: (tmp_path / name).write_text(text)  # noqa: E731
+def _made_up_peer_and_logs(folder: Path) -> None:
+    """The peer's figures and the training and recipe logs a GPU run leaves, made up."""
+    write = lambda name, text: (folder / name).write_text(text)  # noqa: E731
     peer = {"steady_tgt_tok_per_s_after_50": 19_000.0, "decode_beam5_sent_per_s": 769.0}
     write("peer.json", json.dumps({**peer, "decode_greedy_sent_per_s": 1000.0}))
     write("peer_8192.json", json.dumps({"steady_tgt_tok_per_s_after_50": 75_000.0}))
@@ -148,43 +147,37 @@ def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
     refused = "[t][seq2seq.decoding.graphed][WARNING] - the search runs without CUDA graphs: x\n"
     rates = train_log([19_119, 90_000, 100_000, 110_000, 100_000, 100_000])
     write("ours_train.log", refused + rates + closing)
-    train = (
-        [
-            {
-                "attention": "peer",
-                "batch": "8192",
-                "cuda_graphs": "true",
-                "precision": p,
-                "tokens_per_s": r,
-            }
-            for p, r in (("fp32", 237_372.0), ("bf16", 320_000.0))
-        ]
-        + [  # a profiled row (fewer windows, for its kernels) is not a figure of the table
-            {
-                "attention": "peer",
-                "batch": "8192",
-                "cuda_graphs": "true",
-                "tokens_per_s": 9e5,
-                "profile": {},
-            }
-        ]
-        + [
-            {
-                "attention": "bahdanau",
-                "batch": "16000",
-                "cuda_graphs": "true",
-                "precision": p,
-                "tokens_per_s": r,
-                "max_memory_allocated_mib": 5_197.0,
-            }
-            for p, r in (("bf16", 423_126.0), ("fp32", 285_251.0))
-        ]
+    write("recipe1_eval.json", json.dumps({"bleu": 39.59}))
+    write("recipe2_eval.json", json.dumps({"bleu": 37.0}))
+
+
+def _made_up_benchmark(folder: Path) -> None:
+    """The benchmark's JSON line a GPU run leaves, made up: training and decoding rows."""
+    graphed = {"cuda_graphs": "true"}
+    train = [
+        {"attention": "peer", "batch": "8192", **graphed, "precision": p, "tokens_per_s": r}
+        for p, r in (("fp32", 237_372.0), ("bf16", 320_000.0))
+    ]
+    # a profiled row (fewer windows, for its kernels) is not a figure of the table
+    train.append(
+        {"attention": "peer", "batch": "8192", **graphed, "tokens_per_s": 9e5, "profile": {}}
     )
+    train += [
+        {
+            "attention": "bahdanau",
+            "batch": "16000",
+            **graphed,
+            "precision": p,
+            "tokens_per_s": r,
+            "max_memory_allocated_mib": 5_197.0,
+        }
+        for p, r in (("bf16", 423_126.0), ("fp32", 285_251.0))
+    ]
     decode = [
         {
             "beam_size": b,
             "batch_size": n,
-            "cuda_graphs": "true",
+            **graphed,
             "precision": "fp32",
             "sentences_per_s": r,
             "ms_per_batch": 1000 * n / r,
@@ -195,14 +188,15 @@ def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
     device = {"busy_share": 0.4, "busy_ms": 8.0, "wall_ms": 20.0, "top": kernels}
     profiled = {"search": "greedy", "sentences_per_s": 2e4, "profile": {"device": device}}
     decode.append({**decode[1], **profiled})
-    write(
-        "parts.log",
-        "-- python3 ...\n"
-        + json.dumps({"torch": "2.11", "training": train, "decoding": decode})
-        + "\n",
-    )
-    write("recipe1_eval.json", json.dumps({"bleu": 39.59}))
-    write("recipe2_eval.json", json.dumps({"bleu": 37.0}))
+    line = json.dumps({"torch": "2.11", "training": train, "decoding": decode})
+    (folder / "parts.log").write_text("-- python3 ...\n" + line + "\n")
+
+
+def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
+    """What the steps leave, made up: each target's ratio and whether it is met; a figure no
+    step left is "–"."""
+    _made_up_peer_and_logs(tmp_path)
+    _made_up_benchmark(tmp_path)
     rows = table(tmp_path)
     span = rows["training, peer shape and batch: logged tok/s, updates 50–300"]
     assert span[1:] == ["99,598", "5.24×", "≥ 5×", "yes"]  # 5 / (1/90k + 1/100k x3 + 1/110k)
