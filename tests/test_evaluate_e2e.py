@@ -70,6 +70,19 @@ def test_bleu_matches_sacrebleu_cli_on_the_test_split(smoke_run: Path, tmp_path:
     logged = [(e.step, round(e.value, 3)) for e in events(smoke_run).Scalars("hparams/test_bleu")]
     assert (result["step"], round(result["bleu"], 3)) in logged
 
+    # The references' perplexity is the one seq2seq-score gives the same two files.
+    files = [f"src_file={result['source']}", f"tgt_file={result['reference']}"]
+    scored = subprocess.run(
+        [*cli("score"), f"run_dir={smoke_run}", *files, f"output={tmp_path / 'scores'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result["ppl"] == pytest.approx(result_of(scored)["ppl"], rel=1e-4)
+    logged = [e.value for e in events(smoke_run).Scalars("eval/test_2016_flickr_ppl")]
+    assert result["ppl"] == pytest.approx(logged[-1], rel=1e-4)
+
 
 def test_files_nbest_and_attention_heatmaps(
     smoke_run: Path, multi30k_dir: Path, tmp_path: Path

@@ -18,12 +18,13 @@ from typing import Any
 
 from seq2seq_lite.steering import LineSteering, steering_report
 
-from seq2seq.commands.configs import STEERING_FILES, EvaluateConfig
+from seq2seq.commands.configs import STEERING_FILES, EvaluateConfig, ScoreConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import DecodeConfig, Precision
 from seq2seq.data.corpus import read_parallel
 from seq2seq.data.steering import read_steering
 from seq2seq.decoding.alignment import alignment_record, attention_samples, pharaoh
+from seq2seq.decoding.forced import pair_log_probs, perplexity
 from seq2seq.decoding.inference import (
     InputTooLong,
     Translation,
@@ -37,7 +38,7 @@ from seq2seq.decoding.nbest import moses_lines
 from seq2seq.decoding.progress import translate_told
 from seq2seq.decoding.splits import run_split
 from seq2seq.errors import Seq2SeqError
-from seq2seq.runtime.engine import engine_choices, inference_engine
+from seq2seq.runtime.engine import Engine, engine_choices, inference_engine
 from seq2seq.runtime.run_folder import TrainedRun
 from seq2seq.storage.manifest import sha256_file
 from seq2seq.storage.rundir import CHECKPOINTS, EVAL_DIR
@@ -116,6 +117,33 @@ def _translate(
         raise Seq2SeqError(e.describe(f"{src_path}, line {e.index + 1}")) from None
     seconds = time.perf_counter() - start
     return translations, seconds
+
+
+def _reference_ppl(
+    run: TrainedRun, engine: Engine, sources: Sequence[str], references: Sequence[str]
+) -> float:
+    """The references' perplexity under the model (forced decoding, as validation and
+    `seq2seq-score` compute it): OpenNMT-py's "GOLD PPL"."""
+    src_ids, tgt_ids = run.src_tok.encode_batch(sources), run.tgt_tok.encode_batch(references)
+    log_probs, pieces = pair_log_probs(
+        run.model, src_ids, tgt_ids, engine, ScoreConfig.batch_tokens
+    )
+    return round(perplexity(-float(log_probs.sum()) / int(pieces.sum())), 4)
+
+
+def _scores(
+    texts: Sequence[str],
+    references: Sequence[str],
+    tokenize: str,
+    sources: Sequence[str],
+    run: TrainedRun,
+    engine: Engine,
+) -> tuple[dict[str, float], dict[str, str]]:
+    """BLEU, chrF and the references' perplexity; sacrebleu's signatures."""
+    found = score(texts, references, tokenize)
+    scores = {"bleu": found.bleu, "chrf": found.chrf}
+    scores["ppl"] = _reference_ppl(run, engine, sources, references)
+    return scores, {"signature": found.bleu_signature, "chrf_signature": found.chrf_signature}
 
 
 def _settings_part(cfg: EvaluateConfig) -> str:
@@ -198,8 +226,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     steer = read_steering(cfg.prefix, cfg.constraints, cfg.terms, sources, name)
     translations, seconds = _translate(translator, run, device, sources, src_path, steer)
     texts = [translator.best_text(t) for t in translations]
-    result_scores = score(texts, references, tokenize)
-    scores = {"bleu": result_scores.bleu, "chrf": result_scores.chrf}
+    scores, signatures = _scores(texts, references, tokenize, sources, run, engine)
 
     if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
         name = f"{name}.ensemble{len(members)}"
@@ -217,8 +244,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
 
     result = {
         **scores,
-        "signature": result_scores.bleu_signature,
-        "chrf_signature": result_scores.chrf_signature,
+        **signatures,
         **{key: str(path) for key, path in paths.items()},  # hypotheses, alignments, ...
         "split": split,
         "source": str(src_path.resolve()),
@@ -235,7 +261,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
         "sentences_per_second": round(len(sources) / max(seconds, 1e-9), 2),
     }
     _write(out_dir / f"{stem}.json", [json.dumps(result, ensure_ascii=False, indent=2)])
-    log.info("BLEU %.2f, chrF %.2f (%s)", result["bleu"], result["chrf"], result["signature"])
+    shown = [result[key] for key in ("bleu", "chrf", "signature", "ppl")]
+    log.info("BLEU %.2f, chrF %.2f (%s); the references' perplexity %.2f", *shown)
     return result
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import sys
 import time
@@ -25,10 +24,9 @@ import numpy as np
 from seq2seq.commands.configs import ScoreConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.data.corpus import parallel_batches
-from seq2seq.decoding.forced import score_pairs
+from seq2seq.decoding.forced import pair_log_probs, perplexity
 from seq2seq.decoding.progress import LOG_EVERY_S
 from seq2seq.errors import Seq2SeqError
-from seq2seq.model.ensemble import Ensemble
 from seq2seq.runtime.engine import Engine, engine_choices, inference_engine
 from seq2seq.runtime.run_folder import TrainedRun, load_runs
 
@@ -38,14 +36,10 @@ log = logging.getLogger("seq2seq.score")
 def _scored_blocks(
     cfg: ScoreConfig, run: TrainedRun, engine: Engine
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Per block of pairs: each pair's log-probability and its target pieces (EOS counted).
-    An ensemble's is the mean of its members': the sum over steps of their mean log-probability,
-    what its search adds up."""
-    members = run.model.members if isinstance(run.model, Ensemble) else [run.model]
+    """Per block of pairs: each pair's log-probability and its target pieces (EOS counted)."""
     for sources, targets in parallel_batches(Path(cfg.src_file), Path(cfg.tgt_file)):
         src_ids, tgt_ids = run.src_tok.encode_batch(sources), run.tgt_tok.encode_batch(targets)
-        scored = [score_pairs(m, src_ids, tgt_ids, engine, cfg.batch_tokens) for m in members]
-        yield np.mean(scored, 0), np.array([len(ids) + 1 for ids in tgt_ids])
+        yield pair_log_probs(run.model, src_ids, tgt_ids, engine, cfg.batch_tokens)
 
 
 @contextlib.contextmanager
@@ -99,7 +93,7 @@ def score(cfg: ScoreConfig) -> dict[str, Any] | None:
                 last = now
     seconds = time.perf_counter() - start
     nll = -log_prob / pieces  # the files are not empty: every pair has at least its EOS
-    ppl = math.exp(min(nll, 50.0))
+    ppl = perplexity(nll)
     log.info(
         "%d pairs, %d target pieces: perplexity %.2f (NLL %.4f a piece) in %.1f s",
         pairs,

@@ -4,6 +4,7 @@ finds the target, and where it attends, per subword and merged into the pairs' w
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ import torch
 from seq2seq.data.batching import Batch, TokenBatchSampler, collate_sequences
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.wordalign import WordPair, word_weights
+from seq2seq.model.ensemble import Ensemble
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import Engine
 from seq2seq.vocab import PAD
@@ -127,3 +129,23 @@ def score_pairs(
     if found:
         scores[np.concatenate(order)] = torch.cat(found).cpu().numpy()
     return scores
+
+
+def pair_log_probs(
+    model: Seq2Seq | Ensemble,
+    sources: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    engine: Engine,
+    batch_tokens: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair's log P(target | source) and its target pieces (EOS counted). An ensemble's is
+    the mean of its members': the sum over steps of their mean log-probability, what its search
+    adds up."""
+    members = model.members if isinstance(model, Ensemble) else [model]
+    scored = [score_pairs(m, sources, targets, engine, batch_tokens) for m in members]
+    return np.mean(scored, 0), np.array([len(ids) + 1 for ids in targets])
+
+
+def perplexity(nll: float) -> float:
+    """exp of an NLL per target piece, capped (an untrained model's must not overflow)."""
+    return math.exp(min(nll, 50.0))
