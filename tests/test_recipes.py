@@ -237,7 +237,7 @@ def test_a_model_card_states_the_models_own_scores(smoke_run: Path, tmp_path: Pa
     writes into the run's folder too; the card states the model's own score on a split."""
     from types import SimpleNamespace
 
-    from seq2seq.commands.export import facts
+    from seq2seq.commands.export import facts, model_card
     from seq2seq.storage.manifest import sha256_file
 
     folder = tmp_path / "run"
@@ -254,14 +254,17 @@ def test_a_model_card_states_the_models_own_scores(smoke_run: Path, tmp_path: Pa
         ("mine.best.beam5", 6.0, [folder], "fp32", None, weights),
     ]:
         result = {**base, "bleu": bleu, "runs": [str(r) for r in runs], "precision": precision}
-        result |= {"split": split, "checkpoint_sha256": sha}
+        result |= {"split": split, "checkpoint_sha256": sha, "ppl": bleu / 2}
         (folder / "eval" / f"{name}.json").write_text(json.dumps(result))
     cfg = OmegaConf.load(folder / "config.yaml")
     model = torch.nn.Linear(2, 2)
     run = SimpleNamespace(
         cfg=cfg, run_dir=folder, model=model, step=1, checkpoint=folder / "best.pt"
     )
-    assert facts(run, "best")["test"] == {"test_2016_flickr": {**base, "bleu": 10.0}}
+    stated = facts(run, "best")
+    assert stated["test"] == {"test_2016_flickr": {**base, "bleu": 10.0, "ppl": 5.0}}
+    card = model_card(stated)
+    assert "BLEU 10.00 (`s`), chrF 1.00 (`c`), the references' perplexity 5.00 |" in card
 
 
 def test_one_precision_key() -> None:

@@ -201,7 +201,8 @@ def test_a_release_reproduces_the_run_and_holds_no_pickle(
     assert facts["device"].startswith("cpu, fp32")  # from the checkpoint, not the log
     # the release keeps no path of the training machine: say where Multi30k is
     on_release = evaluate(release, f"data_source={multi30k_url}", cwd=tmp_path)
-    assert on_release["bleu"] == evaluate(smoke_run)["bleu"]  # exactly
+    on_run = evaluate(smoke_run)
+    assert (on_release["bleu"], on_release["ppl"]) == (on_run["bleu"], on_run["ppl"])  # exactly
 
 
 def test_a_tampered_release_is_refused(release: Path, tmp_path: Path) -> None:

@@ -85,7 +85,10 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
         if scores.get("coverage_penalty") or not _default_search(scores):  # ... of the plain search
             continue
         keys = ("bleu", "signature", "chrf", "chrf_signature", "beam_size", "sentences")
-        tests[result.stem.split(".")[0]] = {key: scores[key] for key in keys}
+        found = {key: scores[key] for key in keys}
+        if "ppl" in scores:  # evaluations from before it was measured have none
+            found["ppl"] = scores["ppl"]
+        tests[result.stem.split(".")[0]] = found
     reader = open_reader(cfg.data)
     data, licence = reader.describe(), reader.licence()
     return {
@@ -106,14 +109,26 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
     }
 
 
-def model_card(f: dict[str, Any]) -> str:
-    """README.md of a release folder."""
-    pair = f"{f['src_lang']}→{f['tgt_lang']}"
-    valid = f"{f['best_valid_bleu']:.2f}" if f["best_valid_bleu"] is not None else "?"
+def _test_rows(tests: dict[str, dict[str, Any]]) -> list[str]:
+    """The model card's rows of test scores, one a split."""
 
     def signature(text: str) -> str:  # a table cell: its pipes escaped
         return text.replace("|", "\\|")
 
+    rows = [
+        f"| {split} (beam {t['beam_size']}) | BLEU {t['bleu']:.2f} "
+        f"(`{signature(t['signature'])}`), chrF {t['chrf']:.2f} "
+        f"(`{signature(t['chrf_signature'])}`)"
+        + (f", the references' perplexity {t['ppl']:.2f} |" if "ppl" in t else " |")
+        for split, t in tests.items()
+    ]
+    return rows or ["| test scores | not measured before export (run seq2seq-evaluate) |"]
+
+
+def model_card(f: dict[str, Any]) -> str:
+    """README.md of a release folder."""
+    pair = f"{f['src_lang']}→{f['tgt_lang']}"
+    valid = f"{f['best_valid_bleu']:.2f}" if f["best_valid_bleu"] is not None else "?"
     lines = [
         f"# seq2seq {pair}: a bidirectional-GRU encoder with {f['attention']} attention",
         "",
@@ -129,14 +144,7 @@ def model_card(f: dict[str, Any]) -> str:
     if f.get("started_from"):
         weights = f.get("started_from_checkpoint") or "best"  # runs from before it was a key
         lines.append(f"| started from | `{f['started_from']}` (its {weights} weights) |")
-    for split, t in f["test"].items():
-        lines.append(
-            f"| {split} (beam {t['beam_size']}) | BLEU {t['bleu']:.2f} "
-            f"(`{signature(t['signature'])}`), chrF {t['chrf']:.2f} "
-            f"(`{signature(t['chrf_signature'])}`) |"
-        )
-    if not f["test"]:
-        lines.append("| test scores | not measured before export (run seq2seq-evaluate) |")
+    lines += _test_rows(f["test"])
     lines += [
         "",
         "## Licence of the data",
