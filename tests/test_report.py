@@ -1,5 +1,5 @@
 """The whole run's ETA: from train.max_steps, max_minutes or max_epochs, whichever ends the run
-first."""
+first; a run of hours without a time limit is told how to set one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from seq2seq.config import TrainConfig
 from seq2seq.decoding.progress import clock
-from seq2seq.training.report import run_eta
+from seq2seq.training.report import long_run_hint, run_eta
 from seq2seq.training.state import Progress
 
 
@@ -44,3 +44,13 @@ def test_clock_counts_hours_past_a_day() -> None:
         "1:01:01",
         "25:00:00",
     ]
+
+
+def test_a_run_of_hours_without_a_time_limit_is_told_how_to_cap_it() -> None:
+    """The GPU recipe started on a CPU: 50 epochs, hours; one line says so and names the key."""
+    hint = long_run_hint(train(max_epochs=50), 4 * 3600 + 5, "train.max_epochs")
+    assert hint is not None
+    assert "4:00:05" in hint and "train.max_epochs=50" in hint and "train.max_minutes=N" in hint
+    assert long_run_hint(train(max_epochs=50), 3600, "train.max_epochs") is None  # an hour
+    capped = train(max_epochs=50, max_minutes=600)  # a limit the user chose, however long
+    assert long_run_hint(capped, 10 * 3600, "train.max_minutes") is None

@@ -26,6 +26,8 @@ from seq2seq.training.validation import Validation
 
 log = logging.getLogger("seq2seq.train")
 
+LONG_RUN_S = 2 * 3600  # a run that will take longer, with no time limit, is told how to set one
+
 
 class Window:
     """Training loss and speed between two log lines, and the updates whose results are still
@@ -68,11 +70,24 @@ def run_eta(tcfg: DictConfig, p: Progress, updates: int, per_update: float) -> t
     return left[limit], limit
 
 
+def long_run_hint(tcfg: DictConfig, left: float, limit: str) -> str | None:
+    """One line for a run that will take hours with no time limit set (the GPU recipe started on a
+    CPU, say): how long, and how to cap it; None for any other run."""
+    if tcfg.max_minutes is not None or left < LONG_RUN_S:
+        return None
+    value = tcfg[limit.removeprefix("train.")]
+    return (
+        f"at this speed the run may take {clock(left)} more ({limit}={value}; early stopping "
+        "may end it sooner): train.max_minutes=N ends it after N minutes, validated"
+    )
+
+
 class Report:
     """The log lines and TensorBoard records of one run."""
 
     def __init__(self, cfg: DictConfig, engine: Engine, monitor: Monitor | None) -> None:
         self.cfg, self.engine, self.monitor = cfg, engine, monitor
+        self.hinted = False  # the long-run hint is told once
 
     def start(self, parameters: int, pairs: int, updates: int) -> None:
         tcfg, world = self.cfg.train, self.engine.world_size
@@ -122,6 +137,9 @@ class Report:
         per_update = elapsed / self.cfg.train.log_every
         run_left, limit = run_eta(self.cfg.train, p, updates, per_update)
         run = f"{clock(run_left)} ({limit})"
+        if not self.hinted and (hint := long_run_hint(self.cfg.train, run_left, limit)):
+            log.info(hint)
+        self.hinted = True
         if not bar.disable:
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tok_s:,.0f}", run_ETA=run)
             return
