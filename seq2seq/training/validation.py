@@ -4,7 +4,6 @@ translated and scored the way seq2seq-evaluate does it (one `Translator`, one `s
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +20,7 @@ from seq2seq.decoding.alignment import (
     attention_statistics,
     hypothesis_weights,
 )
+from seq2seq.decoding.forced import perplexity
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator, score
 from seq2seq.errors import DataError
@@ -150,7 +150,7 @@ def validate(
     weights = [hypothesis_weights(translations[i].hypotheses[0]) for i in decoded]
     metrics = {
         "loss": loss_sum / ntokens,
-        "ppl": math.exp(min(nll_sum / ntokens, 50.0)),
+        "ppl": perplexity(nll_sum / ntokens),
         "bleu": scores.bleu,
         "chrf": scores.chrf,
         **attention_statistics(weights),
