@@ -143,7 +143,8 @@ step ours "${OURS_S:-360}" "
 
 # the best German->English recipe for the time given (validated at the end), one run per seed,
 # then its test BLEU (best.pt, beam 5); RECIPE_OVERRIDES adds to it, e.g.
-# "model/attention=bahdanau" (the default before issue 54 measured Luong first)
+# "model/attention=bahdanau" (the default before issue 54 measured Luong first) or "precision=fp32"
+# (auto takes bf16 for the graphed update since 2026-11-30)
 step recipe "${RECIPE_S:-330}" "
   set -eo pipefail
   for seed in ${RECIPE_SEEDS:-1 2}; do

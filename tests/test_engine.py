@@ -205,6 +205,36 @@ def test_precision_auto_is_set_kept_or_timed(monkeypatch) -> None:
     assert Engine.create("cpu", "auto").choose_precision(model, vocab, 64) == Precision.fp32
 
 
+def test_precision_auto_on_cuda_takes_bf16_for_a_graphed_update(monkeypatch) -> None:
+    """On CUDA nothing is timed: bf16 where the update is graphed on a GPU with bf16 tensor
+    cores (measured faster there), fp32 where it runs eagerly or the GPU lacks them."""
+    from seq2seq.model.config import BahdanauConfig, ModelConfig
+    from seq2seq.model.seq2seq import build_model
+    from seq2seq.runtime import precision as auto
+
+    model = build_model(ModelConfig(8, 12, attention=BahdanauConfig(size=10)), 30, 40)
+    timed = []
+    monkeypatch.setattr(auto, "time_training_step", lambda *a: timed.append(a) or 1.0)
+    capability = [(9, 0)]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: capability[0])
+
+    def chosen(graphed: bool) -> Precision:
+        engine = Engine.create("cpu", "auto")
+        engine.device = torch.device("cuda")  # the rule only: no GPU is touched
+        return engine.choose_precision(model, (30, 40), 64, graphed=graphed)
+
+    assert chosen(graphed=True) == Precision.bf16
+    assert chosen(graphed=False) == Precision.fp32
+    capability[0] = (7, 5)  # no bf16 tensor cores
+    assert chosen(graphed=True) == Precision.fp32
+    assert not timed
+    # on the CPU the flag changes nothing: the choice is timed there
+    monkeypatch.setattr(auto, "native_bf16", lambda: False)
+    assert Engine.create("cpu", "auto").choose_precision(model, (30, 40), 64, graphed=True) == (
+        Precision.fp32
+    )
+
+
 def test_a_slow_warm_up_pass_ends_the_timing(monkeypatch) -> None:
     """bf16 emulated slowly is not timed for long: a warm-up pass past the limit is the answer."""
     from seq2seq.model.config import BahdanauConfig, ModelConfig

@@ -148,6 +148,8 @@ def _made_up_peer_and_logs(folder: Path) -> None:
     rates = train_log([19_119, 90_000, 100_000, 110_000, 100_000, 100_000])
     write("ours_train.log", refused + rates + closing)
     write("recipe1_eval.json", json.dumps({"bleu": 39.59}))
+    start = "[t][seq2seq.train][INFO] - on cuda:0 (NVIDIA H200), bf16, 16 threads; each update\n"
+    write("recipe1_train.log", start)
     write("recipe2_eval.json", json.dumps({"bleu": 37.0}))
 
 
@@ -218,7 +220,7 @@ def test_the_gpu_table_says_which_targets_are_met(tmp_path: Path) -> None:
     assert rows["greedy, batches of 64, sentences/s (graphed, fp32)"][2:] == ["7.00×", "≥ 8×", "no"]
     assert rows["greedy, one sentence at a time (graphed), ms"][1] == "10.0"
     assert rows["beam 5, batches of 64, sentences/s (eager, –)"][1:] == ["–", "–", "", ""]
-    assert rows["GPU recipe in 1.5 minutes of training, seed 1: test BLEU"][-1] == "yes"
+    assert rows["GPU recipe in 1.5 minutes of training, seed 1 (bf16): test BLEU"][-1] == "yes"
     assert rows["GPU recipe in 1.5 minutes of training, seed 2: test BLEU"][-1] == "no"
     assert rows["decoding greedy 64 fp32, graphed"] == [
         "40% (8.0 ms of 20.0)",

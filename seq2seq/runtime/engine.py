@@ -31,7 +31,7 @@ from seq2seq.runtime.kernels import (
     limit_kernel_cache,
     products_timing,
 )
-from seq2seq.runtime.precision import fastest_precision, native_bf16
+from seq2seq.runtime.precision import fastest_precision, native_bf16, off_cpu
 
 log = logging.getLogger(__name__)
 
@@ -167,31 +167,28 @@ class Engine(ProcessGroup):
     # -- computation -----------------------------------------------------------------------------
 
     def choose_precision(
-        self, model: nn.Module, vocab: tuple[int, int], tokens: int, kept: str | None = None
+        self,
+        model: nn.Module,
+        vocab: tuple[int, int],
+        tokens: int,
+        kept: str | None = None,
+        graphed: bool = False,
     ) -> Precision:
-        """``precision=auto`` made concrete: a resumed run's choice (``kept``), fp32 off the
-        CPU, else the faster of fp32 and bf16 timed on a training step of ``model`` over
-        ``tokens`` target pieces by rank 0 (every rank follows); logged with why."""
+        """``precision=auto`` made concrete: a resumed run's choice (``kept``); off the CPU
+        `off_cpu`'s (bf16 where a CUDA update is ``graphed``); on the CPU the
+        faster of fp32 and bf16 timed on a training step of ``model`` over ``tokens`` target
+        pieces by rank 0 (every rank follows); logged with why."""
         if self.precision != Precision.auto:
             return self.precision
         if kept is not None:
-            name, why = kept, "the run's choice before it was resumed"
+            chosen, why = Precision(kept), "the run's choice before it was resumed"
         elif self.device.type != "cpu":
-            name, why = "fp32", f"on {self.device.type}, auto trains in fp32"
+            chosen, why = off_cpu(self.device, graphed)
         else:
-            chosen, seconds = self.from_main(lambda: self._time_precision(model, vocab, tokens))
-            name = chosen.value
-            timed = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in seconds.items())
-            why = f"a training step timed: {timed}" if timed else "this CPU has no native bf16"
-        self.precision = Precision(name)
-        log.info("precision=auto: %s (%s)", name, why)
+            chosen, why = self.from_main(lambda: _timed(self.kernels, model, vocab, tokens))
+        self.precision = chosen
+        log.info("precision=auto: %s (%s)", chosen.value, why)
         return self.precision
-
-    def _time_precision(
-        self, model: nn.Module, vocab: tuple[int, int], tokens: int
-    ) -> tuple[Precision, dict[str, float]]:
-        with self.kernels.scope():  # fp32 timed on the products the model will run
-            return fastest_precision(model, vocab, tokens)
 
     def choose_products(self, model: nn.Module, *, training: bool, kept: str | None = None) -> str:
         """The fp32 CPU products for ``model``: the setting's, a resumed run's (``kept``), or the
@@ -321,3 +318,13 @@ def inference_engine(cfg: LoadConfig) -> Engine:
     return Engine.create(
         cfg.device, cfg.precision, products=cfg.products, int8_engine=cfg.int8_engine
     )
+
+
+def _timed(
+    kernels: Kernels, model: nn.Module, vocab: tuple[int, int], tokens: int
+) -> tuple[Precision, str]:
+    """``precision=auto`` on the CPU, and why: the faster precision of a timed training step."""
+    with kernels.scope():  # fp32 timed on the products the model will run
+        chosen, seconds = fastest_precision(model, vocab, tokens)
+    timed = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in seconds.items())
+    return chosen, f"a training step timed: {timed}" if timed else "this CPU has no native bf16"

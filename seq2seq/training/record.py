@@ -67,9 +67,12 @@ def choose_and_record(
     into ``cfg`` (`save_config` writes them into the run's config.yaml once the start is
     accepted)."""
     engine.choose_products(model, training=True, kept=kept.get("products"))
-    engine.choose_precision(model, vocab, cfg.train.batch_tokens, kept.get("precision"))
     normalizer = cfg.model.attention.get("normalizer", "softmax")
+    # before precision=auto is made concrete (never fp16, the one precision graphs refuse): on
+    # CUDA it takes bf16 for a graphed update
     graphs = use_graphs(cfg.train.cuda_graphs, engine, cfg.train, normalizer)
+    tokens = cfg.train.batch_tokens
+    engine.choose_precision(model, vocab, tokens, kept.get("precision"), graphed=graphs)
     cfg.train.cuda_graphs = "true" if graphs else "false"  # what runs, for a rerun
     if changed := record_choices(cfg, engine):
         log.warning("the config names other library versions: %s", ", ".join(changed))
