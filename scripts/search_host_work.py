@@ -1,5 +1,5 @@
 """The host's work on a graphed search's results, per batch: what `SearchGraphs.searches` does
-while the device runs the next batch's first chunk (on a GPU it is hidden there). The calls that
+while the device runs the next batch's first chunks (on a GPU it is hidden there). The calls that
 build a batch's n-best lists from its host copies (`greedy_results`, `backtrack`) are timed
 inside `decode_sources` with graphs, on the CPU, where the chunks themselves run eagerly (their
 time there says nothing of a GPU's). From the checkout root, with a trained run::

@@ -368,7 +368,9 @@ def test_graphed_batches_one_after_another_equal_the_search(
     waiting and made while the next batch runs, equal the search's, batch after batch of one
     shape (each refilling the buffers the last one's results were copied from); the next
     batch is collated, copied and started without waiting for the device (sync debug mode)."""
-    for owner, name in ((search_module, "_batch"), (graphed_module._Started, "of")):
+    # ... and a look's copy of its flag queued without waiting (it waits when read)
+    started = (graphed_module._Started, "of")
+    for owner, name in ((search_module, "_batch"), started, (graphed_module, "Flag")):
         monkeypatch.setattr(owner, name, never_synchronising(getattr(owner, name)))
     model = peaky_model("luong").cuda()
     gen = torch.Generator().manual_seed(2)

@@ -22,7 +22,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.decoding import beam as beam_module
 from seq2seq.decoding import graphed as graphed_search
 from seq2seq.decoding import search as search_module
-from seq2seq.decoding import shapes
+from seq2seq.decoding import search_buffers, shapes
 from seq2seq.decoding.graphed import SearchGraphs
 from seq2seq.decoding.inference import Translator
 from seq2seq.decoding.search import beam_search, decode, decode_sources, greedy_search
@@ -87,10 +87,16 @@ def guarded_chunks(monkeypatch):
 
 @pytest.mark.parametrize("name", ATTENTIONS)
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_fixed_shape_search_equals_the_search(guarded_chunks, name: str, beam_size: int) -> None:
+@pytest.mark.parametrize("busy", [False, True])
+def test_fixed_shape_search_equals_the_search(
+    monkeypatch, guarded_chunks, name: str, beam_size: int, busy: bool
+) -> None:
     """Padded to a fixed shape with every sentence kept in the loop, greedy and beam search give
     `decode`'s n-best lists (tokens, scores, attention), read nothing back between looks, and a
-    second batch of the shape reuses the first one's buffers."""
+    second batch of the shape reuses the first one's buffers; also where each look finds the
+    device busy, so that every batch runs a chunk past its end."""
+    if busy:
+        monkeypatch.setattr(graphed_search.Flag, "ready", lambda self: False)
     model = peaky_model(name)
     src, lengths = sources()
     cfg = settings(beam_size, nbest=beam_size)
@@ -115,7 +121,7 @@ def test_fixed_shape_search_equals_the_search(guarded_chunks, name: str, beam_si
 def test_a_batch_results_are_made_while_the_next_batch_runs(monkeypatch, beam_size: int) -> None:
     """`decode_sources` with graphs: the same n-best lists as without, batch after batch of one
     shape (each refilling the buffers the last one's results were copied from); while a batch's
-    first chunk runs, the host makes the last batch's results and starts the next batch."""
+    first two chunks run, the host makes the last batch's results and starts the next batch."""
     model = peaky_model("bahdanau")
     gen = torch.Generator().manual_seed(2)
     lines = [torch.randint(4, 20, (int(n),), generator=gen).tolist() + [EOS] for n in range(11)]
@@ -152,10 +158,56 @@ def test_a_batch_results_are_made_while_the_next_batch_runs(monkeypatch, beam_si
         assert x.score == pytest.approx(y.score, abs=1e-5)
         torch.testing.assert_close(x.attention, y.attention)
     assert len(graphs.beam if beam_size > 1 else graphs.greedy) == 2  # 3 rows (4), then 2
-    # each batch runs two chunks; after its first, the host makes the last batch's results and
-    # starts (pads, encodes) the next batch, whose chunks follow this batch's second
-    first, later, last = ["batch", "chunk", "batch"], ["results", "batch"], ["results"]
-    assert events == first + ["chunk", "chunk", *later] * 2 + ["chunk", "chunk", *last, *last]
+    # each batch runs two chunks, the last one one (on the CPU a look never waits: none runs
+    # past a batch's end); once two are queued, the host makes the last batch's results and
+    # starts (pads, encodes) the next batch, whose chunks follow this batch's
+    first, later, last = ["batch", "chunk", "chunk", "batch"], ["results", "batch"], ["results"]
+    assert events == first + ["chunk", "chunk", *later] * 2 + ["chunk", *last, *last]
+
+
+@pytest.mark.parametrize("busy", [True, False])
+def test_a_look_waits_for_the_device_only_where_it_would_idle(monkeypatch, busy: bool) -> None:
+    """A batch's chunks: where the device still runs the last chunk queued, the next one is
+    queued before the look at it (the batch runs a chunk past its end); where it is done, the
+    look comes first (none past the end). The host's other work comes once two chunks are
+    queued, or after a lone one."""
+    log: list[str] = []
+    chunks_run = lambda: sum(e.startswith("chunk") for e in log)  # noqa: E731
+
+    class Logged(graphed_search.Flag):
+        def __init__(self, flag) -> None:
+            super().__init__(flag)
+            self.chunk = chunks_run() - 1
+
+        def ready(self) -> bool:
+            return not busy
+
+        def __call__(self) -> bool:
+            log.append(f"read {self.chunk}")
+            return super().__call__()
+
+    monkeypatch.setattr(graphed_search, "Flag", Logged)
+
+    def chunk(c: int):
+        return c, lambda: log.append(f"chunk {c}")
+
+    ended = lambda: torch.tensor(chunks_run() >= 3)  # noqa: E731 (the batch's third chunk)
+    graphs, CHUNK = SearchGraphs(Engine.create("cpu")), shapes.CHUNK
+    meanwhile = lambda: log.append("meanwhile")  # noqa: E731
+    ran = graphs._chunks(search_buffers.Chunks(), 1 + 6 * CHUNK, chunk, ended, meanwhile)
+    if busy:
+        assert ran == 4 and log == [
+            *("chunk 0", "chunk 1", "meanwhile", "read 0"),
+            *("chunk 2", "read 1", "chunk 3", "read 2"),
+        ]
+    else:
+        assert ran == 3 and log == [
+            *("chunk 0", "read 0", "chunk 1", "meanwhile"),
+            *("read 1", "chunk 2", "read 2"),
+        ]
+    log.clear()
+    assert graphs._chunks(search_buffers.Chunks(), 1 + CHUNK, chunk, ended, meanwhile) == 1
+    assert log == ["chunk 0", "meanwhile"]
 
 
 def test_decode_takes_the_fixed_shape_search_only_where_it_applies() -> None:

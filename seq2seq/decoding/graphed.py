@@ -2,9 +2,10 @@
 to a power of two, the source to a multiple of `SOURCE_STEP`), every sentence stays in the loop
 until the last one ends, and the `CHUNK` steps between two looks at the device are recorded
 once per shape (greedy: one graph, its step number on the device; beam: one per chunk of steps)
-and replayed for every later batch of that shape; a batch's first step (the only one that bans
-EOS) runs eagerly as it starts. A chunk's first run is eager, its second is captured; on the CPU
-every chunk runs eagerly (how the tests run them).
+and replayed for every later batch of that shape (their buffers: `search_buffers`). A look
+reads the chunk before the one queued last, so the device does not wait for it. A batch's first
+step (the only one that bans EOS) runs eagerly as it starts. A chunk's first run is eager, its
+second is captured; on the CPU every chunk runs eagerly (how the tests run them).
 
 They give `greedy_search`'s and `beam_search`'s n-best lists for the plain searches: no
 sampling, bans, prefixes, constraints or coverage penalty (`SearchGraphs.takes`).
@@ -12,11 +13,9 @@ sampling, bans, prefixes, constraints or coverage penalty (`SearchGraphs.takes`)
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,115 +31,15 @@ from seq2seq.decoding.hypothesis import (
     greedy_results,
     restrict,
 )
+from seq2seq.decoding.search_buffers import BeamShape, Chunks, GreedySlots, copy_into
 from seq2seq.decoding.shapes import CHUNK, Padded, Shape
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.capture import Recorder
 from seq2seq.runtime.engine import HOST, Engine
-from seq2seq.vocab import BOS, EOS, PAD
+from seq2seq.vocab import BOS, EOS
 
 log = logging.getLogger("seq2seq.decoding")
 Work = Callable[[], None]  # host work to do while the device runs a chunk
-# what a beam search holds per batch besides its beams, refilled for each batch of a shape
-BEAM_BUFFERS = (
-    "limit",
-    "best_penalty",
-    "src_lengths",
-    "parents",
-    "fed",
-    "history",
-    "ended",
-)
-
-
-def _cloned(tensors: Any) -> Any:
-    """A copy of a dataclass of tensors (`EncoderOutput`, `DecoderState`) in new memory."""
-    return replace(tensors, **{f.name: _clone(getattr(tensors, f.name)) for f in fields(tensors)})
-
-
-def _clone(x: Tensor | None) -> Tensor | None:
-    return None if x is None else x.clone()
-
-
-def _copy_into(mine: Any, theirs: Any) -> None:
-    """Every tensor of dataclass ``theirs`` (nested ones too) copied into ``mine``'s, in place."""
-    for f in fields(mine):
-        a, b = getattr(mine, f.name), getattr(theirs, f.name)
-        if dataclasses.is_dataclass(a):
-            _copy_into(a, b)
-        elif a is not None and a is not b:
-            a.copy_(b)
-
-
-class _Chunks:
-    """A shape's graphs by chunk key, and how often each chunk ran before it was captured."""
-
-    def __init__(self) -> None:
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.runs: Counter[int] = Counter()
-
-
-class _Slots(_Chunks):
-    """One shape's greedy search state on the device; its graph reads and writes it in place."""
-
-    def __init__(self, shape: Shape, enc: Any, state: Any, heads: int) -> None:
-        super().__init__()
-        rows, device = shape.rows, enc.memory.device
-        self.enc, self.state = _cloned(enc), _cloned(state)
-        self.prev = torch.full((rows,), BOS, dtype=torch.long, device=device)
-        self.limit = torch.zeros(rows, dtype=torch.long, device=device)
-        self.tokens = torch.full((rows, shape.width), PAD, dtype=torch.long, device=device)
-        self.attention = torch.zeros(rows, shape.width, heads, shape.src_len, device=device)
-        self.scores = torch.zeros(rows, device=device)
-        self.running = torch.ones(rows, dtype=torch.bool, device=device)
-        self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
-        self.bans = Bans()  # its rows made at the eager first run
-
-    def fill(self, enc: Any, state: Any, limit: Tensor, first: tuple[Tensor, ...]) -> None:
-        """A new batch, after its ``first`` step (tokens, weights, log-probs), copied in (device
-        work only)."""
-        token, weights, best = first
-        _copy_into(self.enc, enc)
-        _copy_into(self.state, state)
-        self.limit.copy_(limit)
-        self.prev.copy_(token)
-        self.tokens.fill_(PAD)
-        self.tokens[:, 0] = token
-        self.attention.zero_()
-        self.attention[:, 0] = weights
-        self.scores.copy_(best)
-        torch.ne(token, EOS, out=self.running)
-        self.t.fill_(1)
-
-
-class _BeamShape(_Chunks):
-    """One shape's beam search: the first batch's `BeamSearch`, whose tensors the graphs read
-    and write, refilled for each later batch after its eager first step."""
-
-    def __init__(self, search: BeamSearch) -> None:
-        super().__init__()
-        # the beams' last tokens in memory of their own: the search's view its step's tokens
-        self.search, self.beams = search, replace(search.beams, prev=search.beams.prev.clone())
-
-    def load(self, fresh: BeamSearch) -> None:
-        """A new batch, after its first step, copied in (device work only)."""
-        if fresh is self.search:
-            return
-        for name in BEAM_BUFFERS:
-            mine, theirs = getattr(self.search, name), getattr(fresh, name)
-            if dataclasses.is_dataclass(mine):
-                _copy_into(mine, theirs)
-            else:
-                mine.copy_(theirs)
-        _copy_into(self.beams, fresh.beams)
-        self.search.beams = self.beams
-
-    def steps(self, first: int) -> None:
-        """`CHUNK` steps from ``first``, from and back into the static beams."""
-        self.search.beams = self.beams
-        for t in range(first, first + CHUNK):
-            self.search.step(t, False)
-        _copy_into(self.beams, self.search.beams)
-        self.search.beams = self.beams
 
 
 @dataclass
@@ -180,8 +79,8 @@ class SearchGraphs:
 
     def __init__(self, engine: Engine) -> None:
         self.engine, self.capture = engine, engine.device.type == "cuda"
-        self.greedy: dict[Shape, _Slots] = {}
-        self.beam: dict[Shape, _BeamShape] = {}
+        self.greedy: dict[Shape, GreedySlots] = {}
+        self.beam: dict[Shape, BeamShape] = {}
         self.recorder: Recorder | None = None  # the graphs' memory pool, from the first capture
         self.addresses: tuple[int, ...] = ()  # the parameters' memory the graphs read
 
@@ -222,7 +121,7 @@ class SearchGraphs:
     def searches(
         self, model: Seq2Seq, batches: Iterable[tuple[Tensor, Tensor]], cfg: DecodeConfig
     ) -> Iterator[list[list[Hypothesis]]]:
-        """`search` of each batch in turn. While the device runs a batch's first chunk, the host
+        """`search` of each batch in turn. While the device runs a batch's first chunks, the host
         makes the last batch's results and starts the next batch (pads it, queues its encoder
         and, for beam search, its first step), so that the device waits for neither."""
         batches = iter(batches)
@@ -265,17 +164,17 @@ class SearchGraphs:
     ) -> Callable[[], list[list[Hypothesis]]]:
         p, enc, state = b.padded, b.enc, b.state
         if p.shape not in self.greedy:
-            self.greedy[p.shape] = _Slots(p.shape, enc, state, model.decoder.heads)
+            self.greedy[p.shape] = GreedySlots(p.shape, enc, state, model.decoder.heads)
         slots = self.greedy[p.shape]
         slots.fill(enc, state, b.limit, b.first)
-        steps = 1  # run so far
-        for chunk in range((p.shape.width - 1) // CHUNK):
-            self._chunk(slots, 0, lambda: _greedy_steps(model, slots))
-            steps += CHUNK
-            if chunk == 0:
-                meanwhile()
-            if not slots.running.any():  # the look: one read per chunk
-                break
+        chunks = self._chunks(
+            slots,
+            p.shape.width,
+            lambda c: (0, lambda: _greedy_steps(model, slots)),  # one graph for every chunk
+            lambda: slots.running.any().logical_not(),
+            meanwhile,
+        )
+        steps = 1 + chunks * CHUNK
         found = (slots.tokens[:, :steps], slots.attention[:, :steps], slots.scores)
         held = [x[: p.rows].to(HOST, non_blocking=True, copy=True) for x in found]
         copied, lengths = _queued(p.src.device), p.lengths[: p.rows]
@@ -296,17 +195,17 @@ class SearchGraphs:
         p, fresh = b.padded, b.search
         assert fresh is not None
         if p.shape not in self.beam:
-            self.beam[p.shape] = _BeamShape(fresh)
+            self.beam[p.shape] = BeamShape(fresh)
         entry = self.beam[p.shape]
         entry.load(fresh)
-        steps = 1  # run so far
-        for chunk in range((p.shape.width - 1) // CHUNK):
-            self._chunk(entry, chunk, lambda c=chunk: entry.steps(1 + c * CHUNK))
-            steps += CHUNK
-            if chunk == 0:
-                meanwhile()
-            if bool(entry.beams.done.all()):  # the look
-                break
+        chunks = self._chunks(
+            entry,
+            p.shape.width,
+            lambda c: (c, lambda: entry.steps(1 + c * CHUNK)),  # a graph per chunk
+            lambda: entry.beams.done.all(),
+            meanwhile,
+        )
+        steps = 1 + chunks * CHUNK
         held, copied = entry.search.found(copy=True, steps=steps), _queued(p.src.device)
         # the shape's search holds the first batch's lengths, which later batches refill
         lengths, nbest = p.lengths.clone(), entry.search.nbest
@@ -317,7 +216,37 @@ class SearchGraphs:
 
         return results
 
-    def _chunk(self, chunks: _Chunks, key: int, run: Callable[[], None]) -> None:
+    def _chunks(
+        self,
+        chunks: Chunks,
+        width: int,
+        chunk: Callable[[int], tuple[int, Work]],
+        ended: Callable[[], Tensor],
+        meanwhile: Work,
+    ) -> int:
+        """A batch's chunks after its first step (``chunk(c)``: chunk c's graph key and work),
+        until ``ended`` (a device flag) or ``width`` steps; how many ran. The host does
+        ``meanwhile`` once two chunks are queued. A chunk is queued before the look at the one
+        before it unless that one has already ended the batch, so the device does not wait for
+        the host's look (a busy one runs a chunk past the batch's end)."""
+        count, waited = (width - 1) // CHUNK, False
+        looks: list[Flag] = []
+        for c in range(count):
+            looked = c > 0 and looks[-1].ready()  # the device is done: look before queuing
+            if looked and looks[-1]():
+                break
+            self._chunk(chunks, *chunk(c))
+            looks.append(Flag(ended()))
+            if c == min(1, count - 1):
+                meanwhile()
+                waited = True
+            if c and not looked and looks[-2]():  # while the device runs chunk c
+                break
+        if not waited:
+            meanwhile()
+        return len(looks)
+
+    def _chunk(self, chunks: Chunks, key: int, run: Callable[[], None]) -> None:
         """One chunk: replayed where captured; eagerly on the CPU and at its first run (a
         warm-up); captured, then replayed, at its second."""
         if (graph := chunks.graphs.get(key)) is not None:
@@ -344,7 +273,7 @@ class SearchGraphs:
         graph.replay()
 
 
-def _greedy_steps(model: Seq2Seq, s: _Slots) -> None:
+def _greedy_steps(model: Seq2Seq, s: GreedySlots) -> None:
     """`CHUNK` greedy steps of every row, as `greedy_search`'s; only device work, in place."""
     state, prev = s.state, s.prev
     for _ in range(CHUNK):
@@ -357,8 +286,30 @@ def _greedy_steps(model: Seq2Seq, s: _Slots) -> None:
         s.scores.add_(torch.where(s.running, best.float(), 0.0))
         s.running.logical_and_(prev != EOS)
         s.t.add_(1)
-    _copy_into(s.state, state)
+    copy_into(s.state, state)
     s.prev.copy_(prev)
+
+
+class Flag:
+    """A device flag read on the host: its copy is queued at once (on a GPU to pinned memory,
+    behind the work that makes it); `ready` says without waiting whether it has arrived, a call
+    waits for it."""
+
+    def __init__(self, flag: Tensor) -> None:
+        self.host, self.event = flag, None
+        if flag.device.type == "cuda":
+            self.host = torch.empty((), dtype=torch.bool, pin_memory=True)
+            self.host.copy_(flag, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+
+    def ready(self) -> bool:
+        return self.event is None or self.event.query()
+
+    def __call__(self) -> bool:
+        if self.event is not None:
+            self.event.synchronize()
+        return bool(self.host)
 
 
 def _queued(device: torch.device) -> Callable[[], None]:

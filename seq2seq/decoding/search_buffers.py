@@ -1,0 +1,120 @@
+"""What a graphed search keeps per batch shape (`seq2seq.decoding.graphed`): the buffers its
+CUDA graphs read and write in place, refilled for each batch of the shape, and the graphs by
+chunk."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import fields, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from seq2seq.decoding.beam import BeamSearch
+from seq2seq.decoding.hypothesis import Bans
+from seq2seq.decoding.shapes import CHUNK, Shape
+from seq2seq.vocab import BOS, EOS, PAD
+
+# what a beam search holds per batch besides its beams, refilled for each batch of a shape
+BEAM_BUFFERS = (
+    "limit",
+    "best_penalty",
+    "src_lengths",
+    "parents",
+    "fed",
+    "history",
+    "ended",
+)
+
+
+def cloned(tensors: Any) -> Any:
+    """A copy of a dataclass of tensors (`EncoderOutput`, `DecoderState`) in new memory."""
+    return replace(tensors, **{f.name: clone(getattr(tensors, f.name)) for f in fields(tensors)})
+
+
+def clone(x: Tensor | None) -> Tensor | None:
+    return None if x is None else x.clone()
+
+
+def copy_into(mine: Any, theirs: Any) -> None:
+    """Every tensor of dataclass ``theirs`` (nested ones too) copied into ``mine``'s, in place."""
+    for f in fields(mine):
+        a, b = getattr(mine, f.name), getattr(theirs, f.name)
+        if dataclasses.is_dataclass(a):
+            copy_into(a, b)
+        elif a is not None and a is not b:
+            a.copy_(b)
+
+
+class Chunks:
+    """A shape's graphs by chunk key, and how often each chunk ran before it was captured."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.runs: Counter[int] = Counter()
+
+
+class GreedySlots(Chunks):
+    """One shape's greedy search state on the device; its graph reads and writes it in place."""
+
+    def __init__(self, shape: Shape, enc: Any, state: Any, heads: int) -> None:
+        super().__init__()
+        rows, device = shape.rows, enc.memory.device
+        self.enc, self.state = cloned(enc), cloned(state)
+        self.prev = torch.full((rows,), BOS, dtype=torch.long, device=device)
+        self.limit = torch.zeros(rows, dtype=torch.long, device=device)
+        self.tokens = torch.full((rows, shape.width), PAD, dtype=torch.long, device=device)
+        self.attention = torch.zeros(rows, shape.width, heads, shape.src_len, device=device)
+        self.scores = torch.zeros(rows, device=device)
+        self.running = torch.ones(rows, dtype=torch.bool, device=device)
+        self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
+        self.bans = Bans()  # its rows made at the eager first run
+
+    def fill(self, enc: Any, state: Any, limit: Tensor, first: tuple[Tensor, ...]) -> None:
+        """A new batch, after its ``first`` step (tokens, weights, log-probs), copied in (device
+        work only)."""
+        token, weights, best = first
+        copy_into(self.enc, enc)
+        copy_into(self.state, state)
+        self.limit.copy_(limit)
+        self.prev.copy_(token)
+        self.tokens.fill_(PAD)
+        self.tokens[:, 0] = token
+        self.attention.zero_()
+        self.attention[:, 0] = weights
+        self.scores.copy_(best)
+        torch.ne(token, EOS, out=self.running)
+        self.t.fill_(1)
+
+
+class BeamShape(Chunks):
+    """One shape's beam search: the first batch's `BeamSearch`, whose tensors the graphs read
+    and write, refilled for each later batch after its eager first step."""
+
+    def __init__(self, search: BeamSearch) -> None:
+        super().__init__()
+        # the beams' last tokens in memory of their own: the search's view its step's tokens
+        self.search, self.beams = search, replace(search.beams, prev=search.beams.prev.clone())
+
+    def load(self, fresh: BeamSearch) -> None:
+        """A new batch, after its first step, copied in (device work only)."""
+        if fresh is self.search:
+            return
+        for name in BEAM_BUFFERS:
+            mine, theirs = getattr(self.search, name), getattr(fresh, name)
+            if dataclasses.is_dataclass(mine):
+                copy_into(mine, theirs)
+            else:
+                mine.copy_(theirs)
+        copy_into(self.beams, fresh.beams)
+        self.search.beams = self.beams
+
+    def steps(self, first: int) -> None:
+        """`CHUNK` steps from ``first``, from and back into the static beams."""
+        self.search.beams = self.beams
+        for t in range(first, first + CHUNK):
+            self.search.step(t, False)
+        copy_into(self.beams, self.search.beams)
+        self.search.beams = self.beams
