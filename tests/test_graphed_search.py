@@ -166,11 +166,11 @@ def test_a_batch_results_are_made_while_the_next_batch_runs(monkeypatch, beam_si
 
 
 @pytest.mark.parametrize("busy", [True, False])
-def test_a_look_waits_for_the_device_only_where_it_would_idle(monkeypatch, busy: bool) -> None:
-    """A batch's chunks: where the device still runs the last chunk queued, the next one is
-    queued before the look at it (the batch runs a chunk past its end); where it is done, the
-    look comes first (none past the end). The host's other work comes once two chunks are
-    queued, or after a lone one."""
+def test_the_host_works_while_the_device_runs_chunks_it_may_not_need(monkeypatch, busy) -> None:
+    """A batch's chunks: the host's other work comes once two chunks are queued, or as many as
+    the shape's last batch ran less one; until then, where the device still runs the last chunk
+    queued, the next one is queued before the look at it (a batch may run past its end), and
+    where the device is done the look comes first; after it each chunk waits for a look."""
     log: list[str] = []
     chunks_run = lambda: sum(e.startswith("chunk") for e in log)  # noqa: E731
 
@@ -187,26 +187,33 @@ def test_a_look_waits_for_the_device_only_where_it_would_idle(monkeypatch, busy:
             return super().__call__()
 
     monkeypatch.setattr(graphed_search, "Flag", Logged)
-
-    def chunk(c: int):
-        return c, lambda: log.append(f"chunk {c}")
-
-    ended = lambda: torch.tensor(chunks_run() >= 3)  # noqa: E731 (the batch's third chunk)
     graphs, CHUNK = SearchGraphs(Engine.create("cpu")), shapes.CHUNK
-    meanwhile = lambda: log.append("meanwhile")  # noqa: E731
-    ran = graphs._chunks(search_buffers.Chunks(), 1 + 6 * CHUNK, chunk, ended, meanwhile)
+
+    def run(chunks: search_buffers.Chunks, width: int) -> int:
+        log.clear()
+        ended = lambda: torch.tensor(chunks_run() >= 3)  # noqa: E731 (in the third chunk)
+        return graphs._chunks(
+            chunks,
+            width,
+            lambda c: (c, lambda: log.append(f"chunk {c}")),
+            ended,
+            lambda: log.append("meanwhile"),
+        )
+
+    shape = search_buffers.Chunks()
+    assert run(shape, 1 + 6 * CHUNK) == 3 == shape.last  # a shape's first batch
+    looked = [] if busy else ["read 0"]
+    assert log == ["chunk 0", *looked, "chunk 1", "meanwhile", "read 1", "chunk 2", "read 2"]
+    shape.last = 5  # its last batch ran 5 chunks: 4 queued before the host's work
     if busy:
-        assert ran == 4 and log == [
-            *("chunk 0", "chunk 1", "meanwhile", "read 0"),
-            *("chunk 2", "read 1", "chunk 3", "read 2"),
-        ]
+        assert run(shape, 1 + 6 * CHUNK) == 4  # one past the batch's end
+        assert log == ["chunk 0", "chunk 1", "chunk 2", "chunk 3", "meanwhile", "read 3"]
     else:
-        assert ran == 3 and log == [
-            *("chunk 0", "read 0", "chunk 1", "meanwhile"),
-            *("read 1", "chunk 2", "read 2"),
+        assert run(shape, 1 + 6 * CHUNK) == 3
+        assert log == [
+            *("chunk 0", "read 0", "chunk 1", "read 1", "chunk 2", "read 2", "meanwhile"),
         ]
-    log.clear()
-    assert graphs._chunks(search_buffers.Chunks(), 1 + CHUNK, chunk, ended, meanwhile) == 1
+    assert run(search_buffers.Chunks(), 1 + CHUNK) == 1  # one chunk: the host's work after it
     assert log == ["chunk 0", "meanwhile"]
 
 

@@ -2,10 +2,11 @@
 to a power of two, the source to a multiple of `SOURCE_STEP`), every sentence stays in the loop
 until the last one ends, and the `CHUNK` steps between two looks at the device are recorded
 once per shape (greedy: one graph, its step number on the device; beam: one per chunk of steps)
-and replayed for every later batch of that shape (their buffers: `search_buffers`). A look
-reads the chunk before the one queued last, so the device does not wait for it. A batch's first
-step (the only one that bans EOS) runs eagerly as it starts. A chunk's first run is eager, its
-second is captured; on the CPU every chunk runs eagerly (how the tests run them).
+and replayed for every later batch of that shape (their buffers: `search_buffers`). A batch's
+first chunks are queued before the host's work between batches (`SearchGraphs._chunks`), so that
+the device has work meanwhile. A batch's first step (the only one that bans EOS) runs eagerly
+as it starts. A chunk's first run is eager, its second is captured; on the CPU every chunk runs
+eagerly (how the tests run them).
 
 They give `greedy_search`'s and `beam_search`'s n-best lists for the plain searches: no
 sampling, bans, prefixes, constraints or coverage penalty (`SearchGraphs.takes`).
@@ -226,24 +227,25 @@ class SearchGraphs:
     ) -> int:
         """A batch's chunks after its first step (``chunk(c)``: chunk c's graph key and work),
         until ``ended`` (a device flag) or ``width`` steps; how many ran. The host does
-        ``meanwhile`` once two chunks are queued. A chunk is queued before the look at the one
-        before it unless that one has already ended the batch, so the device does not wait for
-        the host's look (a busy one runs a chunk past the batch's end)."""
+        ``meanwhile`` once as many chunks are queued as the shape's last batch ran, less one (at
+        least two). Until then a chunk is queued before the look at the one before it where the
+        device still runs that one, so that it has work while the host works (a batch may run
+        past its end); after, each chunk waits for the look at the one before."""
         count, waited = (width - 1) // CHUNK, False
+        ahead = min(count, max(2, chunks.last - 1))  # chunks queued before ``meanwhile``
         looks: list[Flag] = []
         for c in range(count):
-            looked = c > 0 and looks[-1].ready()  # the device is done: look before queuing
-            if looked and looks[-1]():
+            speculate = 0 < c < ahead and not looks[-1].ready()
+            if c and not speculate and looks[-1]():
                 break
             self._chunk(chunks, *chunk(c))
             looks.append(Flag(ended()))
-            if c == min(1, count - 1):
+            if c == ahead - 1:
                 meanwhile()
                 waited = True
-            if c and not looked and looks[-2]():  # while the device runs chunk c
-                break
         if not waited:
             meanwhile()
+        chunks.last = len(looks)
         return len(looks)
 
     def _chunk(self, chunks: Chunks, key: int, run: Callable[[], None]) -> None:

@@ -49,11 +49,13 @@ def copy_into(mine: Any, theirs: Any) -> None:
 
 
 class Chunks:
-    """A shape's graphs by chunk key, and how often each chunk ran before it was captured."""
+    """A shape's graphs by chunk key, how often each chunk ran before it was captured, and how
+    many chunks its last batch ran (how many the next one likely needs)."""
 
     def __init__(self) -> None:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.runs: Counter[int] = Counter()
+        self.last = 0
 
 
 class GreedySlots(Chunks):
