@@ -245,6 +245,33 @@ def test_non_finite_update_is_skipped_on_the_device() -> None:
         torch.testing.assert_close(a, b, equal_nan=True)
 
 
+def test_a_cuda_start_chooses_graphs_and_precision_together(monkeypatch) -> None:
+    """On CUDA (the rule only: no GPU is touched) precision=auto takes bf16 for a graphed update
+    and fp32 for an eager one; a resumed run's fp16 (which graphs refuse) runs eagerly."""
+    from omegaconf import OmegaConf
+
+    from seq2seq.model.config import BahdanauConfig, ModelConfig
+    from seq2seq.model.seq2seq import build_model
+    from seq2seq.training.record import choose_and_record
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
+    model = build_model(ModelConfig(8, 12, attention=BahdanauConfig(size=10)), 30, 40)
+
+    def start(setting: str, kept: dict) -> tuple[str, str]:
+        engine = Engine.create("cpu", "auto")
+        engine.device = torch.device("cuda")
+        train = {"cuda_graphs": setting, "accumulate": 1, "batch_tokens": 64}
+        cfg = OmegaConf.create({"model": {"attention": {}}, "train": train, "versions": None})
+        choose_and_record(cfg, engine, model, kept, [30, 40])
+        return cfg.precision, cfg.train.cuda_graphs
+
+    assert start("auto", {}) == ("bf16", "true")
+    assert start("false", {}) == ("fp32", "false")
+    assert start("auto", {"precision": "fp16"}) == ("fp16", "false")
+    with pytest.raises(Seq2SeqError, match="not fp16"):
+        start("true", {"precision": "fp16"})
+
+
 def test_when_the_static_update_runs() -> None:
     engine = Engine.create("cpu")
     assert not use_graphs("auto", engine, TRAIN)  # no CUDA here

@@ -68,12 +68,15 @@ def choose_and_record(
     accepted)."""
     engine.choose_products(model, training=True, kept=kept.get("products"))
     normalizer = cfg.model.attention.get("normalizer", "softmax")
-    # before precision=auto is made concrete (never fp16, the one precision graphs refuse): on
-    # CUDA it takes bf16 for a graphed update
-    graphs = use_graphs(cfg.train.cuda_graphs, engine, cfg.train, normalizer)
-    tokens = cfg.train.batch_tokens
-    engine.choose_precision(model, vocab, tokens, kept.get("precision"), graphed=graphs)
-    cfg.train.cuda_graphs = "true" if graphs else "false"  # what runs, for a rerun
+
+    def graphs() -> bool:
+        return use_graphs(cfg.train.cuda_graphs, engine, cfg.train, normalizer)
+
+    # precision=auto takes bf16 on CUDA for a graphed update, and graphs refuse fp16 (a resumed
+    # run's choice may be): whether graphs would run before the precision is chosen, then after
+    graphed, tokens = graphs(), cfg.train.batch_tokens
+    engine.choose_precision(model, vocab, tokens, kept.get("precision"), graphed=graphed)
+    cfg.train.cuda_graphs = "true" if graphs() else "false"  # what runs, for a rerun
     if changed := record_choices(cfg, engine):
         log.warning("the config names other library versions: %s", ", ".join(changed))
 
