@@ -16,12 +16,12 @@
 # log to OUT_DIR. Then the side-by-side table against the targets (scripts/gpu_table.py, also
 # OUT_DIR/table.md), and a last line that says which steps failed or were skipped. A rerun on the
 # same machine starts clean: a fresh install, fresh run folders. COMMIT=<hash> names the code
-# where the copy has no .git. On an H200 (2026-11-28) tests took 140 s, peer 95 s, ours 200 s
-# (with the eager training, before the profiling part) and recipe 120 s a seed. A 15-minute
-# lease, start-up included, holds about 11-13 minutes of steps: run STEPS="machine peer ours", then
-# at once on the still warm machine STEPS="tests recipe" with DEADLINE_S set to the device time
-# left minus a minute (a call ends at whichever comes first), and RECIPE_SEEDS=2 (the second seed
-# alone) where less than 7 minutes are left by then.
+# where the copy has no .git. On an H200 (2026-11-30) peer took 89 s, ours 337 s, tests 140 s and
+# recipe 80 s a seed, the machine's start 34 s. A 15-minute lease, start-up included, holds about
+# 14 minutes of steps: run STEPS="machine peer ours", then at once on the still warm machine
+# STEPS="tests recipe" with DEADLINE_S set to the device time left less 30 s (a call ends at
+# whichever comes first), and RECIPE_SEEDS=2 (the second seed alone) where less than 5 minutes
+# are left by then.
 set -uo pipefail
 out=${1:-gpu-check}
 mkdir -p "$out"
