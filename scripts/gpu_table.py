@@ -188,8 +188,8 @@ def decoding_rows(peer: dict[str, Any], decoding: list[dict[str, Any]]) -> list[
 
 
 def trained_precision(log: Path) -> str:
-    """ " (bf16)": the precision a training log says it ran in (its "on cuda:0 (...), bf16,"
-    line; `precision=auto` chooses), or "" where there is none."""
+    """The precision a training log says it ran in (its "on cuda:0 (...), bf16," line, which
+    `precision=auto` may have chosen) as " (bf16)"; "" where the log has none."""
     text = log.read_text(errors="replace") if log.is_file() else ""
     found = re.search(r"\] - on \S+.*?, (fp32|bf16|fp16), ", text)
     return f" ({found.group(1)})" if found else ""

@@ -298,12 +298,11 @@ class Flag:
     waits for it."""
 
     def __init__(self, flag: Tensor) -> None:
-        self.host, self.event = flag, None
+        self.host = flag
         if flag.device.type == "cuda":
             self.host = torch.empty((), dtype=torch.bool, pin_memory=True)
             self.host.copy_(flag, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
+        self.event = _recorded(flag.device)
 
     def ready(self) -> bool:
         return self.event is None or self.event.query()
@@ -314,10 +313,16 @@ class Flag:
         return bool(self.host)
 
 
-def _queued(device: torch.device) -> Callable[[], None]:
-    """A wait for the work queued on ``device`` so far (copies to the host): none on the CPU."""
+def _recorded(device: torch.device) -> torch.cuda.Event | None:
+    """An event behind the work queued on ``device`` so far; None on the CPU (nothing queued)."""
     if device.type != "cuda":
-        return lambda: None
+        return None
     event = torch.cuda.Event()
     event.record()
-    return event.synchronize
+    return event
+
+
+def _queued(device: torch.device) -> Callable[[], None]:
+    """A wait for the work queued on ``device`` so far (copies to the host): none on the CPU."""
+    event = _recorded(device)
+    return (lambda: None) if event is None else event.synchronize

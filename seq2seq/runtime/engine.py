@@ -175,9 +175,9 @@ class Engine(ProcessGroup):
         graphed: bool = False,
     ) -> Precision:
         """``precision=auto`` made concrete: a resumed run's choice (``kept``); off the CPU
-        `off_cpu`'s (bf16 where a CUDA update is ``graphed``); on the CPU the
-        faster of fp32 and bf16 timed on a training step of ``model`` over ``tokens`` target
-        pieces by rank 0 (every rank follows); logged with why."""
+        `off_cpu`'s (bf16 where a CUDA update is ``graphed``); on the CPU the faster of fp32 and
+        bf16 timed on a training step of ``model`` over ``tokens`` target pieces by rank 0
+        (every rank follows); logged with why."""
         if self.precision != Precision.auto:
             return self.precision
         if kept is not None:

@@ -5,7 +5,7 @@ Whether bf16 pays depends on the CPU and the model: much faster on some CPUs wit
 no faster on others, several times slower without it (docs/performance.md, by CPU). So the
 choice is timed, once, at start-up: forward and backward passes of the model over a batch of the
 run's size (at most ``TOKENS`` target pieces) in each precision. On a GPU the rule is measured
-once (`on_cuda`); other devices train in fp32 unless told.
+once (`off_cpu`); other devices train in fp32 unless told.
 """
 
 from __future__ import annotations
