@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -236,7 +237,8 @@ def test_step_kernels_counts_the_graphed_steps() -> None:
 
 def test_search_host_work_times_the_results_of_each_batch(smoke_run: Path, multi30k_dir) -> None:
     """scripts/search_host_work.py: the host's work on each batch's results in the graphed
-    searches, timed for greedy and beam search over the test split."""
+    searches, timed for greedy and beam search over the test split, and the operators a batch
+    dispatches outside the chunks."""
     cmd = [sys.executable, "scripts/search_host_work.py", str(smoke_run), str(multi30k_dir)]
     proc = subprocess.run([*cmd, "--beams", "1,2"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -245,6 +247,9 @@ def test_search_host_work_times_the_results_of_each_batch(smoke_run: Path, multi
     for line in lines:
         assert "16 batches of 64" in line
         assert float(line.split("work ")[1].split(" ms")[0]) > 0
+        (counts,) = re.findall(r"chunks (\d+), the results' (\d+)", line)
+        outside, results = map(int, counts)
+        assert outside > results > 0  # the batch's start, its results among them
 
 
 @pytest.mark.parametrize("packed", [False, True])

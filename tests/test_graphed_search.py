@@ -187,33 +187,33 @@ def test_the_host_works_while_the_device_runs_chunks_it_may_not_need(monkeypatch
             return super().__call__()
 
     monkeypatch.setattr(graphed_search, "Flag", Logged)
-    graphs, CHUNK = SearchGraphs(Engine.create("cpu")), shapes.CHUNK
+    graphs = SearchGraphs(Engine.create("cpu"))
 
-    def run(chunks: search_buffers.Chunks, width: int) -> int:
+    def run(chunks: search_buffers.Chunks, count: int) -> int:
         log.clear()
         ended = lambda: torch.tensor(chunks_run() >= 3)  # noqa: E731 (in the third chunk)
         return graphs._chunks(
             chunks,
-            width,
+            count,
             lambda c: (c, lambda: log.append(f"chunk {c}")),
             ended,
             lambda: log.append("meanwhile"),
         )
 
     shape = search_buffers.Chunks()
-    assert run(shape, 1 + 6 * CHUNK) == 3 == shape.last  # a shape's first batch
+    assert run(shape, 6) == 3 == shape.last  # a shape's first batch
     looked = [] if busy else ["read 0"]
     assert log == ["chunk 0", *looked, "chunk 1", "meanwhile", "read 1", "chunk 2", "read 2"]
     shape.last = 5  # its last batch ran 5 chunks: 4 queued before the host's work
     if busy:
-        assert run(shape, 1 + 6 * CHUNK) == 4  # one past the batch's end
+        assert run(shape, 6) == 4  # one past the batch's end
         assert log == ["chunk 0", "chunk 1", "chunk 2", "chunk 3", "meanwhile", "read 3"]
     else:
-        assert run(shape, 1 + 6 * CHUNK) == 3
+        assert run(shape, 6) == 3
         assert log == [
             *("chunk 0", "read 0", "chunk 1", "read 1", "chunk 2", "read 2", "meanwhile"),
         ]
-    assert run(search_buffers.Chunks(), 1 + CHUNK) == 1  # one chunk: the host's work after it
+    assert run(search_buffers.Chunks(), 1) == 1  # one chunk: the host's work after it
     assert log == ["chunk 0", "meanwhile"]
 
 

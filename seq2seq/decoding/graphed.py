@@ -1,12 +1,13 @@
 """Greedy and beam search replayed from CUDA graphs. Each batch is padded to a fixed shape (rows
 to a power of two, the source to a multiple of `SOURCE_STEP`), every sentence stays in the loop
-until the last one ends, and the `CHUNK` steps between two looks at the device are recorded
-once per shape (greedy: one graph, its step number on the device; beam: one per chunk of steps)
-and replayed for every later batch of that shape (their buffers: `search_buffers`). A batch's
-first chunks are queued before the host's work between batches (`SearchGraphs._chunks`), so that
-the device has work meanwhile. A batch's first step (the only one that bans EOS) runs eagerly
-as it starts. A chunk's first run is eager, its second is captured; on the CPU every chunk runs
-eagerly (how the tests run them).
+until the last one ends, and the `CHUNK` steps between two looks at the device are recorded once
+per shape and replayed for every later batch of that shape (their buffers: `search_buffers`).
+Greedy search has two graphs: the first chunk (the decoder's start, and step 0, the one that bans
+EOS) and every later one (the step number on the device). Beam search has one per chunk; its
+first step, with a row per sentence before k, runs eagerly as its batch starts. A batch's first
+chunks are queued before the host's work between batches (`SearchGraphs._chunks`), so that the
+device has work meanwhile. A chunk's first run is eager, its second is captured; on the CPU every
+chunk runs eagerly (how the tests run them).
 
 They give `greedy_search`'s and `beam_search`'s n-best lists for the plain searches: no
 sampling, bans, prefixes, constraints or coverage penalty (`SearchGraphs.takes`).
@@ -26,7 +27,6 @@ from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import to_device
 from seq2seq.decoding.beam import BeamSearch, backtrack
 from seq2seq.decoding.hypothesis import (
-    Bans,
     Hypothesis,
     bans_on,
     greedy_results,
@@ -37,7 +37,7 @@ from seq2seq.decoding.shapes import CHUNK, Padded, Shape
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.capture import Recorder
 from seq2seq.runtime.engine import HOST, Engine
-from seq2seq.vocab import BOS, EOS
+from seq2seq.vocab import EOS
 
 log = logging.getLogger("seq2seq.decoding")
 Work = Callable[[], None]  # host work to do while the device runs a chunk
@@ -45,15 +45,12 @@ Work = Callable[[], None]  # host work to do while the device runs a chunk
 
 @dataclass
 class _Started:
-    """A batch started: padded, encoded and its first step taken (the only one that bans EOS;
-    for beam search also the one with a row per sentence, then k, the shape its chunks keep),
-    all in memory of its own."""
+    """A batch started, in memory of its own: padded and encoded (greedy search), or with its
+    first step taken (beam search)."""
 
     padded: Padded
     limit: Tensor  # [R] on the device
-    enc: Any = None  # greedy search: the encoder's output, the state after the first step
-    state: Any = None
-    first: tuple[Tensor, ...] = ()  # greedy: its tokens, attention weights and log-probs [R]
+    enc: Any = None  # greedy search: the encoder's output
     search: BeamSearch | None = None
 
     @classmethod
@@ -63,11 +60,7 @@ class _Started:
         p = Padded.of(src, src_lengths, cfg)
         limit = to_device(p.limit, src.device)
         if cfg.beam_size == 1:
-            enc = model.encode(p.src, p.lengths)
-            prev = torch.full((p.shape.rows,), BOS, dtype=torch.long, device=src.device)
-            log_probs, state, weights = model.decoder.step(prev, model.decoder.init_state(enc), enc)
-            best, token = restrict(log_probs, limit == 0, False, True, Bans()).max(dim=-1)
-            return cls(p, limit, enc, state, (token, weights.float(), best.float()))
+            return cls(p, limit, model.encode(p.src, p.lengths))
         search = BeamSearch(model, p.src, p.lengths, cfg, steps=p.shape.width)
         search.limit.copy_(limit)  # the extra rows end at once
         search.step(0, False)
@@ -163,19 +156,20 @@ class SearchGraphs:
     def _greedy(
         self, model: Seq2Seq, b: _Started, cfg: DecodeConfig, meanwhile: Work
     ) -> Callable[[], list[list[Hypothesis]]]:
-        p, enc, state = b.padded, b.enc, b.state
+        p, enc = b.padded, b.enc
         if p.shape not in self.greedy:
+            state = model.decoder.init_state(enc)  # its buffers' shapes
             self.greedy[p.shape] = GreedySlots(p.shape, enc, state, model.decoder.heads)
         slots = self.greedy[p.shape]
-        slots.fill(enc, state, b.limit, b.first)
+        slots.fill(enc, b.limit)
         chunks = self._chunks(
             slots,
-            p.shape.width,
-            lambda c: (0, lambda: _greedy_steps(model, slots)),  # one graph for every chunk
+            p.shape.chunks,
+            lambda c: (min(c, 1), lambda: _greedy_steps(model, slots, c == 0)),  # first, later
             lambda: slots.running.any().logical_not(),
             meanwhile,
         )
-        steps = 1 + chunks * CHUNK
+        steps = chunks * CHUNK
         found = (slots.tokens[:, :steps], slots.attention[:, :steps], slots.scores)
         held = [x[: p.rows].to(HOST, non_blocking=True, copy=True) for x in found]
         copied, lengths = _queued(p.src.device), p.lengths[: p.rows]
@@ -201,7 +195,7 @@ class SearchGraphs:
         entry.load(fresh)
         chunks = self._chunks(
             entry,
-            p.shape.width,
+            p.shape.chunks,
             lambda c: (c, lambda: entry.steps(1 + c * CHUNK)),  # a graph per chunk
             lambda: entry.beams.done.all(),
             meanwhile,
@@ -220,18 +214,18 @@ class SearchGraphs:
     def _chunks(
         self,
         chunks: Chunks,
-        width: int,
+        count: int,
         chunk: Callable[[int], tuple[int, Work]],
         ended: Callable[[], Tensor],
         meanwhile: Work,
     ) -> int:
-        """A batch's chunks after its first step (``chunk(c)``: chunk c's graph key and work),
-        until ``ended`` (a device flag) or ``width`` steps; how many ran. The host does
-        ``meanwhile`` once as many chunks are queued as the shape's last batch ran, less one (at
-        least two). Until then a chunk is queued before the look at the one before it where the
-        device still runs that one, so that it has work while the host works (a batch may run
-        past its end); after, each chunk waits for the look at the one before."""
-        count, waited = (width - 1) // CHUNK, False
+        """A batch's chunks (``chunk(c)``: chunk c's graph key and work), until ``ended`` (a
+        device flag) or ``count`` chunks; how many ran. The host does ``meanwhile`` once as many
+        chunks are queued as the shape's last batch ran, less one (at least two). Until then a
+        chunk is queued before the look at the one before it where the device still runs that
+        one, so that it has work while the host works (a batch may run past its end); after,
+        each chunk waits for the look at the one before."""
+        waited = False
         ahead = min(count, max(2, chunks.last - 1))  # chunks queued before ``meanwhile``
         looks: list[Flag] = []
         for c in range(count):
@@ -275,12 +269,16 @@ class SearchGraphs:
         graph.replay()
 
 
-def _greedy_steps(model: Seq2Seq, s: GreedySlots) -> None:
-    """`CHUNK` greedy steps of every row, as `greedy_search`'s; only device work, in place."""
+def _greedy_steps(model: Seq2Seq, s: GreedySlots, first: bool) -> None:
+    """`CHUNK` greedy steps of every row, as `greedy_search`'s, the ``first`` chunk's from the
+    encoder's output; only device work, in place."""
     state, prev = s.state, s.prev
-    for _ in range(CHUNK):
+    if first:
+        s.start()
+        state = model.decoder.init_state(s.enc)
+    for i in range(CHUNK):
         log_probs, state, weights = model.decoder.step(prev, state, s.enc)
-        log_probs = restrict(log_probs, s.limit == s.t, False, False, s.bans)
+        log_probs = restrict(log_probs, s.limit == s.t, False, first and i == 0, s.bans)
         best, prev = log_probs.max(dim=-1)
         column = s.t.view(1)
         s.tokens.index_copy_(1, column, prev.unsqueeze(1))

@@ -202,14 +202,15 @@ def make_hypotheses(
     its attention [H, W + 1, heads, S] over ``lengths[h]`` steps (EOS included) and
     ``src_lengths[h]`` source positions: the heads' mean, and each head where there are several
     (copies, so that a result does not hold its batch's buffers)."""
-    rows, mean = tokens.tolist(), attention.float().mean(2)  # [H, W + 1, S]
-    heads = attention.size(2) > 1
+    rows, attention = tokens.tolist(), attention.float()
+    mean = attention.mean(2).numpy()  # [H, W + 1, S]; numpy slices: a third of torch's time
+    each = attention.transpose(1, 2).numpy() if attention.size(2) > 1 else None
     return [
         Hypothesis(
             rows[h][: n - 1],
             score,
-            mean[h, :n, :src].clone(),
-            attention[h, :n, :, :src].float().transpose(0, 1).clone() if heads else None,
+            torch.from_numpy(mean[h, :n, :src].copy()),
+            None if each is None else torch.from_numpy(each[h, :, :n, :src].copy()),
         )
         for h, (score, n, src) in enumerate(zip(scores, lengths, src_lengths, strict=True))
     ]

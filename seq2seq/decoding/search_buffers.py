@@ -15,7 +15,7 @@ from torch import Tensor
 from seq2seq.decoding.beam import BeamSearch
 from seq2seq.decoding.hypothesis import Bans
 from seq2seq.decoding.shapes import CHUNK, Shape
-from seq2seq.vocab import BOS, EOS, PAD
+from seq2seq.vocab import BOS, PAD
 
 # what a beam search holds per batch besides its beams, refilled for each batch of a shape
 BEAM_BUFFERS = (
@@ -59,7 +59,8 @@ class Chunks:
 
 
 class GreedySlots(Chunks):
-    """One shape's greedy search state on the device; its graph reads and writes it in place."""
+    """One shape's greedy search state on the device; its graphs read and write it in place (the
+    first chunk starts it from the encoder's output: `start`)."""
 
     def __init__(self, shape: Shape, enc: Any, state: Any, heads: int) -> None:
         super().__init__()
@@ -74,21 +75,18 @@ class GreedySlots(Chunks):
         self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
         self.bans = Bans()  # its rows made at the eager first run
 
-    def fill(self, enc: Any, state: Any, limit: Tensor, first: tuple[Tensor, ...]) -> None:
-        """A new batch, after its ``first`` step (tokens, weights, log-probs), copied in (device
-        work only)."""
-        token, weights, best = first
+    def fill(self, enc: Any, limit: Tensor) -> None:
+        """A new batch's encoder output and limits copied in (device work only)."""
         copy_into(self.enc, enc)
-        copy_into(self.state, state)
         self.limit.copy_(limit)
-        self.prev.copy_(token)
-        self.tokens.fill_(PAD)
-        self.tokens[:, 0] = token
-        self.attention.zero_()
-        self.attention[:, 0] = weights
-        self.scores.copy_(best)
-        torch.ne(token, EOS, out=self.running)
-        self.t.fill_(1)
+
+    def start(self) -> None:
+        """Step 0 next, from BOS, nothing scored or ended; the steps a batch runs overwrite the
+        tokens and attention it leaves (device work only, part of the first chunk's graph)."""
+        self.prev.fill_(BOS)
+        self.scores.zero_()
+        self.running.fill_(True)
+        self.t.zero_()
 
 
 class BeamShape(Chunks):

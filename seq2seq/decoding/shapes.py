@@ -20,6 +20,12 @@ SOURCE_STEP = 16  # source lengths are padded up to a multiple of this: few shap
 MAX_HELD_BYTES = 64 << 20
 
 
+def eager_steps(beam_size: int) -> int:
+    """Steps run eagerly before a batch's chunks: beam search's first (a row per sentence, then
+    ``beam_size`` per sentence, the shape its chunks keep); greedy search graphs its first too."""
+    return int(beam_size > 1)
+
+
 @dataclass(frozen=True)
 class Shape:
     """A padded batch: rows, source length, steps the buffers hold, autocast dtype (None: off),
@@ -33,13 +39,23 @@ class Shape:
 
     @classmethod
     def of(cls, rows: int, src_len: int, cfg: DecodeConfig, dtype: torch.dtype | None) -> Shape:
-        """The shape of a batch of ``rows`` sources, the longest ``src_len`` long; its chunks
-        start at step 1 (step 0, the only one that bans EOS, runs eagerly)."""
+        """The shape of a batch of ``rows`` sources, the longest ``src_len`` long, with room
+        for steps 0..longest in whole chunks after the `eager` steps."""
         padded_len = -(-src_len // SOURCE_STEP) * SOURCE_STEP
         longest = int(max_lengths(torch.tensor([padded_len]), cfg.max_len_a, cfg.max_len_b)[0])
-        width = 1 + -(-longest // CHUNK) * CHUNK  # steps 0..longest
+        eager = eager_steps(cfg.beam_size)
+        width = eager + -(-(longest + 1 - eager) // CHUNK) * CHUNK
         settings = (cfg.beam_size, cfg.nbest, cfg.alpha)
         return cls(1 << (rows - 1).bit_length(), padded_len, width, dtype, settings)
+
+    @property
+    def eager(self) -> int:
+        return eager_steps(self.settings[0])
+
+    @property
+    def chunks(self) -> int:
+        """The most chunks a batch of this shape runs."""
+        return (self.width - self.eager) // CHUNK
 
     def attention_bytes(self, heads: int) -> int:
         """The attention record's size, fp32 [steps, rows x beam, heads, source]."""
