@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -170,14 +171,15 @@ class SearchGraphs:
             meanwhile,
         )
         steps = chunks * CHUNK
-        found = (slots.tokens[:, :steps], slots.attention[:, :steps], slots.scores)
-        held = [x[: p.rows].to(HOST, non_blocking=True, copy=True) for x in found]
+        found = (slots.tokens, slots.attention, slots.best)
+        held = [x[: p.rows, :steps].to(HOST, non_blocking=True, copy=True) for x in found]
         copied, lengths = _queued(p.src.device), p.lengths[: p.rows]
 
         def results() -> list[list[Hypothesis]]:
             copied()
-            tokens, attention, scores = held
+            tokens, attention, best = held
             ended = (tokens == EOS).int().argmax(1) + 1  # each row's first EOS: its length
+            scores = _summed(best, ended)
             return [
                 [h] for h in greedy_results(tokens, attention, scores, ended, lengths, cfg.alpha)
             ]
@@ -271,11 +273,13 @@ class SearchGraphs:
 
 def _greedy_steps(model: Seq2Seq, s: GreedySlots, first: bool) -> None:
     """`CHUNK` greedy steps of every row, as `greedy_search`'s, the ``first`` chunk's from the
-    encoder's output; only device work, in place."""
+    encoder's output; only device work, in place. Each step's token, attention and log-prob are
+    recorded; which rows still run, once a chunk (the host sums a row's log-probs to its EOS)."""
     state, prev = s.state, s.prev
     if first:
         s.start()
         state = model.decoder.init_state(s.enc)
+    chosen: list[Tensor] = []
     for i in range(CHUNK):
         log_probs, state, weights = model.decoder.step(prev, state, s.enc)
         log_probs = restrict(log_probs, s.limit == s.t, False, first and i == 0, s.bans)
@@ -283,11 +287,20 @@ def _greedy_steps(model: Seq2Seq, s: GreedySlots, first: bool) -> None:
         column = s.t.view(1)
         s.tokens.index_copy_(1, column, prev.unsqueeze(1))
         s.attention.index_copy_(1, column, weights.float().unsqueeze(1))
-        s.scores.add_(torch.where(s.running, best.float(), 0.0))
-        s.running.logical_and_(prev != EOS)
+        s.best.index_copy_(1, column, best.float().unsqueeze(1))
         s.t.add_(1)
+        chosen.append(prev)
+    s.running.logical_and_(torch.stack(chosen, 1).ne(EOS).all(1))
     copy_into(s.state, state)
     s.prev.copy_(prev)
+
+
+def _summed(best: Tensor, lengths: Tensor) -> Tensor:
+    """Each row's log-probs [R, W] (host) summed over its first ``lengths`` steps, one after
+    another in fp32 as the eager search adds them on the device (torch's CPU cumsum would add
+    in fp64)."""
+    sums = np.cumsum(best.numpy(), axis=1, dtype=np.float32)
+    return torch.from_numpy(sums[np.arange(len(sums)), lengths.numpy() - 1])
 
 
 class Flag:

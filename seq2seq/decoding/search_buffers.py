@@ -70,7 +70,7 @@ class GreedySlots(Chunks):
         self.limit = torch.zeros(rows, dtype=torch.long, device=device)
         self.tokens = torch.full((rows, shape.width), PAD, dtype=torch.long, device=device)
         self.attention = torch.zeros(rows, shape.width, heads, shape.src_len, device=device)
-        self.scores = torch.zeros(rows, device=device)
+        self.best = torch.zeros(rows, shape.width, device=device)  # each step's log-prob
         self.running = torch.ones(rows, dtype=torch.bool, device=device)
         self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
         self.bans = Bans()  # its rows made at the eager first run
@@ -81,10 +81,9 @@ class GreedySlots(Chunks):
         self.limit.copy_(limit)
 
     def start(self) -> None:
-        """Step 0 next, from BOS, nothing scored or ended; the steps a batch runs overwrite the
-        tokens and attention it leaves (device work only, part of the first chunk's graph)."""
+        """Step 0 next, from BOS, nothing ended; the steps a batch runs overwrite the tokens,
+        attention and log-probs it leaves (device work only, part of the first chunk's graph)."""
         self.prev.fill_(BOS)
-        self.scores.zero_()
         self.running.fill_(True)
         self.t.zero_()
 
