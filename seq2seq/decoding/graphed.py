@@ -177,12 +177,7 @@ class SearchGraphs:
 
         def results() -> list[list[Hypothesis]]:
             copied()
-            tokens, attention, best = held
-            ended = (tokens == EOS).int().argmax(1) + 1  # each row's first EOS: its length
-            scores = _summed(best, ended)
-            return [
-                [h] for h in greedy_results(tokens, attention, scores, ended, lengths, cfg.alpha)
-            ]
+            return [[h] for h in _greedy_found(*held, lengths, cfg.alpha)]
 
         return results
 
@@ -295,12 +290,17 @@ def _greedy_steps(model: Seq2Seq, s: GreedySlots, first: bool) -> None:
     s.prev.copy_(prev)
 
 
-def _summed(best: Tensor, lengths: Tensor) -> Tensor:
-    """Each row's log-probs [R, W] (host) summed over its first ``lengths`` steps, one after
-    another in fp32 as the eager search adds them on the device (torch's CPU cumsum would add
+def _greedy_found(
+    tokens: Tensor, attention: Tensor, best: Tensor, src_lengths: Tensor, alpha: float
+) -> list[Hypothesis]:
+    """`greedy_results` from a batch's host copies (tokens, attention, log-probs [R, W, ...]):
+    each row ends at its first EOS, its score the sum of its log-probs to there, added in fp32
+    one after another as the eager search adds them on the device (torch's CPU cumsum would add
     in fp64)."""
+    ended = (tokens == EOS).int().argmax(1) + 1
     sums = np.cumsum(best.numpy(), axis=1, dtype=np.float32)
-    return torch.from_numpy(sums[np.arange(len(sums)), lengths.numpy() - 1])
+    scores = torch.from_numpy(sums[np.arange(len(sums)), ended.numpy() - 1])
+    return greedy_results(tokens, attention, scores, ended, src_lengths, alpha)
 
 
 class Flag:
