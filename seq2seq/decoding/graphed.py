@@ -170,7 +170,7 @@ class SearchGraphs:
             lambda: slots.running.any().logical_not(),
             meanwhile,
         )
-        steps = chunks * CHUNK
+        steps = p.shape.eager + chunks * CHUNK
         found = (slots.tokens, slots.attention, slots.best)
         held = [x[: p.rows, :steps].to(HOST, non_blocking=True, copy=True) for x in found]
         copied, lengths = _queued(p.src.device), p.lengths[: p.rows]
@@ -193,11 +193,11 @@ class SearchGraphs:
         chunks = self._chunks(
             entry,
             p.shape.chunks,
-            lambda c: (c, lambda: entry.steps(1 + c * CHUNK)),  # a graph per chunk
+            lambda c: (c, lambda: entry.steps(p.shape.eager + c * CHUNK)),  # a graph per chunk
             lambda: entry.beams.done.all(),
             meanwhile,
         )
-        steps = 1 + chunks * CHUNK
+        steps = p.shape.eager + chunks * CHUNK
         held, copied = entry.search.found(copy=True, steps=steps), _queued(p.src.device)
         # the shape's search holds the first batch's lengths, which later batches refill
         lengths, nbest = p.lengths.clone(), entry.search.nbest
@@ -222,7 +222,6 @@ class SearchGraphs:
         chunk is queued before the look at the one before it where the device still runs that
         one, so that it has work while the host works (a batch may run past its end); after,
         each chunk waits for the look at the one before."""
-        waited = False
         ahead = min(count, max(2, chunks.last - 1))  # chunks queued before ``meanwhile``
         looks: list[Flag] = []
         for c in range(count):
@@ -233,8 +232,7 @@ class SearchGraphs:
             looks.append(Flag(ended()))
             if c == ahead - 1:
                 meanwhile()
-                waited = True
-        if not waited:
+        if len(looks) < ahead:  # ended before: the host's work after the last chunk
             meanwhile()
         chunks.last = len(looks)
         return len(looks)
