@@ -167,7 +167,7 @@ class SearchGraphs:
             slots,
             p.shape.chunks,
             lambda c: (min(c, 1), lambda: _greedy_steps(model, slots, c == 0)),  # first, later
-            lambda: slots.running.any().logical_not(),
+            lambda: slots.ended,
             meanwhile,
         )
         steps = p.shape.eager + chunks * CHUNK
@@ -194,7 +194,7 @@ class SearchGraphs:
             entry,
             p.shape.chunks,
             lambda c: (c, lambda: entry.steps(p.shape.eager + c * CHUNK)),  # a graph per chunk
-            lambda: entry.beams.done.all(),
+            lambda: entry.ended,
             meanwhile,
         )
         steps = p.shape.eager + chunks * CHUNK
@@ -266,24 +266,20 @@ class SearchGraphs:
 
 def _greedy_steps(model: Seq2Seq, s: GreedySlots, first: bool) -> None:
     """`CHUNK` greedy steps of every row, as `greedy_search`'s, the ``first`` chunk's from the
-    encoder's output; only device work, in place. Each step's token, attention and log-prob are
-    recorded; which rows still run, once a chunk (the host sums a row's log-probs to its EOS)."""
+    encoder's output; only device work, in place. The chunk's tokens, attention and log-probs are
+    recorded once it ends (`GreedySlots.record`; the host sums a row's log-probs to its EOS)."""
     state, prev = s.state, s.prev
     if first:
         s.start()
         state = model.decoder.init_state(s.enc)
-    chosen: list[Tensor] = []
+    left = s.limit - s.t  # [R] steps before each row's limit
+    found: list[tuple[Tensor, Tensor, Tensor]] = []
     for i in range(CHUNK):
         log_probs, state, weights = model.decoder.step(prev, state, s.enc)
-        log_probs = restrict(log_probs, s.limit == s.t, False, first and i == 0, s.bans)
+        log_probs = restrict(log_probs, left == i, False, first and i == 0, s.bans)
         best, prev = log_probs.max(dim=-1)
-        column = s.t.view(1)
-        s.tokens.index_copy_(1, column, prev.unsqueeze(1))
-        s.attention.index_copy_(1, column, weights.float().unsqueeze(1))
-        s.best.index_copy_(1, column, best.float().unsqueeze(1))
-        s.t.add_(1)
-        chosen.append(prev)
-    s.running.logical_and_(torch.stack(chosen, 1).ne(EOS).all(1))
+        found.append((prev, weights, best))
+    s.record(*(torch.stack(x, 1) for x in zip(*found, strict=True)))
     copy_into(s.state, state)
     s.prev.copy_(prev)
 
@@ -307,10 +303,9 @@ class Flag:
     waits for it."""
 
     def __init__(self, flag: Tensor) -> None:
-        self.host = flag
-        if flag.device.type == "cuda":
-            self.host = torch.empty((), dtype=torch.bool, pin_memory=True)
-            self.host.copy_(flag, non_blocking=True)
+        on_gpu = flag.device.type == "cuda"  # a copy: later chunks write the flag's buffer again
+        self.host = torch.empty((), dtype=torch.bool, pin_memory=on_gpu)
+        self.host.copy_(flag, non_blocking=on_gpu)
         self.event = _recorded(flag.device)
 
     def ready(self) -> bool:

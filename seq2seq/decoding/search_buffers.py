@@ -15,7 +15,7 @@ from torch import Tensor
 from seq2seq.decoding.beam import BeamSearch
 from seq2seq.decoding.hypothesis import Bans
 from seq2seq.decoding.shapes import CHUNK, Shape
-from seq2seq.vocab import BOS, PAD
+from seq2seq.vocab import BOS, EOS, PAD
 
 # what a beam search holds per batch besides its beams, refilled for each batch of a shape
 BEAM_BUFFERS = (
@@ -72,13 +72,27 @@ class GreedySlots(Chunks):
         self.attention = torch.zeros(rows, shape.width, heads, shape.src_len, device=device)
         self.best = torch.zeros(rows, shape.width, device=device)  # each step's log-prob
         self.running = torch.ones(rows, dtype=torch.bool, device=device)
+        self.ended = torch.zeros((), dtype=torch.bool, device=device)  # no row runs
         self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
+        self.offsets = torch.arange(CHUNK, device=device)  # a chunk's steps from t
         self.bans = Bans()  # its rows made at the eager first run
 
     def fill(self, enc: Any, limit: Tensor) -> None:
         """A new batch's encoder output and limits copied in (device work only)."""
         copy_into(self.enc, enc)
         self.limit.copy_(limit)
+
+    def record(self, tokens: Tensor, attention: Tensor, best: Tensor) -> None:
+        """A chunk's tokens [R, CHUNK], attention [R, CHUNK, heads, S] and log-probs [R, CHUNK]
+        written at steps t.., once a chunk (fewer kernels than a step at a time); which rows
+        still run, and whether none does (device work only)."""
+        columns = self.t + self.offsets
+        self.tokens.index_copy_(1, columns, tokens)
+        self.attention.index_copy_(1, columns, attention.float())
+        self.best.index_copy_(1, columns, best.float())
+        self.t.add_(CHUNK)
+        self.running.logical_and_(tokens.ne(EOS).all(1))
+        torch.logical_not(self.running.any(), out=self.ended)
 
     def start(self) -> None:
         """Step 0 next, from BOS, nothing ended; the steps a batch runs overwrite the tokens,
@@ -96,6 +110,7 @@ class BeamShape(Chunks):
         super().__init__()
         # the beams' last tokens in memory of their own: the search's view its step's tokens
         self.search, self.beams = search, replace(search.beams, prev=search.beams.prev.clone())
+        self.ended = torch.zeros((), dtype=torch.bool, device=search.beams.done.device)
 
     def load(self, fresh: BeamSearch) -> None:
         """A new batch, after its first step, copied in (device work only)."""
@@ -117,3 +132,4 @@ class BeamShape(Chunks):
             self.search.step(t, False)
         copy_into(self.beams, self.search.beams)
         self.search.beams = self.beams
+        torch.all(self.beams.done, out=self.ended)  # every sentence done
