@@ -191,16 +191,17 @@ def test_the_host_works_while_the_device_runs_chunks_it_may_not_need(monkeypatch
 
     def run(chunks: search_buffers.Chunks, count: int) -> int:
         log.clear()
-        ended = lambda: torch.tensor(chunks_run() >= 3)  # noqa: E731 (in the third chunk)
+
+        def work(c: int) -> None:
+            log.append(f"chunk {c}")
+            chunks.ended.fill_(chunks_run() >= 3)  # in the third chunk
+
         return graphs._chunks(
-            chunks,
-            count,
-            lambda c: (c, lambda: log.append(f"chunk {c}")),
-            ended,
-            lambda: log.append("meanwhile"),
+            chunks, count, lambda c: (c, lambda: work(c)), lambda: log.append("meanwhile")
         )
 
-    shape = search_buffers.Chunks()
+    cpu = torch.device("cpu")
+    shape = search_buffers.Chunks(cpu)
     assert run(shape, 6) == 3 == shape.last  # a shape's first batch
     looked = [] if busy else ["read 0"]
     assert log == ["chunk 0", *looked, "chunk 1", "meanwhile", "read 1", "chunk 2", "read 2"]
@@ -213,7 +214,7 @@ def test_the_host_works_while_the_device_runs_chunks_it_may_not_need(monkeypatch
         assert log == [
             *("chunk 0", "read 0", "chunk 1", "read 1", "chunk 2", "read 2", "meanwhile"),
         ]
-    assert run(search_buffers.Chunks(), 1) == 1  # one chunk: the host's work after it
+    assert run(search_buffers.Chunks(cpu), 1) == 1  # one chunk: the host's work after it
     assert log == ["chunk 0", "meanwhile"]
 
 

@@ -167,7 +167,6 @@ class SearchGraphs:
             slots,
             p.shape.chunks,
             lambda c: (min(c, 1), lambda: _greedy_steps(model, slots, c == 0)),  # first, later
-            lambda: slots.ended,
             meanwhile,
         )
         steps = p.shape.eager + chunks * CHUNK
@@ -194,7 +193,6 @@ class SearchGraphs:
             entry,
             p.shape.chunks,
             lambda c: (c, lambda: entry.steps(p.shape.eager + c * CHUNK)),  # a graph per chunk
-            lambda: entry.ended,
             meanwhile,
         )
         steps = p.shape.eager + chunks * CHUNK
@@ -213,11 +211,10 @@ class SearchGraphs:
         chunks: Chunks,
         count: int,
         chunk: Callable[[int], tuple[int, Work]],
-        ended: Callable[[], Tensor],
         meanwhile: Work,
     ) -> int:
-        """A batch's chunks (``chunk(c)``: chunk c's graph key and work), until ``ended`` (a
-        device flag) or ``count`` chunks; how many ran. The host does ``meanwhile`` once as many
+        """A batch's chunks (``chunk(c)``: chunk c's graph key and work), until one sets
+        ``chunks.ended`` or ``count`` ran; how many ran. The host does ``meanwhile`` once as many
         chunks are queued as the shape's last batch ran, less one (at least two). Until then a
         chunk is queued before the look at the one before it where the device still runs that
         one, so that it has work while the host works (a batch may run past its end); after,
@@ -229,7 +226,7 @@ class SearchGraphs:
             if c and not speculate and looks[-1]():
                 break
             self._chunk(chunks, *chunk(c))
-            looks.append(Flag(ended()))
+            looks.append(Flag(chunks.ended))
             if c == ahead - 1:
                 meanwhile()
         if len(looks) < ahead:  # ended before: the host's work after the last chunk

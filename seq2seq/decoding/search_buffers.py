@@ -49,13 +49,15 @@ def copy_into(mine: Any, theirs: Any) -> None:
 
 
 class Chunks:
-    """A shape's graphs by chunk key, how often each chunk ran before it was captured, and how
-    many chunks its last batch ran (how many the next one likely needs)."""
+    """A shape's graphs by chunk key, how often each chunk ran before it was captured, how
+    many chunks its last batch ran (how many the next one likely needs), and the flag each chunk
+    sets on the device: has the batch ended?"""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.runs: Counter[int] = Counter()
         self.last = 0
+        self.ended = torch.zeros((), dtype=torch.bool, device=device)
 
 
 class GreedySlots(Chunks):
@@ -63,8 +65,8 @@ class GreedySlots(Chunks):
     first chunk starts it from the encoder's output: `start`)."""
 
     def __init__(self, shape: Shape, enc: Any, state: Any, heads: int) -> None:
-        super().__init__()
         rows, device = shape.rows, enc.memory.device
+        super().__init__(device)
         self.enc, self.state = cloned(enc), cloned(state)
         self.prev = torch.full((rows,), BOS, dtype=torch.long, device=device)
         self.limit = torch.zeros(rows, dtype=torch.long, device=device)
@@ -72,7 +74,6 @@ class GreedySlots(Chunks):
         self.attention = torch.zeros(rows, shape.width, heads, shape.src_len, device=device)
         self.best = torch.zeros(rows, shape.width, device=device)  # each step's log-prob
         self.running = torch.ones(rows, dtype=torch.bool, device=device)
-        self.ended = torch.zeros((), dtype=torch.bool, device=device)  # no row runs
         self.t = torch.zeros((), dtype=torch.long, device=device)  # the next step
         self.offsets = torch.arange(CHUNK, device=device)  # a chunk's steps from t
         self.bans = Bans()  # its rows made at the eager first run
@@ -107,10 +108,9 @@ class BeamShape(Chunks):
     and write, refilled for each later batch after its eager first step."""
 
     def __init__(self, search: BeamSearch) -> None:
-        super().__init__()
+        super().__init__(search.beams.done.device)
         # the beams' last tokens in memory of their own: the search's view its step's tokens
         self.search, self.beams = search, replace(search.beams, prev=search.beams.prev.clone())
-        self.ended = torch.zeros((), dtype=torch.bool, device=search.beams.done.device)
 
     def load(self, fresh: BeamSearch) -> None:
         """A new batch, after its first step, copied in (device work only)."""
