@@ -13,6 +13,7 @@ from seq2seq.data import dataset
 from seq2seq.data.batching import TokenBatchSampler, collate
 from seq2seq.data.dataset import encode_corpus
 from seq2seq.data.stream import from_lists
+from seq2seq.errors import DataError
 from seq2seq.vocab import BOS, EOS
 
 
@@ -52,6 +53,13 @@ def test_encode_corpus_drops_invalid_training_pairs(
     everything = encode_corpus(from_lists(SRC, TGT), *toks, tmp_path, max_len=3, drop_invalid=False)
     assert len(everything) == 6 and everything.line_numbers.tolist() == list(range(6))
     assert everything.src(1).tolist() == [EOS] and everything.src(3).tolist() == [4] * 5 + [EOS]
+
+
+def test_a_training_corpus_with_every_pair_dropped_is_refused(toks, tmp_path: Path) -> None:
+    """An untrained run is no result: training stops, saying why and what to change."""
+    with pytest.raises(DataError, match=r"every one of the 6 training pairs was dropped \(2 with"):
+        encode_corpus(from_lists(SRC, TGT), *toks, tmp_path, max_len=1, drop_invalid=True)
+    assert len(encode_corpus(from_lists(SRC, TGT), *toks, tmp_path, 1, False)) == 6
 
 
 def test_encode_corpus_is_cached_by_content(toks, tmp_path: Path) -> None:

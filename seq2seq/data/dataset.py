@@ -159,6 +159,12 @@ def encode_corpus(
             counts["empty"],
             counts["long"],
         )
+        if dropped == counts["pairs"]:  # nothing to train on: an untrained run is no result
+            raise DataError(
+                f"every one of the {counts['pairs']:,} training pairs was dropped "
+                f"({counts['empty']:,} with an empty side, {counts['long']:,} longer than "
+                f"data.max_len={max_len} subwords): raise data.max_len or check the corpus"
+            )
     return TokenizedCorpus(directory)
 
 
