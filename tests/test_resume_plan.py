@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+from seq2seq.commands.train import saved_settings
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.migrate import upgrade_saved_state
 from seq2seq.training.state import Progress, check_plan
@@ -47,3 +48,18 @@ def test_a_checkpoint_without_a_plan_is_read_from_its_config() -> None:
     }
     with pytest.raises(Seq2SeqError, match="processes 2 \\(now 1\\)"):
         check_plan(saved, saved | {"processes": 1}, Progress(step=3, batch_in_epoch=3))
+
+
+def test_a_resume_repeats_the_runs_accepted_command_line_under_its_own(tmp_path) -> None:
+    """The run's last accepted overrides come first, but for the keys this command sets; a
+    folder without last.pt, or a start that is not a resume, adds nothing."""
+    (tmp_path / "overrides.yaml").write_text("- experiment=smoke\n- +x.y=1\n- train.lr=0.1\n")
+    (tmp_path / ".hydra").mkdir()  # Hydra's record: rewritten by refused starts too
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- train.batch_tokens=999\n")
+    argv = ["train.resume=true", f"hydra.run.dir={tmp_path}", "train.lr=0.2", "-v"]
+    assert saved_settings(argv, str(tmp_path)) == []  # no last.pt: nothing to resume
+    (tmp_path / "last.pt").write_bytes(b"")
+    assert saved_settings(argv, str(tmp_path)) == ["experiment=smoke", "+x.y=1"]
+    assert saved_settings(argv[1:], str(tmp_path)) == []  # a new start (refused later)
+    (tmp_path / "overrides.yaml").unlink()  # a run of before the record: Hydra's
+    assert saved_settings(argv, str(tmp_path)) == ["train.batch_tokens=999"]

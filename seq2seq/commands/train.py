@@ -8,6 +8,7 @@ of each epoch and receive what they need (tokenizers, resumed state, validation 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -23,7 +24,7 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.distributed import follower_argv, process_rank
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.diskfull import guard_log_files
-from seq2seq.storage.rundir import RunLock, unused_run_folder
+from seq2seq.storage.rundir import LAST, OVERRIDES, RunLock, unused_run_folder
 from seq2seq.training.trainer import Trainer
 
 log = logging.getLogger("seq2seq.train")
@@ -36,12 +37,15 @@ class _RunFolder:
 
     def __init__(self) -> None:
         self.new_parents: list[Path] = []  # deepest first
+        self.saved: list[str] = []  # a resume's settings from the run's first command
 
     def claim(self, argv: list[str]) -> list[str]:
         """Under torchrun, ranks other than 0 get no Hydra output folder or log file (rank 0 owns
         the run folder and tells them where it is), and a sweep is refused."""
         rank = process_rank()
         run_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")), None)
+        self.saved = saved_settings(argv, run_dir)
+        argv = [*self.saved, *argv]
         if rank == 0 and run_dir:
             RunLock(Path(run_dir)).check_free()
         if rank == 0:
@@ -62,6 +66,35 @@ class _RunFolder:
         for parent in self.new_parents:
             if parent in folder.parents and parent.is_dir() and not any(parent.iterdir()):
                 parent.rmdir()
+
+
+def saved_settings(argv: list[str], run_dir: str | None) -> list[str]:
+    """What a resume adds before its command line: the run's own overrides (its
+    ``.hydra/overrides.yaml``: the recipe, the model) but those this command sets, so that
+    ``train.resume=true hydra.run.dir=...`` alone continues the run as it was started."""
+    folder = Path(run_dir or "")
+    resuming = any(_override_key(a) == "train.resume" and a.lower().endswith("=true") for a in argv)
+    # Hydra's own record is rewritten by every start, refused ones too: the fallback of older runs
+    saved = next(
+        (p for p in (folder / OVERRIDES, folder / ".hydra" / OVERRIDES) if p.is_file()), None
+    )
+    if not (resuming and run_dir and saved and (folder / LAST).is_file()):
+        return []
+    given = {_override_key(a) for a in argv}
+    return [
+        o for o in OmegaConf.to_container(OmegaConf.load(saved)) if _override_key(o) not in given
+    ]
+
+
+def _write_overrides(path: Path, overrides: list[str]) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    OmegaConf.save(OmegaConf.create(overrides), temporary)
+    os.replace(temporary, path)
+
+
+def _override_key(arg: str) -> str:
+    """An override's key (``+model.x=1``: ``model.x``; ``experiment=smoke``: ``experiment``)."""
+    return arg.split("=", 1)[0].lstrip("+~")
 
 
 def _close_log_files(folder: Path) -> None:
@@ -108,7 +141,12 @@ def train(cfg: Config) -> str | None:
         if not engine.is_main:  # rank 0 speaks for every rank; the others only warn
             logging.getLogger().setLevel(logging.WARNING)
         run_dir = Path(engine.broadcast(HydraConfig.get().runtime.output_dir))
-        Trainer(cfg, run_dir, engine).fit()
+        if _run_folder.saved:
+            log.info("resuming with the run's own settings too: %s", " ".join(_run_folder.saved))
+        trainer = Trainer(cfg, run_dir, engine)  # a start its checks accepted
+        if engine.is_main:
+            _write_overrides(run_dir / OVERRIDES, list(HydraConfig.get().overrides.task))
+        trainer.fit()
         return str(run_dir) if engine.is_main else None
     finally:
         if engine is not None:

@@ -28,6 +28,7 @@ MANIFEST = release.MANIFEST  # sizes and SHA-256 of the tokenizer models and con
 BEST = "best.pt"  # the checkpoint of the best validation score (train.best_metric: BLEU)
 LAST = "last.pt"  # the latest checkpoint, to resume from
 LOCK = "train.lock"  # held by the training that writes the folder
+OVERRIDES = "overrides.yaml"  # the command line of the run's last accepted start: a resume's base
 # what a training start writes before any work: Hydra's record, the log, the lock and, once it
 # holds the lock, its config.yaml (`unused_run_folder`)
 START_FILES = frozenset({".hydra", "train.log", LOCK, CONFIG_FILE})
