@@ -136,3 +136,20 @@ def test_a_split_that_is_not_there_leaves_no_out_folder(smoke_run: Path, tmp_pat
     proc = distill(smoke_run, out, f"split={tmp_path / 'nothing'}")
     assert proc.returncode == 1 and "nothing.de nor" in proc.stderr
     assert not out.exists()  # not even the chunks' folder
+
+
+@pytest.mark.slow
+def test_an_out_folder_that_holds_the_split_is_refused(smoke_run, multi30k_dir, tmp_path) -> None:
+    """The split's own files would be overwritten, and beside a plain ``x.en`` the distilled
+    ``x.en.gz`` would never be read: both refused in one line, the files untouched."""
+    packed, plain = tmp_path / "packed", tmp_path / "plain"
+    packed.mkdir(), plain.mkdir()
+    for lang in ("de", "en"):
+        (packed / f"x.{lang}.gz").write_bytes((multi30k_dir / f"val.{lang}.gz").read_bytes())
+        (plain / f"x.{lang}").write_text("\n".join(gz_lines(packed / f"x.{lang}.gz")[:20]) + "\n")
+    proc = distill(smoke_run, packed, f"split={packed / 'x'}")
+    assert proc.returncode == 1 and "would overwrite the split's own" in proc.stderr, proc.stderr
+    proc = distill(smoke_run, plain, f"split={plain / 'x'}")
+    assert proc.returncode == 1 and f"holds {plain / 'x.de'}, which data" in proc.stderr
+    assert sorted(p.name for p in plain.iterdir()) == ["x.de", "x.en"]
+    assert (packed / "x.en.gz").read_bytes() == (multi30k_dir / "val.en.gz").read_bytes()

@@ -26,6 +26,7 @@ from seq2seq.decoding.chunked import PARTS, Nearest, translate_in_chunks, write_
 from seq2seq.decoding.inference import Translator, open_model, run_bleu_tokenizer
 from seq2seq.decoding.settings import BAN_DEFAULTS
 from seq2seq.decoding.splits import run_split
+from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import inference_engine
 
 log = logging.getLogger("seq2seq.distill")
@@ -37,6 +38,10 @@ def distill(cfg: DistillConfig) -> dict:
     run = open_model(cfg, engine)
     out = Path(cfg.out)
     split, src_file, tgt_file = run_split(run, cfg.data_source, cfg.split, out / PARTS)
+    src_lang, tgt_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
+    name = cfg.split if cfg.split in ("train", "valid", "test") else Path(split).name
+    names = [f"{n}.{lang}" for n in (name, f"{name}_mixed") for lang in (src_lang, tgt_lang)]
+    refuse_shadowed(out, names, (src_file, tgt_file))
     sources, originals = read_parallel(src_file, tgt_file)
     teachers = [str(Path(p).resolve()) for p in [cfg.run_dir, *cfg.ensemble]]
     facts = {
@@ -62,14 +67,8 @@ def distill(cfg: DistillConfig) -> dict:
     if cfg.pick is Pick.closest:
         nearest = Nearest(originals, run_bleu_tokenizer(run.cfg.data))
     distilled = translate_in_chunks(translator, sources, out, cfg.chunk_sentences, facts, nearest)
-    src_lang, tgt_lang = run.cfg.data.src_lang, run.cfg.data.tgt_lang
-    name = cfg.split if cfg.split in ("train", "valid", "test") else Path(split).name
-    files = {
-        f"{name}.{src_lang}.gz": sources,
-        f"{name}.{tgt_lang}.gz": distilled,
-        f"{name}_mixed.{src_lang}.gz": [*sources, *sources],
-        f"{name}_mixed.{tgt_lang}.gz": [*originals, *distilled],
-    }
+    contents = (sources, distilled, [*sources, *sources], [*originals, *distilled])
+    files = {f"{n}.gz": lines for n, lines in zip(names, contents, strict=True)}
     for file, lines in files.items():
         write_gz(out / file, lines)
     changed = sum(a != b for a, b in zip(originals, distilled, strict=True))
@@ -77,6 +76,22 @@ def distill(cfg: DistillConfig) -> dict:
     result["differ_from_reference"] = changed
     (out / "distill.json").write_text(json.dumps(result, indent=1))
     return result
+
+
+def refuse_shadowed(out: Path, names: list[str], inputs: tuple[Path, Path]) -> None:
+    """Refuse an ``out=`` where a file to write (``<name>.gz``) is one of the split's own, or
+    sits beside a plain ``<name>`` that a corpus reader would take in its place."""
+    for name in names:
+        written, plain = out / f"{name}.gz", out / name
+        if any(written.resolve() == Path(i).resolve() for i in inputs):
+            raise Seq2SeqError(
+                f"out={out} would overwrite the split's own {written}: choose another"
+            )
+        if plain.exists():
+            raise Seq2SeqError(
+                f"out={out} holds {plain}, which data=custom would read in place of the distilled "
+                f"{written.name}: choose another out= folder"
+            )
 
 
 main = hydra_command("distill")(distill)  # the command: errors and output in wrapper.py
