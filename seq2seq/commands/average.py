@@ -59,6 +59,7 @@ def average(cfg: AverageConfig) -> Path:
         "model": average_checkpoints(paths),
         "step": newest["step"],
         "vocab": newest.get("vocab"),
+        "tokenizers": newest.get("tokenizers"),
         "averaged": {str(step): steps[step] for step in sorted(chosen)},
     }
     out = Path(cfg.out) if cfg.out else run_dir / AVERAGED
