@@ -68,6 +68,8 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (EvaluateConfig, {"nbest": 6}, "nbest=6 needs at least as many beams"),
         (EvaluateConfig, {"sampling": True, "coverage_penalty": 0.2}, "coverage_penalty reranks"),
         (EvaluateConfig, {"terms": "t.tsv", "beam_size": 1}, "terms=: "),
+        (EvaluateConfig, {"ensemble": ["b"], "checkpoint": "a/x.pt"}, "checkpoint=a/x.pt is one"),
+        (ScoreConfig, {"ensemble": ["b"], "checkpoint": "x.pt"}, "checkpoint=x.pt is one model"),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message) -> None:
@@ -84,6 +86,7 @@ def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message
         (AlignConfig, {"src_file": "a", "tgt_file": "b"}),
         (AlignConfig, {"input": "p.txt", "output": "p.links", "weights": "p.json"}),
         (AverageConfig, {}),
+        (EvaluateConfig, {"ensemble": ["b"], "checkpoint": "averaged"}),
         (BacktranslateConfig, {"ratios": [0.5, 3]}),
         (ExportConfig, {"browser": True, "onnx": True}),
         (ServeConfig, {"beam_size": 10, "no_repeat_ngram": 3, "nbest": 2}),
@@ -173,6 +176,13 @@ def test_align_refuses_to_write_over_its_input_by_another_name(tmp_path: Path) -
     values = {"input": str(pairs), "output": str(tmp_path / "link.txt")}
     with pytest.raises(Seq2SeqError, match="is also input="):
         check_config(_config(AlignConfig, values))
+
+
+def test_average_never_writes_over_a_file(tmp_path: Path) -> None:
+    (tmp_path / "last.pt").write_bytes(b"x")
+    with pytest.raises(Seq2SeqError, match="^out=.*last.pt exists: give a new file's name"):
+        check_config(_config(AverageConfig, {"out": str(tmp_path / "last.pt")}))
+    check_config(_config(AverageConfig, {"out": str(tmp_path / "new.pt")}))
 
 
 @pytest.mark.parametrize("schema", [EvaluateConfig, TranslateConfig, AlignConfig, ServeConfig])

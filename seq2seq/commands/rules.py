@@ -36,6 +36,7 @@ from seq2seq.config_choices import Backend, Pick, Symmetrize
 from seq2seq.errors import DataError, Seq2SeqError, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
+from seq2seq.storage.rundir import CHECKPOINTS
 
 log = logging.getLogger("seq2seq.config")
 
@@ -271,6 +272,16 @@ def _written_apart(cfg: LoadConfig) -> list[str]:
     return problems
 
 
+def _ensembled(cfg: LoadConfig) -> list[str]:
+    """Each member of an ensemble loads its own checkpoint of a name: a file is one model's."""
+    if cfg.get("ensemble") and cfg.checkpoint not in CHECKPOINTS:
+        return [
+            f"checkpoint={cfg.checkpoint} is one model's file: with ensemble=, checkpoint= "
+            "is best, last or averaged (each member's own)"
+        ]
+    return []
+
+
 def _same_file(a: str, b: str) -> bool:
     """Whether two paths name one file (a link or another spelling of it too)."""
     first, second = Path(a), Path(b)
@@ -298,7 +309,11 @@ def _backtranslated(cfg: BacktranslateConfig) -> list[str]:
 
 
 def _averaged(cfg: AverageConfig) -> list[str]:
-    return [] if cfg.n > 0 else [f"n={cfg.n} must be positive"]
+    """A positive n; out= a new file (never a run's checkpoint or the averaged ones)."""
+    problems = [] if cfg.n > 0 else [f"n={cfg.n} must be positive"]
+    if cfg.out is not None and os.path.lexists(cfg.out):
+        problems.append(f"out={cfg.out} exists: give a new file's name")
+    return problems
 
 
 def _exported(cfg: ExportConfig) -> list[str]:
@@ -312,6 +327,7 @@ _RULES: tuple[tuple[type, Callable[[Any], list[str]]], ...] = (
     (Config, _training),
     (LoadConfig, _chosen_precision),
     (LoadConfig, _written_apart),
+    (LoadConfig, _ensembled),
     (InferenceConfig, _search),
     (SteeringKeys, _steered),
     (ServeConfig, _served),
