@@ -111,3 +111,14 @@ def test_process_settings_are_debug_lines(smoke_run: Path) -> None:
     for flag in ("hydra.verbose=seq2seq.runtime", "-v"):
         verbose = said(flag)
         assert "[DEBUG] memory: " in verbose and "[DEBUG] oneDNN: " in verbose, flag
+
+
+def test_the_final_answer_to_a_reader_that_left_ends_quietly() -> None:
+    """``seq2seq-align ... | head -1``: the final JSON line finds the pipe closed."""
+    code = "from seq2seq.commands.wrapper import _say; _say({'pairs': 300})"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()  # the reader leaves before the answer
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1 and err == "", err

@@ -104,8 +104,13 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
 
 
 def _say(result: Any) -> None:
-    """A command's answer on stdout, last: a JSON line (scores, counts) or a written path."""
-    if isinstance(result, dict):
-        print(json.dumps(result, ensure_ascii=False), flush=True)
-    elif isinstance(result, str | Path):
-        print(result, flush=True)
+    """A command's answer on stdout, last: a JSON line (scores, counts) or a written path; a
+    reader that has left (``... | head -1``) ends it quietly, as in ``_run``."""
+    try:
+        if isinstance(result, dict):
+            print(json.dumps(result, ensure_ascii=False), flush=True)
+        elif isinstance(result, str | Path):
+            print(result, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
