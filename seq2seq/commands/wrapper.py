@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from omegaconf import DictConfig, ListConfig
 
 from seq2seq.commands.arguments import check_arguments
 from seq2seq.commands.configs import CONFIGS, SCHEMAS, register_schemas
@@ -82,6 +83,7 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
     once (then ``refused``). The command's process-wide settings: TensorBoard's writer thread
     keeps a full disk's traceback quiet; the data workers' server preloads their modules."""
     try:
+        expand_home(cfg)
         check_config(cfg, schema)
         check_files(cfg)
         quiet_event_writer_threads()
@@ -101,6 +103,19 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
         where = f"{e.filename}: " if e.filename else ""
         log.error("stopped: %s%s; what was written before is intact", where, e.strerror or e)
     sys.exit(1)
+
+
+def expand_home(cfg: Any) -> None:
+    """Each setting that starts with ``~`` (run_dir, checkpoint, input, data.source, ...)
+    expanded as a shell would have: a quoted ``run_dir="~/runs/x"`` names that folder."""
+    keys = cfg.keys() if isinstance(cfg, DictConfig) else range(len(cfg))
+    for key in list(keys):
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig | ListConfig):
+            if not node._is_none() and not node._is_missing() and not node._is_interpolation():
+                expand_home(node)
+        elif not node._is_interpolation() and str(value := node._value()).startswith("~"):
+            cfg[key] = os.path.expanduser(str(value))
 
 
 def _say(result: Any) -> None:
