@@ -89,6 +89,9 @@ def test_average_takes_the_mean_of_the_best_or_latest_kept_weights(tmp_path: Pat
     average(settings(run_dir=str(tmp_path), n=2, out=str(out)))
     assert load_checkpoint(out)["model"]["w"].tolist() == [250.0, 250.0]
     (tmp_path / "empty").mkdir()
+    with pytest.raises(Seq2SeqError, match="empty is not a training run or release folder"):
+        average(settings(run_dir=str(tmp_path / "empty")))
+    (tmp_path / "empty" / "config.yaml").write_text("{}\n")
     with pytest.raises(Seq2SeqError, match="keeps no checkpoints"):
         average(settings(run_dir=str(tmp_path / "empty")))
     with pytest.raises(Seq2SeqError, match="run_dir=.*nowhere is not a folder"):
