@@ -202,3 +202,23 @@ def test_a_file_a_command_reads_is_there_before_it_starts(schema, tmp_path, monk
         (tmp_path / key).rmdir()
         (tmp_path / key).write_text("x\n")
     check_files(_config(schema, {k: k for k in keys}))
+
+
+@pytest.mark.parametrize(
+    ("schema", "values", "warned"),
+    [
+        (TranslateConfig, {"temperature": 0.5}, "temperature=0.5 has no effect: shapes sampling"),
+        (EvaluateConfig, {"top_k": 10, "seed": 3}, "top_k=10 has no effect"),
+        (TranslateConfig, {"sampling": True, "beam_size": 7}, "beam_size=7 has no effect"),
+        (BacktranslateConfig, {"nbest": 3, "beam_size": 5}, "nbest=3 has no effect"),
+    ],
+)
+def test_a_setting_that_does_nothing_is_warned_of(schema, values, warned, caplog) -> None:
+    check_config(_config(schema, values))
+    assert warned in caplog.text
+
+
+def test_settings_that_act_are_not_warned_of(caplog) -> None:
+    check_config(_config(TranslateConfig, {"sampling": True, "temperature": 0.5, "seed": 2}))
+    check_config(_config(TranslateConfig, {"beam_size": 7}))
+    assert "has no effect" not in caplog.text

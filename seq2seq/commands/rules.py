@@ -31,7 +31,14 @@ from seq2seq.commands.configs import (
     SteeringKeys,
 )
 from seq2seq.commands.ranges import range_problems
-from seq2seq.config import Config, InferenceConfig, LoadConfig, Precision, ScheduleName
+from seq2seq.config import (
+    Config,
+    DecodeConfig,
+    InferenceConfig,
+    LoadConfig,
+    Precision,
+    ScheduleName,
+)
 from seq2seq.config_choices import Backend, Pick, Symmetrize
 from seq2seq.errors import DataError, Seq2SeqError, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
@@ -181,6 +188,20 @@ def _search(cfg: InferenceConfig) -> list[str]:
     return [problem] if problem else []
 
 
+def _inert(cfg: InferenceConfig) -> list[str]:
+    """A warning line for each search setting given that the search asked for ignores."""
+    default = DecodeConfig()
+    if cfg.sampling:
+        inert = {"beam_size": "sampling=true draws nbest translations, it keeps no beams"}
+    else:
+        why = "shapes sampling only: add sampling=true, or leave it out"
+        inert = {key: why for key in ("temperature", "top_k", "top_p", "seed")}
+    for key, why in inert.items():
+        if cfg[key] != getattr(default, key):
+            log.warning("%s=%s has no effect: %s", key, cfg[key], why)
+    return []
+
+
 def _steered(cfg: SteeringKeys) -> list[str]:
     """Constraints and terms are met by beam search, not by greedy search or sampling."""
     phrases = [k for k in ("constraints", "terms") if cfg[k]]
@@ -303,6 +324,8 @@ def _distilled(cfg: DistillConfig) -> list[str]:
 
 
 def _backtranslated(cfg: BacktranslateConfig) -> list[str]:
+    if cfg.nbest > 1:
+        log.warning("nbest=%d has no effect: one synthetic source is written a line", cfg.nbest)
     if not cfg.ratios or min(cfg.ratios) <= 0:
         return [f"ratios={list(cfg.ratios)} must be positive (synthetic per real pair)"]
     return []
@@ -329,6 +352,7 @@ _RULES: tuple[tuple[type, Callable[[Any], list[str]]], ...] = (
     (LoadConfig, _written_apart),
     (LoadConfig, _ensembled),
     (InferenceConfig, _search),
+    (InferenceConfig, _inert),
     (SteeringKeys, _steered),
     (ServeConfig, _served),
     (ServeConfig, _served_onnx),
