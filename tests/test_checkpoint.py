@@ -89,6 +89,9 @@ def test_average_takes_the_mean_of_the_best_or_latest_kept_weights(tmp_path: Pat
     average(settings(run_dir=str(tmp_path), n=2, out=str(out)))
     assert load_checkpoint(out)["model"]["w"].tolist() == [250.0, 250.0]
     (tmp_path / "empty").mkdir()
+    with pytest.raises(Seq2SeqError, match="empty is not a training run or release folder"):
+        average(settings(run_dir=str(tmp_path / "empty")))
+    (tmp_path / "empty" / "config.yaml").write_text("{}\n")
     with pytest.raises(Seq2SeqError, match="keeps no checkpoints"):
         average(settings(run_dir=str(tmp_path / "empty")))
     with pytest.raises(Seq2SeqError, match="run_dir=.*nowhere is not a folder"):
@@ -97,11 +100,17 @@ def test_average_takes_the_mean_of_the_best_or_latest_kept_weights(tmp_path: Pat
 
 def test_a_resume_with_other_model_settings_names_them(tmp_path: Path) -> None:
     saved = composed("experiment=smoke")
-    save_checkpoint(
-        tmp_path / "last.pt",
-        {"config": OmegaConf.to_container(saved, resolve=True, enum_to_str=True)},
-    )
+    state = {key: {} for key in ("model", "optimizer", "scheduler", "rng")}
+    state["config"] = OmegaConf.to_container(saved, resolve=True, enum_to_str=True)
+    save_checkpoint(tmp_path / "last.pt", state)
     now = composed("experiment=smoke", "train.resume=true", "model.hidden_size=128")
     says = r"differ from last.pt's: model.hidden_size \d+ \(now 128\)$"
     with pytest.raises(Seq2SeqError, match=says):
+        start_or_resume(tmp_path, now)
+
+
+def test_a_resume_from_weights_alone_is_one_line(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path / "last.pt", {"model": {}, "step": 10, "vocab": [8, 8]})
+    now = composed("experiment=smoke", "train.resume=true")
+    with pytest.raises(Seq2SeqError, match="is no training's state .*lacks optimizer, sched"):
         start_or_resume(tmp_path, now)

@@ -3,13 +3,14 @@ command's own help."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from run_helpers import REPO, run
+from run_helpers import REPO, command, run
 
 
 def quick_start_overrides() -> list[str]:
@@ -111,3 +112,23 @@ def test_process_settings_are_debug_lines(smoke_run: Path) -> None:
     for flag in ("hydra.verbose=seq2seq.runtime", "-v"):
         verbose = said(flag)
         assert "[DEBUG] memory: " in verbose and "[DEBUG] oneDNN: " in verbose, flag
+
+
+def test_the_final_answer_to_a_reader_that_left_ends_quietly() -> None:
+    """``seq2seq-align ... | head -1``: the final JSON line finds the pipe closed."""
+    code = "from seq2seq.commands.wrapper import _say; _say({'pairs': 300})"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()  # the reader leaves before the answer
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1 and err == "", err
+
+
+def test_a_quoted_home_folder_is_expanded(tmp_path: Path) -> None:
+    """``run_dir="~/..."`` (quoted, as the message on ``~`` advises) names the home's folder."""
+    (tmp_path / "runs").mkdir()
+    env = {**os.environ, "HOME": str(tmp_path)}
+    proc = command("average", 'run_dir="~/runs"', env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"{tmp_path / 'runs'} is not a training run" in proc.stderr, proc.stderr

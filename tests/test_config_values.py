@@ -68,6 +68,8 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (EvaluateConfig, {"nbest": 6}, "nbest=6 needs at least as many beams"),
         (EvaluateConfig, {"sampling": True, "coverage_penalty": 0.2}, "coverage_penalty reranks"),
         (EvaluateConfig, {"terms": "t.tsv", "beam_size": 1}, "terms=: "),
+        (EvaluateConfig, {"ensemble": ["b"], "checkpoint": "a/x.pt"}, "checkpoint=a/x.pt is one"),
+        (ScoreConfig, {"ensemble": ["b"], "checkpoint": "x.pt"}, "checkpoint=x.pt is one model"),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message) -> None:
@@ -84,6 +86,7 @@ def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message
         (AlignConfig, {"src_file": "a", "tgt_file": "b"}),
         (AlignConfig, {"input": "p.txt", "output": "p.links", "weights": "p.json"}),
         (AverageConfig, {}),
+        (EvaluateConfig, {"ensemble": ["b"], "checkpoint": "averaged"}),
         (BacktranslateConfig, {"ratios": [0.5, 3]}),
         (ExportConfig, {"browser": True, "onnx": True}),
         (ServeConfig, {"beam_size": 10, "no_repeat_ngram": 3, "nbest": 2}),
@@ -175,6 +178,13 @@ def test_align_refuses_to_write_over_its_input_by_another_name(tmp_path: Path) -
         check_config(_config(AlignConfig, values))
 
 
+def test_average_never_writes_over_a_file(tmp_path: Path) -> None:
+    (tmp_path / "last.pt").write_bytes(b"x")
+    with pytest.raises(Seq2SeqError, match="^out=.*last.pt exists: give a new file's name"):
+        check_config(_config(AverageConfig, {"out": str(tmp_path / "last.pt")}))
+    check_config(_config(AverageConfig, {"out": str(tmp_path / "new.pt")}))
+
+
 @pytest.mark.parametrize("schema", [EvaluateConfig, TranslateConfig, AlignConfig, ServeConfig])
 def test_a_file_a_command_reads_is_there_before_it_starts(schema, tmp_path, monkeypatch):
     """Every key of FILES_READ in the schema: a missing file or a folder refused by its key, in
@@ -192,3 +202,23 @@ def test_a_file_a_command_reads_is_there_before_it_starts(schema, tmp_path, monk
         (tmp_path / key).rmdir()
         (tmp_path / key).write_text("x\n")
     check_files(_config(schema, {k: k for k in keys}))
+
+
+@pytest.mark.parametrize(
+    ("schema", "values", "warned"),
+    [
+        (TranslateConfig, {"temperature": 0.5}, "temperature=0.5 has no effect: shapes sampling"),
+        (EvaluateConfig, {"top_k": 10, "seed": 3}, "top_k=10 has no effect"),
+        (TranslateConfig, {"sampling": True, "beam_size": 7}, "beam_size=7 has no effect"),
+        (BacktranslateConfig, {"nbest": 3, "beam_size": 5}, "nbest=3 has no effect"),
+    ],
+)
+def test_a_setting_that_does_nothing_is_warned_of(schema, values, warned, caplog) -> None:
+    check_config(_config(schema, values))
+    assert warned in caplog.text
+
+
+def test_settings_that_act_are_not_warned_of(caplog) -> None:
+    check_config(_config(TranslateConfig, {"sampling": True, "temperature": 0.5, "seed": 2}))
+    check_config(_config(TranslateConfig, {"beam_size": 7}))
+    assert "has no effect" not in caplog.text

@@ -57,6 +57,8 @@ def test_custom_prefixes_plain_and_gz(tmp_path: Path) -> None:
         split_files(cfg, "test")
     with pytest.raises(DataError, match=r"neither .*missing\.de nor .*missing\.de\.gz exists"):
         split_files(cfg, str(tmp_path / "missing"))
+    with pytest.raises(DataError, match=r"exists: give the prefix without its language, .*/dev$"):
+        split_files(cfg, str(tmp_path / "dev.de.gz"))
 
 
 def test_the_configured_files_are_checked_without_a_download(multi30k_dir, tmp_path) -> None:

@@ -126,6 +126,10 @@ def test_a_split_not_found_says_what_to_give_and_an_unknown_one_does_not(
     data = OmegaConf.merge(run.cfg.data, {"root": "elsewhere", "source": "nowhere"})
     with pytest.raises(DataError, match="run from where training was started, or give data_s"):
         split_pairs(run, data, "test_2016_flickr", tmp_path)
+    for place, given in ((str(tmp_path / "nowhere"), False), ("nowhere", True)):  # clear
+        data = OmegaConf.merge(run.cfg.data, {"root": "elsewhere", "source": place})
+        with pytest.raises(DataError, match=r"^could not fetch [^;]*$"):
+            split_pairs(run, data, "test_2016_flickr", tmp_path, given=given)
     with pytest.raises(DataError, match="^unknown Multi30k split 'test_2099'; splits are: [^;]*$"):
         split_pairs(run, data, "test_2099", tmp_path)
 

@@ -265,3 +265,32 @@ def test_each_decoding_setting_has_its_own_files_and_out_takes_them(
     refused = run_evaluate(*common[:3], f"out={blocked / 'x'}", cwd=tmp_path)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert f"cannot write into {blocked / 'x'}" in refused.stderr
+
+
+def test_inputs_of_one_name_and_a_checkpoint_from_elsewhere_keep_their_own_results(
+    smoke_run: Path, tmp_path: Path
+) -> None:
+    """a/x.de and b/x.de never overwrite each other's results, nor does a best.pt from outside
+    the run overwrite the run's own best's."""
+    out, configs = tmp_path / "results", []
+    for folder, line in (("a", "Ein Hund läuft ."), ("b", "Zwei Männer spielen .")):
+        (tmp_path / folder).mkdir()
+        for lang in ("de", "en"):
+            (tmp_path / folder / f"x.{lang}").write_text(line + "\n", encoding="utf-8")
+        files = {
+            key: str(tmp_path / folder / f"x.{lang}")
+            for key, lang in (("input", "de"), ("reference", "en"))
+        }
+        configs.append(EvaluateConfig(run_dir=str(smoke_run), out=str(out), beam_size=1, **files))
+    first, second = (evaluate(OmegaConf.structured(cfg)) for cfg in configs)
+    assert Path(first["hypotheses"]).name == "x.de.best.beam1.hyp"
+    assert Path(second["hypotheses"]).name.startswith("x.de-")
+    assert json.loads((out / "x.de.best.beam1.json").read_text())["source"] == first["source"]
+    again = evaluate(OmegaConf.structured(configs[0]))
+    assert again["hypotheses"] == first["hypotheses"]
+    elsewhere = tmp_path / "other" / "best.pt"
+    elsewhere.parent.mkdir()
+    shutil.copy(smoke_run / "best.pt", elsewhere)
+    configs[0].checkpoint = str(elsewhere)
+    foreign = evaluate(OmegaConf.structured(configs[0]))
+    assert Path(foreign["hypotheses"]).name.startswith("x.de.best-")

@@ -28,6 +28,7 @@ from run_helpers import (
 )
 
 from seq2seq.commands.configs import ExportConfig
+from seq2seq.data.tokenizer import fingerprints
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import (
     CheckpointWriter,
@@ -138,6 +139,20 @@ def test_a_checkpoint_of_another_run_says_so(smoke_run: Path, tmp_path: Path) ->
     save_checkpoint(folder / "best.pt", state)
     with pytest.raises(Seq2SeqError, match="vocabularies of 8000/7931 pieces.*another run"):
         load_run(folder)
+
+
+def test_a_checkpoint_of_other_tokenizers_of_the_same_sizes_is_refused(
+    smoke_run: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    state = load_checkpoint(folder / "best.pt")
+    run = load_run(folder)
+    assert state["tokenizers"] == fingerprints(run.src_tok, run.tgt_tok)
+    state["tokenizers"] = ["0" * 64, "1" * 64]  # another run's, its vocabularies as large
+    save_checkpoint(tmp_path / "other.pt", state)
+    with pytest.raises(Seq2SeqError, match="other tokenizers than those in .*another run"):
+        load_run(folder, str(tmp_path / "other.pt"))
 
 
 # -- interrupted and failed writes ----------------------------------------------------------------

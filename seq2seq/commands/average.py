@@ -18,7 +18,7 @@ from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config_choices import BestMetric, Selection
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import best_steps, kept_steps, load_checkpoint, save_checkpoint
-from seq2seq.storage.rundir import AVERAGED, CONFIG_FILE, kept_checkpoint
+from seq2seq.storage.rundir import AVERAGED, CONFIG_FILE, kept_checkpoint, not_a_run
 
 log = logging.getLogger("seq2seq.average")
 
@@ -42,6 +42,8 @@ def average(cfg: AverageConfig) -> Path:
     if not run_dir.is_dir():
         raise Seq2SeqError(f"run_dir={run_dir} is not a folder")
     steps = kept_steps(run_dir)
+    if not steps and not (run_dir / CONFIG_FILE).is_file():  # runs/, not runs/<a run>
+        raise Seq2SeqError(not_a_run(run_dir, str(run_dir)))
     if not steps:
         raise Seq2SeqError(
             f"{run_dir} keeps no checkpoints to average: train it with train.keep_checkpoints=N"
@@ -59,6 +61,7 @@ def average(cfg: AverageConfig) -> Path:
         "model": average_checkpoints(paths),
         "step": newest["step"],
         "vocab": newest.get("vocab"),
+        "tokenizers": newest.get("tokenizers"),
         "averaged": {str(step): steps[step] for step in sorted(chosen)},
     }
     out = Path(cfg.out) if cfg.out else run_dir / AVERAGED

@@ -9,6 +9,7 @@ first K heatmaps also go into the run's TensorBoard. An ensemble (``ensemble=[..
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -151,7 +152,7 @@ def _settings_part(cfg: EvaluateConfig) -> str:
     every decoding setting that differs from its default has its own part, so no setting's files
     overwrite another's (``...beam5.int8``, ``.cp0.2``, ``.alpha1``, ``.len2x+10``, ``.norepeat3``,
     ``.min0.5x+2``, ``.nbest3``, ``.prefix-<file name>``, ``.constraints-...``, ``.terms-...``)."""
-    checkpoint = cfg.checkpoint if cfg.checkpoint in CHECKPOINTS else Path(cfg.checkpoint).stem
+    checkpoint = _checkpoint_part(cfg)
     default = DecodeConfig()
     precision = Precision(cfg.precision)
     suffix = "" if precision == Precision.fp32 else f".{precision.value}"
@@ -173,6 +174,42 @@ def _settings_part(cfg: EvaluateConfig) -> str:
     if cfg.sampling:  # e.g. test_2016_flickr.best.sample.t0.7.k10.seed1
         return f"{checkpoint}.{sampling_part(cfg)}{suffix}"
     return f"{checkpoint}.beam{cfg.beam_size}{suffix}"
+
+
+def _checkpoint_part(cfg: EvaluateConfig) -> str:
+    """``best``, ``last``, ``averaged``, or a checkpoint file's stem: with a digest of its path
+    where it lies outside the run or would take the name of one of the run's own."""
+    if cfg.checkpoint in CHECKPOINTS:
+        return cfg.checkpoint
+    path, run_dir = Path(cfg.checkpoint).resolve(), Path(cfg.run_dir).resolve()
+    for name, file in CHECKPOINTS.items():
+        if path == run_dir / file:
+            return name
+    if path.is_relative_to(run_dir) and path.stem not in CHECKPOINTS:
+        return path.stem  # checkpoints/step-10
+    return f"{path.stem}-{_digest(path)}"
+
+
+def _digest(path: Path) -> str:
+    """Six hex digits of a file's absolute path: what tells files of one name apart."""
+    return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:6]
+
+
+def _unclaimed(out_dir: Path, stem: str, source: Path) -> str:
+    """``stem`` (which starts with the input's file name), unless the result of that stem is
+    another file's of the same name: then ``<name>-<digest of its path>...``, never overwriting
+    it."""
+    name = source.name
+    try:
+        result = json.loads((out_dir / f"{stem}.json").read_text(encoding="utf-8"))
+        claimed = result.get("source")
+    except (OSError, ValueError, AttributeError):  # none there, or not a result
+        return stem
+    if claimed in (None, str(source.resolve())):
+        return stem
+    apart = f"{name}-{_digest(source)}{stem.removeprefix(name)}"
+    log.warning("%s.json is of %s: the results of %s are %s.*", stem, claimed, source, apart)
+    return apart
 
 
 def sampling_part(cfg: EvaluateConfig) -> str:
@@ -227,10 +264,10 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     translations, seconds = _translate(translator, run, device, sources, src_path, steer)
     texts = [translator.best_text(t) for t in translations]
     scores, signatures = _scores(texts, references, tokenize, sources, run, engine)
-
     if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
         name = f"{name}.ensemble{len(members)}"
     stem = f"{name}.{settings}"
+    stem = _unclaimed(out_dir, stem, src_path) if cfg.input is not None else stem
     paths = _write_outputs(out_dir, stem, translator, translations)
     if steer is not None:  # how far the outputs kept it, and the glossary's hits per line
         facts["steering"] = steering_report(texts, steer)

@@ -31,11 +31,19 @@ from seq2seq.commands.configs import (
     SteeringKeys,
 )
 from seq2seq.commands.ranges import range_problems
-from seq2seq.config import Config, InferenceConfig, LoadConfig, Precision, ScheduleName
+from seq2seq.config import (
+    Config,
+    DecodeConfig,
+    InferenceConfig,
+    LoadConfig,
+    Precision,
+    ScheduleName,
+)
 from seq2seq.config_choices import Backend, Pick, Symmetrize
 from seq2seq.errors import DataError, Seq2SeqError, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
+from seq2seq.storage.rundir import CHECKPOINTS
 
 log = logging.getLogger("seq2seq.config")
 
@@ -180,6 +188,20 @@ def _search(cfg: InferenceConfig) -> list[str]:
     return [problem] if problem else []
 
 
+def _inert(cfg: InferenceConfig) -> list[str]:
+    """A warning line for each search setting given that the search asked for ignores."""
+    default = DecodeConfig()
+    if cfg.sampling:
+        inert = {"beam_size": "sampling=true draws nbest translations, it keeps no beams"}
+    else:
+        why = "shapes sampling only: add sampling=true, or leave it out"
+        inert = {key: why for key in ("temperature", "top_k", "top_p", "seed")}
+    for key, why in inert.items():
+        if cfg[key] != getattr(default, key):
+            log.warning("%s=%s has no effect: %s", key, cfg[key], why)
+    return []
+
+
 def _steered(cfg: SteeringKeys) -> list[str]:
     """Constraints and terms are met by beam search, not by greedy search or sampling."""
     phrases = [k for k in ("constraints", "terms") if cfg[k]]
@@ -271,6 +293,16 @@ def _written_apart(cfg: LoadConfig) -> list[str]:
     return problems
 
 
+def _ensembled(cfg: LoadConfig) -> list[str]:
+    """Each member of an ensemble loads its own checkpoint of a name: a file is one model's."""
+    if cfg.get("ensemble") and cfg.checkpoint not in CHECKPOINTS:
+        return [
+            f"checkpoint={cfg.checkpoint} is one model's file: with ensemble=, checkpoint= "
+            "is best, last or averaged (each member's own)"
+        ]
+    return []
+
+
 def _same_file(a: str, b: str) -> bool:
     """Whether two paths name one file (a link or another spelling of it too)."""
     first, second = Path(a), Path(b)
@@ -292,13 +324,19 @@ def _distilled(cfg: DistillConfig) -> list[str]:
 
 
 def _backtranslated(cfg: BacktranslateConfig) -> list[str]:
+    if cfg.nbest > 1:
+        log.warning("nbest=%d has no effect: one synthetic source is written a line", cfg.nbest)
     if not cfg.ratios or min(cfg.ratios) <= 0:
         return [f"ratios={list(cfg.ratios)} must be positive (synthetic per real pair)"]
     return []
 
 
 def _averaged(cfg: AverageConfig) -> list[str]:
-    return [] if cfg.n > 0 else [f"n={cfg.n} must be positive"]
+    """A positive n; out= a new file (never a run's checkpoint or the averaged ones)."""
+    problems = [] if cfg.n > 0 else [f"n={cfg.n} must be positive"]
+    if cfg.out is not None and os.path.lexists(cfg.out):
+        problems.append(f"out={cfg.out} exists: give a new file's name")
+    return problems
 
 
 def _exported(cfg: ExportConfig) -> list[str]:
@@ -312,7 +350,9 @@ _RULES: tuple[tuple[type, Callable[[Any], list[str]]], ...] = (
     (Config, _training),
     (LoadConfig, _chosen_precision),
     (LoadConfig, _written_apart),
+    (LoadConfig, _ensembled),
     (InferenceConfig, _search),
+    (InferenceConfig, _inert),
     (SteeringKeys, _steered),
     (ServeConfig, _served),
     (ServeConfig, _served_onnx),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from omegaconf import DictConfig, ListConfig
 
 from seq2seq.commands.arguments import check_arguments
 from seq2seq.commands.configs import CONFIGS, SCHEMAS, register_schemas
@@ -82,6 +83,7 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
     once (then ``refused``). The command's process-wide settings: TensorBoard's writer thread
     keeps a full disk's traceback quiet; the data workers' server preloads their modules."""
     try:
+        expand_home(cfg)
         check_config(cfg, schema)
         check_files(cfg)
         quiet_event_writer_threads()
@@ -103,9 +105,27 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
     sys.exit(1)
 
 
+def expand_home(cfg: Any) -> None:
+    """Each setting that starts with ``~`` (run_dir, checkpoint, input, data.source, ...)
+    expanded as a shell would have: a quoted ``run_dir="~/runs/x"`` names that folder."""
+    keys = cfg.keys() if isinstance(cfg, DictConfig) else range(len(cfg))
+    for key in list(keys):
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig | ListConfig):
+            if not node._is_none() and not node._is_missing() and not node._is_interpolation():
+                expand_home(node)
+        elif not node._is_interpolation() and str(value := node._value()).startswith("~"):
+            cfg[key] = os.path.expanduser(str(value))
+
+
 def _say(result: Any) -> None:
-    """A command's answer on stdout, last: a JSON line (scores, counts) or a written path."""
-    if isinstance(result, dict):
-        print(json.dumps(result, ensure_ascii=False), flush=True)
-    elif isinstance(result, str | Path):
-        print(result, flush=True)
+    """A command's answer on stdout, last: a JSON line (scores, counts) or a written path; a
+    reader that has left (``... | head -1``) ends it quietly, as in ``_run``."""
+    try:
+        if isinstance(result, dict):
+            print(json.dumps(result, ensure_ascii=False), flush=True)
+        elif isinstance(result, str | Path):
+            print(result, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

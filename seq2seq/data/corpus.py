@@ -139,4 +139,8 @@ def prefix_file(prefix: str, lang: str) -> Path:
     for path in (plain, plain.with_name(plain.name + ".gz")):
         if path.is_file():
             return path
-    raise DataError(f"neither {plain} nor {plain}.gz exists")
+    hint = ""
+    for suffix in (f".{lang}", f".{lang}.gz"):  # data.train=cd1/train.de: its language given
+        if prefix.endswith(suffix) and Path(prefix).is_file():
+            hint = f": give the prefix without its language, {prefix.removesuffix(suffix)}"
+    raise DataError(f"neither {plain} nor {plain}.gz exists{hint}")

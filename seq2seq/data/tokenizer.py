@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import logging
 import os
@@ -52,6 +53,11 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()
+
+    @property
+    def fingerprint(self) -> str:
+        """The model's SHA-256: what a checkpoint records of the tokenizers it was trained with."""
+        return hashlib.sha256(self.proto).hexdigest()
 
     def encode(self, text: str) -> list[int]:
         """Subword ids of one sentence, without BOS/EOS."""
@@ -253,3 +259,8 @@ def _train_one(text: Path, count: int, settings: dict, label: str) -> bytes:
                 f"cannot train the {label} tokenizer on {count} lines: {reason}"
             ) from None
     return model.getvalue()
+
+
+def fingerprints(src_tok: Tokenizer, tgt_tok: Tokenizer) -> list[str]:
+    """What a checkpoint records of its run's two tokenizers (``"tokenizers"``): their SHA-256."""
+    return [src_tok.fingerprint, tgt_tok.fingerprint]

@@ -26,18 +26,18 @@ def run_split(
     data = run.cfg.data
     if data_source is not None:
         data = OmegaConf.merge(data, {"source": data_source})
-    return split_pairs(run, data, split, out_dir)
+    return split_pairs(run, data, split, out_dir, given=data_source is not None)
 
 
 def split_pairs(
-    run: TrainedRun, data: DictConfig, split: str, out_dir: Path
+    run: TrainedRun, data: DictConfig, split: str, out_dir: Path, given: bool = False
 ) -> tuple[str, Path, Path]:
     """(split name, source file, reference file) of a split of the run's own corpus: the run
     folder's copy where training left one (tab-separated and Hugging Face corpora), else the
     corpus's files.
 
-    Relative paths in the run's config (``data.root``, ``data.source``, custom prefixes) are taken
-    from the current directory, as they were by training.
+    Relative paths in the run's config (``data.source``, custom prefixes) are taken from the
+    current directory, as they were by training; ``given``: data_source= says where Multi30k is.
     """
     if (files := _other_files(split, data)) is not None:
         return split, *files
@@ -59,10 +59,10 @@ def split_pairs(
         raise
     except DataError as e:
         multi30k = data.kind == "multi30k"
-        places = [data.root, data.source] if multi30k else [name]
-        relative = [p for p in places if not is_url(p) and not Path(p).is_absolute()]
-        if not relative:
+        place = data.source if multi30k else name  # data.root is a copy of data.source
+        if given or is_url(place) or Path(place).is_absolute():  # where it looked is clear
             raise
+        relative = [place]
         other = "data_source=<the Multi30k folder>" if multi30k else "split=<the files' prefix>"
         hint = (
             f"; the run's relative paths ({', '.join(relative)}) are taken from the current "

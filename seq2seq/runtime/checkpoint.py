@@ -108,6 +108,10 @@ def _why(error: Exception) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
+# what a resume takes from last.pt (runtime/migrate.py fills in what older ones lack)
+RESUMED = ("model", "optimizer", "scheduler", "rng", "config")
+
+
 def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
     """A new run: refuse a folder that already holds a checkpoint, save the config, return None.
     ``train.resume=true``: the state of the folder's last.pt (None if it has none)."""
@@ -120,6 +124,12 @@ def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
             )
     elif last.exists():
         state = load_checkpoint(last)
+        if missing := [key for key in RESUMED if key not in state]:
+            raise Seq2SeqError(
+                f"train.resume=true, but {last} is no training's state (it lacks "
+                f"{', '.join(missing)}: weights alone, as seq2seq-average writes): put back the "
+                "run's own last.pt, or start a new run"
+            )
         model = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
         saved = upgrade_saved_config(OmegaConf.create(state["config"])).model
         if changed := _differences(OmegaConf.to_container(saved), model, "model"):

@@ -91,9 +91,7 @@ def check_precision(precision: Precision, device: torch.device) -> None:
         where = "this torch has no quantized CPU engine" if device.type == "cpu" else device.type
         raise Seq2SeqError(f"precision int8 runs on the CPU only ({where}): use bf16 or fp32")
     if precision == Precision.fp16 and device.type != "cuda":
-        raise Seq2SeqError(
-            f"precision fp16 needs CUDA (loss scaling); on {device.type} use bf16 or fp32"
-        )
+        raise Seq2SeqError(f"precision fp16 needs CUDA; on {device.type} use bf16 or fp32")
     if precision != Precision.bf16:
         return
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():

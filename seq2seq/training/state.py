@@ -15,6 +15,7 @@ from torch import Tensor
 
 from seq2seq.config_choices import BestMetric
 from seq2seq.data.dataset import TokenizedCorpus
+from seq2seq.data.tokenizer import Tokenizer, fingerprints
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.rundir import BEST, LAST
@@ -121,19 +122,19 @@ def training_state(
     schedule: LearningRate,
     progress: Progress,
     rng: list[dict[str, Tensor]],
-    vocab: list[int],
+    toks: tuple[Tokenizer, Tokenizer],
     engine: Engine,
     cfg: DictConfig,
     plan: dict[str, Any],
 ) -> dict[str, Any]:
     """What last.pt and best.pt hold: weights, optimizer, schedule, every rank's random state
-    (``rng``), vocabulary sizes, progress, the epoch plan, and the run's config."""
+    (``rng``), the tokenizers' record (``toks``), progress, the epoch plan, and the config."""
     return {
         "model": updater.module.state_dict(),
         **updater.state_dict(),
         "scheduler": schedule.state_dict(),
         "rng": rng,  # one entry per rank
-        "vocab": vocab,
+        **tokenizer_record(*toks),
         **asdict(progress),
         "world_size": engine.world_size,
         "accumulate": cfg.train.accumulate,
@@ -142,6 +143,15 @@ def training_state(
         "precision": engine.precision.value,  # precision=auto's choice; kept as well
         "device": engine.describe(),  # where it trained, for the model card
         "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+    }
+
+
+def tokenizer_record(src_tok: Tokenizer, tgt_tok: Tokenizer) -> dict[str, list]:
+    """What ties a checkpoint to its run's tokenizers (runtime/run_folder.py checks it): their
+    vocabulary sizes and fingerprints."""
+    return {
+        "vocab": [src_tok.vocab_size, tgt_tok.vocab_size],
+        "tokenizers": fingerprints(src_tok, tgt_tok),
     }
 
 

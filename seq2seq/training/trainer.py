@@ -48,6 +48,7 @@ from seq2seq.training.state import (
     count_validation,
     epoch_plan,
     restore_training,
+    tokenizer_record,
     training_state,
 )
 from seq2seq.training.stopping import StopRequest, agreed_stop, stop_signals
@@ -187,13 +188,12 @@ class Trainer:
         the background."""
         rng = self.engine.gather(self.engine.rng_state())
         if self.engine.is_main:
-            vocab = self._vocab()
             state = training_state(
                 self.updater,
                 self.schedule,
                 self.progress,
                 rng,
-                vocab,
+                (self.data.src_tok, self.data.tgt_tok),
                 self.engine,
                 self.cfg,
                 self.plan,
@@ -322,7 +322,8 @@ class Trainer:
             self.report.validation(p, result, improved, start)
         self._save(*([BEST] if improved else []), LAST)
         if self.cfg.train.keep_checkpoints and self.engine.is_main:
-            weights = {"model": self.updater.module.state_dict(), "vocab": self._vocab()}
+            toks = (self.data.src_tok, self.data.tgt_tok)
+            weights = {"model": self.updater.module.state_dict(), **tokenizer_record(*toks)}
             higher = BestMetric(p.best_metric).higher_is_better
             keep(
                 self.writer,
