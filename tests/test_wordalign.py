@@ -91,6 +91,11 @@ def test_gold_files_are_checked_against_the_pairs(tmp_path) -> None:
     links.write_text("1-1\n", encoding="utf-8")
     with pytest.raises(DataError, match="1 lines of links for 2 sentence pairs"):
         read_gold(links, pairs)
+    pairs_file.write_text("a b ||| x y z\nc ||| w\n\n \n", encoding="utf-8")  # blank at the end
+    assert read_pairs(pairs_file) == pairs
+    pairs_file.write_text("a ||| x\n\nc ||| w\n", encoding="utf-8")  # a blank pair: refused
+    with pytest.raises(DataError, match="pairs.txt:2"):
+        read_pairs(pairs_file)
     pairs_file.write_text("no separator\n", encoding="utf-8")
     with pytest.raises(DataError, match="pairs.txt:1"):
         read_pairs(pairs_file)

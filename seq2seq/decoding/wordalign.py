@@ -22,9 +22,12 @@ Links = set[tuple[int, int]]  # {(source word, target word)}
 
 
 def read_pairs(path: str | Path) -> list[WordPair]:
-    """``source ||| target`` lines -> (source words, target words) per line."""
-    pairs = []
-    for number, line in enumerate(iter_lines(Path(path)), 1):
+    """``source ||| target`` lines -> (source words, target words) per line (blank lines at the
+    end left out)."""
+    pairs, lines = [], list(iter_lines(Path(path)))
+    while lines and not lines[-1].strip():  # blank lines at the end: an editor's, not pairs
+        lines.pop()
+    for number, line in enumerate(lines, 1):
         if line.count("|||") != 1:
             raise DataError(f"{path}:{number}: expected one 'source ||| target' per line")
         source, target = line.split("|||")
