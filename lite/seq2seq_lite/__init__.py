@@ -58,7 +58,9 @@ class Translator:
         self.tgt_tok = spm.SentencePieceProcessor(model_file=str(folder / spec["tgt_tokenizer"]))
         keys = ("beam_size", "nbest", "batch_size", "max_source_len")
         others = {k: search.get(k, 0) for k in rules.NOT_NEGATIVE}
-        if problem := rules.search_problem(**{k: search[k] for k in keys}, **others):
+        vocab = self.tgt_tok.get_piece_size()
+        settings = {k: search[k] for k in keys}
+        if problem := rules.search_problem(**settings, vocab_size=vocab, **others):
             raise ReleaseError(problem)
 
     @classmethod

@@ -118,4 +118,4 @@ def _onnx_model(
         lite_translator = lite.Translator(folder, base.graphs, settings)
         return OnnxTranslator(lite_translator, src_tok, tgt_tok, search)
 
-    return ServedModel(card["name"], card, src_tok, "cpu", translator)
+    return ServedModel(card["name"], card, src_tok, "cpu", translator, tgt_tok.vocab_size)
