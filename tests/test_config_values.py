@@ -67,7 +67,16 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         (ServeConfig, {"backend": "onnx", "ensemble": ["b"]}, "backend=onnx has no ensemble="),
         (EvaluateConfig, {"nbest": 6}, "nbest=6 needs at least as many beams"),
         (EvaluateConfig, {"sampling": True, "coverage_penalty": 0.2}, "coverage_penalty reranks"),
-        (EvaluateConfig, {"terms": "t.tsv", "beam_size": 1}, "terms=: "),
+        (EvaluateConfig, {"terms": "t.tsv", "beam_size": 1}, r"the glossary's terms \(terms=t"),
+        (ServeConfig, {"terms": "t.tsv", "beam_size": 1}, r"the glossary's terms \(terms=t"),
+        (ServeConfig, {"alpha": float("nan")}, "alpha=nan must be a finite number"),
+        (ServeConfig, {"max_len_a": float("inf")}, "max_len_a=inf must be a finite number"),
+        (EvaluateConfig, {"min_len_a": float("nan")}, "min_len_a=nan must be a finite number"),
+        (
+            ServeConfig,
+            {"request_timeout_s": float("nan")},
+            "request_timeout_s=nan must be a finite",
+        ),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message) -> None:

@@ -21,6 +21,7 @@ from importlib import resources
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from seq2seq_lite.rules import beam_problem
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -29,7 +30,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.data.steering import SteeringFiles
 from seq2seq.decoding.inference import InputTooLong, encode_sources
-from seq2seq.serving.api import BadRequest, Query, answer, authorised, error, parse, read_body
+from seq2seq.serving.api import (
+    BadRequest,
+    Query,
+    answer,
+    authorised,
+    error,
+    no_query,
+    parse,
+    read_body,
+)
 from seq2seq.serving.batcher import Batcher, Job, Overloaded
 from seq2seq.serving.metrics import MISSING, Metrics
 from seq2seq.serving.models import ServedModel
@@ -122,9 +132,12 @@ class Service:
         if not authorised(request, self.cfg.api_key):
             return error(401, "missing or wrong X-API-Key header")
         try:
+            no_query(request.query_params)
             body = await read_body(request, self.cfg.max_body_bytes)
             query = parse(body, self.cfg, self.names, self.glossary)
             request.state.sentences = len(query.sentences)
+            if problem := beam_problem(query.beam_size, self.models[query.model].tgt_vocab):
+                raise BadRequest(422, f"model {query.model!r}: {problem}")
             self.batcher.check_room(len(query.sentences))  # a full queue refuses before tokenizing
             self._check_lengths(query)
             job = self.batcher.submit(
