@@ -112,6 +112,8 @@ class Translator:
     ) -> list[Translation]:
         """Translate the lines in length-sorted batches; the order of the input is kept.
         ``steer``: each line's prefix and constraints (one per line; None: none)."""
+        if isinstance(lines, str):  # a str is a sequence of one-character lines
+            raise TypeError("translate takes a list of lines, not a str: translate([line])")
         eos = self.graphs.ids["eos"]
         sources = [[*ids, eos] if ids else [] for ids in self.encode(lines)]
         if steer is not None and len(steer) != len(lines):
