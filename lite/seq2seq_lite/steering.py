@@ -170,9 +170,10 @@ def forced_max_lengths(
 
 def read_glossary(text: str, where: str) -> list[tuple[str, str]]:
     """A glossary's entries, one ``source phrase<TAB>target phrase`` a line ("#" lines and blank
-    ones skipped), longest source phrase first; ValueError naming the line of a bad one."""
+    ones skipped), longest source phrase first; ValueError naming the line of a bad one. A
+    UTF-8 byte order mark (as some editors save) is not part of the first phrase."""
     entries = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         fields = [f.strip() for f in line.split("\t")]

@@ -115,12 +115,17 @@ class Service:
     """The routes' handlers, around the models (the first the default), one batcher and its
     metrics."""
 
-    def __init__(self, models: Sequence[ServedModel], cfg: ServeConfig, executor: Executor) -> None:
+    def __init__(
+        self,
+        models: Sequence[ServedModel],
+        cfg: ServeConfig,
+        executor: Executor,
+        glossary: list[tuple[str, str]] | None = None,
+    ) -> None:
         self.cfg, self.metrics = _plain(cfg), Metrics()
         self.models = {model.name: model for model in models}
         self.names = list(self.models)
-        files = SteeringFiles.read(None, None, cfg.terms)  # the glossary, read once
-        self.glossary = files.glossary if files is not None else []
+        self.glossary = read_served_glossary(cfg) if glossary is None else glossary
         self.batcher = Batcher(self.models, self.cfg, self.metrics, executor)
         self.page = resources.files("seq2seq").joinpath("static/index.html").read_text("utf-8")
         for model in models:
@@ -212,10 +217,21 @@ def _plain(cfg: ServeConfig) -> ServeConfig:
     return OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg  # type: ignore[return-value]
 
 
-def create_app(models: Sequence[ServedModel], cfg: ServeConfig, executor: Executor) -> Starlette:
+def read_served_glossary(cfg: ServeConfig) -> list[tuple[str, str]]:
+    """The glossary of ``terms=`` ([]: none), read once; a bad one is one line."""
+    files = SteeringFiles.read(None, None, cfg.terms)
+    return files.glossary if files is not None else []
+
+
+def create_app(
+    models: Sequence[ServedModel],
+    cfg: ServeConfig,
+    executor: Executor,
+    glossary: list[tuple[str, str]] | None = None,
+) -> Starlette:
     """The ASGI application serving ``models`` (the first the default), decoding through
-    ``executor`` (one thread)."""
-    service = Service(models, cfg, executor)
+    ``executor`` (one thread); ``glossary``: terms='s, read already (None: read here)."""
+    service = Service(models, cfg, executor, glossary)
     routes = [
         Route("/", service.index),
         Route("/health", service.health),
