@@ -92,7 +92,7 @@ def _lite() -> ModuleType:
     except ImportError as e:
         raise Seq2SeqError(
             f"backend=onnx needs the translator of lite/ and onnxruntime ({e}): "
-            "pip install 'seq2seq[onnx]' ./lite"
+            "pip install -e '.[onnx]' -e ./lite in the seq2seq checkout"
         ) from None
 
 
