@@ -55,6 +55,8 @@ def serve(cfg: ServeConfig) -> None:
         cfg.max_queue_sentences,
         cfg.request_timeout_s,
     )
+    if cfg.api_key is not None:
+        log.info("api_key= is set: requests need header X-API-Key; the page at / asks for it")
     owner = MainThreadExecutor()
     app = create_app(models, cfg, owner, glossary)
     config = uvicorn.Config(
