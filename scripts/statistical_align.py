@@ -1,6 +1,6 @@
 """The statistical aligner beside attention: eflomal (Östling & Tiedemann 2016) aligns gold pairs
 after training on a parallel corpus plus those pairs, as aligners are run, and the same AER code
-as ``seq2seq-align`` scores it. Needs ``pip install 'seq2seq[align]'``. From the checkout root::
+as ``seq2seq-align`` scores it. Needs ``pip install -e '.[align]'``. From the checkout root::
 
     python scripts/statistical_align.py --pairs ../shared/data/alignment/en-fr.hansards.txt \\
         --gold ../shared/data/alignment/en-fr.hansards.talp \\
@@ -106,7 +106,7 @@ def main() -> None:
     try:
         from eflomal import Aligner
     except ImportError:
-        sys.exit("eflomal is not installed: pip install 'seq2seq[align]'")
+        sys.exit("eflomal is not installed: pip install -e '.[align]' in the seq2seq checkout")
     args.out.mkdir(parents=True, exist_ok=True)
     pairs = read_pairs(args.pairs) if args.pairs else _raw_pairs(*args.raw_pairs, args.out)
     gold = read_gold(args.gold, pairs) if args.gold else None

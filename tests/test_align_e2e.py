@@ -232,7 +232,7 @@ def test_training_refuses_half_a_gold_pair(data_dirs, tmp_path) -> None:
 
 
 def test_statistical_aligner_script_scores_with_the_same_aer(tmp_path) -> None:
-    pytest.importorskip("eflomal", reason="eflomal is an optional extra: seq2seq[align]")
+    pytest.importorskip("eflomal", reason="eflomal is an optional extra: pip install -e '.[align]'")
     rng = np.random.default_rng(0)
     words = [f"w{k}" for k in range(12)]
     lines = [" ".join(rng.choice(words, size=5, replace=False)) for _ in range(100)]
@@ -260,7 +260,7 @@ def test_statistical_aligner_script_scores_with_the_same_aer(tmp_path) -> None:
 
 
 def test_statistical_aligner_links_training_lines_in_their_own_words(tmp_path) -> None:
-    pytest.importorskip("eflomal", reason="eflomal is an optional extra: seq2seq[align]")
+    pytest.importorskip("eflomal", reason="eflomal is an optional extra: pip install -e '.[align]'")
     rng = np.random.default_rng(1)
     words = [f"w{k}" for k in range(12)]
     lines = [list(rng.choice(words, size=4, replace=False)) for _ in range(60)]

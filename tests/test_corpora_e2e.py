@@ -85,7 +85,7 @@ def test_chinese_recipe_is_scored_with_the_zh_tokenizer(tatoeba_dir: Path, tmp_p
 
 @pytest.mark.slow
 def test_hugging_face_dataset_on_disk(tmp_path: Path) -> None:
-    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install 'seq2seq[hf]')")
+    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install -e '.[hf]')")
     words = ["ein", "Hund", "läuft", "eine", "Katze", "schläft", "im", "Park", "Haus"]
     english = dict(
         zip(words, ["a", "dog", "runs", "a", "cat", "sleeps", "in", "park", "house"], strict=True)

@@ -6,6 +6,7 @@ appear appear, reported per line and in the result."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,24 @@ def test_the_glossary_is_read_longest_first_and_a_bad_line_is_named() -> None:
     assert entries == [("roter Hund", "red hound"), ("Wiese", "meadow"), ("Hund", "dog")]
     with pytest.raises(ValueError, match=r"^terms.tsv, line 2: want 'source phrase<TAB>"):
         read_glossary("a\tb\nonly one field\n", "terms.tsv")
+
+
+def test_a_glossary_saved_with_a_byte_order_mark_keeps_its_first_entry(tmp_path: Path) -> None:
+    path = tmp_path / "bom.tsv"
+    path.write_bytes(b"\xef\xbb\xbfHund\tcat\nMann\tboat\n")
+    files = SteeringFiles.read(None, None, str(path))  # every command's reader
+    assert files is not None and files.glossary == [("Hund", "cat"), ("Mann", "boat")]
+    assert glossary_hits("Ein Hund.", files.glossary) == [("Hund", "cat")]
+
+
+def test_serve_reads_its_glossary_before_it_loads_a_model(tmp_path: Path) -> None:
+    from run_helpers import cli
+
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("Hund dog\n")
+    run = [*cli("serve"), f"run_dir={tmp_path / 'nope'}", f"terms={bad}"]
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and f"{bad}, line 1: want" in proc.stderr, proc.stderr
 
 
 def test_source_phrases_match_whole_words_case_aside_longest_first() -> None:

@@ -124,6 +124,44 @@ def test_lite_refuses_what_it_cannot_use_in_one_line(onnx_release, smoke_run, tm
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
+def test_lite_refuses_more_settings_in_one_line(onnx_release: Path, tmp_path: Path) -> None:
+    """A beam the vocabulary cannot fill, numbers that are not finite, a glossary at beam 1, a
+    folder that is not there, no onnxruntime: one line each, exit 1, no traceback."""
+    glossary = tmp_path / "g.tsv"
+    glossary.write_text("Hund\tdog\n")
+    for args, said in (
+        (("--beam", 1000), "the largest beam is 250"),
+        (("--alpha", "nan"), "alpha=nan must be a finite number"),
+        (("--max-len-a", "inf"), "max_len_a=inf must be a finite number"),
+        (("--beam", 1, "--terms", glossary), f"the glossary's terms (--terms {glossary}) need"),
+    ):
+        proc = lite(onnx_release, *args, text="Ein Hund.\n")
+        assert proc.returncode == 1 and proc.stdout == "", args
+        assert proc.stderr.startswith("seq2seq-lite: ") and said in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    proc = lite(tmp_path / "nope", text="Ein Hund.\n")
+    assert proc.stderr == f"seq2seq-lite: {tmp_path / 'nope'} does not exist\n"
+    no_ort = WITHOUT_TORCH.replace("; from", "; sys.modules['onnxruntime'] = None; from")
+    proc = subprocess.run(
+        [sys.executable, "-c", no_ort, str(onnx_release)],
+        input="Ein Hund.\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(LITE)},
+    )
+    assert proc.returncode == 1 and "pip install onnxruntime" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.slow
+def test_lite_translate_takes_a_list_of_lines_not_a_str(onnx_release: Path) -> None:
+    from seq2seq_lite import Translator
+
+    with pytest.raises(TypeError, match="not a str"):
+        Translator.load(onnx_release).translate("Ein Hund")  # type: ignore[arg-type]
+
+
 def _requirements(name: str, seen: set[str]) -> set[str]:
     """``name`` and every distribution it requires, as installed here (extras left out)."""
     key = name.lower().replace("_", "-")

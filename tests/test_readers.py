@@ -164,7 +164,7 @@ def test_file_stream_limit_and_validation(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory) -> Path:
-    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install 'seq2seq[hf]')")
+    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install -e '.[hf]')")
     folder = tmp_path_factory.mktemp("hf") / "dataset"
     rows = [{"de": f"Satz {i}.", "en": f"Sentence {i}."} for i in range(300)]
     datasets.DatasetDict(
@@ -203,7 +203,7 @@ def test_hf_string_columns_and_missing_columns(hf_folder: Path, tmp_path: Path) 
 
 def test_hf_translation_feature_of_hub_datasets(tmp_path: Path) -> None:
     """Hub datasets such as wmt14 declare datasets.Translation, not a dict of strings."""
-    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install 'seq2seq[hf]')")
+    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install -e '.[hf]')")
     features = datasets.Features({"translation": datasets.Translation(languages=["de", "en"])})
     rows = [{"de": f" Satz {i}.\n", "en": f"Sentence\n{i}."} for i in range(30)]
     split = datasets.Dataset.from_dict({"translation": rows}, features=features)
@@ -218,7 +218,7 @@ def test_hf_without_the_extra_says_how_to_install(monkeypatch, tmp_path: Path) -
 
     hf.load_splits.cache_clear()
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
-    with pytest.raises(DataError, match=re.escape("pip install 'seq2seq[hf]'")):
+    with pytest.raises(DataError, match=re.escape("pip install -e '.[hf]'")):
         open_reader(HfDataConfig(path=str(tmp_path))).check()
     hf.load_splits.cache_clear()
 
@@ -300,7 +300,7 @@ def test_run_configs_of_older_versions_name_their_reader(tmp_path: Path) -> None
 
 
 def test_an_unreachable_hub_is_one_line_that_says_how_to_go_offline(monkeypatch, caplog) -> None:
-    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install 'seq2seq[hf]')")
+    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install -e '.[hf]')")
     from seq2seq.data import hf
 
     bars_while_loading = []

@@ -185,7 +185,7 @@ def test_every_path_asks_the_one_constraints_rule() -> None:
 def test_the_torch_translator_refuses_what_lites_refuses(key: str) -> None:
     search = DecodeConfig(**{key: -1})
     with pytest.raises(Seq2SeqError, match=f"{key} must not be negative, not -1"):
-        Translator(None, None, None, search)  # type: ignore[arg-type]  # refused before use
+        Translator(None, None, _Vocab(), search)  # type: ignore[arg-type]  # refused before use
     keys = ("beam_size", "nbest", "batch_size", "max_source_len")
     others = {k: getattr(search, k) for k in rules.NOT_NEGATIVE}
     assert rules.search_problem(**{k: getattr(search, k) for k in keys}, **others)
@@ -222,3 +222,27 @@ def test_importing_lite_imports_neither_torch_seq2seq_nor_onnxruntime() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class _Vocab:
+    vocab_size = 500  # a target tokenizer's size, all the rule reads
+
+
+@pytest.mark.parametrize("key", ("alpha", "max_len_a", "min_len_a"))
+@pytest.mark.parametrize("value", (float("nan"), float("inf")))
+def test_a_number_that_is_not_finite_is_refused_by_every_search(key: str, value: float) -> None:
+    message = f"{key}={value} must be a finite number"
+    with pytest.raises(Seq2SeqError, match=f"^{message}$"):
+        Translator(None, None, _Vocab(), DecodeConfig(**{key: value}))  # type: ignore[arg-type]
+    assert rules.search_problem(5, 1, 1, 1, **{key: value}) == message
+
+
+def test_the_largest_beam_is_half_the_target_vocabulary_in_every_search() -> None:
+    assert rules.largest_beam(500) == 250 and rules.largest_beam(1) == 1
+    assert rules.beam_problem(250, 500) is None
+    message = rules.beam_problem(251, 500)
+    assert message is not None and "beam_size=251" in message and "largest beam is 250" in message
+    assert rules.search_problem(251, 1, 1, 1, vocab_size=500) == message
+    assert rules.search_problem(251, 1, 1, 1, sampling=True, vocab_size=500) is None
+    with pytest.raises(Seq2SeqError, match="the largest beam is 250"):
+        Translator(None, None, _Vocab(), DecodeConfig(beam_size=400))  # type: ignore[arg-type]

@@ -314,6 +314,26 @@ def test_the_page_completes_a_prefix_as_it_is_typed(served: str) -> None:
         assert browser.find_element(By.ID, "latency").text.endswith(" ms")
 
 
+def test_the_page_asks_for_the_api_key_and_sends_it(smoke_run: Path) -> None:
+    """With api_key=, the page shows a key field (the probes of /models answer 401), and once
+    the key is typed its model line and translations come back."""
+    with server(smoke_run, "api_key=secret") as (url, proc), headless_browser() as browser:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.common.keys import Keys
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        browser.get(url + "/")
+        wait = WebDriverWait(browser, 60)
+        wait.until(lambda b: b.find_element(By.ID, "apikey").is_displayed())
+        browser.find_element(By.ID, "apikey").send_keys("secret", Keys.TAB)
+        wait.until(lambda b: "→" in b.find_element(By.ID, "model").text)
+        browser.find_element(By.ID, "source").send_keys(SENTENCES[0])
+        browser.find_element(By.ID, "go").click()
+        wait.until(lambda b: b.find_element(By.ID, "translation").text.strip())
+        assert browser.find_element(By.ID, "error").text == ""
+        assert "the page at / asks for it" in proc.log()
+
+
 @pytest.mark.slow
 def test_serve_bench_reports(served: str, tmp_path: Path, multi30k_dir: Path) -> None:
     sources, _ = read_parallel(multi30k_dir / "val.de.gz", multi30k_dir / "val.en.gz", 50)

@@ -79,7 +79,7 @@ def overload_app(tokenizer: CountingTokenizer) -> ASGIApp:
     cfg = OmegaConf.structured(
         ServeConfig(run_dir="unused", max_queue_sentences=64, request_timeout_s=1.0)
     )
-    model = ServedModel("m", {"name": "m"}, tokenizer, "cpu", lambda search: None)  # type: ignore[arg-type]
+    model = ServedModel("m", {"name": "m"}, tokenizer, "cpu", lambda search: None, 500)  # type: ignore[arg-type]
     return create_app([model], cfg, ThreadPoolExecutor(1))
 
 

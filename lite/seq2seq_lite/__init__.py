@@ -58,7 +58,9 @@ class Translator:
         self.tgt_tok = spm.SentencePieceProcessor(model_file=str(folder / spec["tgt_tokenizer"]))
         keys = ("beam_size", "nbest", "batch_size", "max_source_len")
         others = {k: search.get(k, 0) for k in rules.NOT_NEGATIVE}
-        if problem := rules.search_problem(**{k: search[k] for k in keys}, **others):
+        vocab = self.tgt_tok.get_piece_size()
+        settings = {k: search[k] for k in keys}
+        if problem := rules.search_problem(**settings, vocab_size=vocab, **others):
             raise ReleaseError(problem)
 
     @classmethod
@@ -110,6 +112,8 @@ class Translator:
     ) -> list[Translation]:
         """Translate the lines in length-sorted batches; the order of the input is kept.
         ``steer``: each line's prefix and constraints (one per line; None: none)."""
+        if isinstance(lines, str):  # a str is a sequence of one-character lines
+            raise TypeError("translate takes a list of lines, not a str: translate([line])")
         eos = self.graphs.ids["eos"]
         sources = [[*ids, eos] if ids else [] for ids in self.encode(lines)]
         if steer is not None and len(steer) != len(lines):

@@ -12,7 +12,13 @@ import sys
 
 from seq2seq_lite import InputTooLong, ReleaseError, Translator
 from seq2seq_lite.rules import InputError
-from seq2seq_lite.steering import SteeringLines, constraint_lines, read_glossary
+from seq2seq_lite.steering import (
+    SteeringLines,
+    constraint_lines,
+    constraints_problem,
+    glossary_terms,
+    read_glossary,
+)
 from seq2seq_lite.text import decode_lines, output_line, translated_batches
 
 STDIN = "standard input"  # where the lines come from, in messages
@@ -79,6 +85,16 @@ def _steering(args: argparse.Namespace) -> SteeringLines | None:
     return SteeringLines(read.get("prefix"), phrases, glossary, names)
 
 
+def _check_beam(steering: SteeringLines | None, beam_size: int) -> None:
+    """Constraints and a glossary's terms need beam search: refused before any input."""
+    if steering is None or not (steering.constraints is not None or steering.glossary):
+        return
+    given = steering.names
+    what = "constraints" if "constraints" in given else glossary_terms(given["terms"])
+    if problem := constraints_problem(True, beam_size, what=what):
+        raise ReleaseError(problem)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Translate stdin to stdout in batches of what has arrived, each written as it is done; a
     bad release or line is one message on stderr, exit 1 (the lines before it written)."""
@@ -86,13 +102,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         search = {key: getattr(args, key) for key in SEARCH}
         translator = Translator.load(args.release, int8=args.int8, threads=args.threads, **search)
-        nbest = translator.search["nbest"]
+        nbest, steering = translator.search["nbest"], _steering(args)
+        _check_beam(steering, translator.search["beam_size"])
         batches = translated_batches(
-            sys.stdin.buffer,
-            translator.search["batch_size"],
-            STDIN,
-            translator.translate,
-            _steering(args),
+            sys.stdin.buffer, translator.search["batch_size"], STDIN, translator.translate, steering
         )
         for _, translations in batches:
             for translation in translations:
@@ -109,6 +122,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except (ReleaseError, InputError, OSError, ValueError) as e:
         print(f"seq2seq-lite: {e}", file=sys.stderr)
+        sys.exit(1)
+    except ImportError as e:  # onnxruntime, imported when the graphs load
+        print(f"seq2seq-lite: needs onnxruntime ({e}): pip install onnxruntime", file=sys.stderr)
         sys.exit(1)
 
 

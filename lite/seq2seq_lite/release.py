@@ -21,6 +21,10 @@ class ReleaseError(Exception):
 def check_manifest(folder: Path) -> None:
     """Every file the manifest lists is there with its size and SHA-256 (a damaged or tampered
     release is refused, by the rule seq2seq's own loaders follow: rules.damage)."""
+    if not folder.is_dir():
+        raise ReleaseError(
+            f"{folder} does not exist" if not folder.exists() else f"{folder} is not a folder"
+        )
     if not (folder / MANIFEST).is_file():
         raise ReleaseError(f"{folder} has no {MANIFEST}: not a release folder")
     if problems := damage(folder / MANIFEST):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -100,17 +101,44 @@ def eos_banned(first: bool, at_limit: Any) -> Any | None:
 NOT_NEGATIVE = ("alpha", "max_len_a", "max_len_b", "no_repeat_ngram", "min_len_a", "min_len_b")
 
 
+def largest_beam(vocab_size: int) -> int:
+    """The largest beam a target vocabulary of ``vocab_size`` subwords allows: each step keeps
+    2 * beam_size candidates out of it."""
+    return max(1, vocab_size // 2)
+
+
+def beam_problem(beam_size: int, vocab_size: int, name: str = "beam_size") -> str | None:
+    """Why ``beam_size`` is too large for the vocabulary, in one line (None: it is not);
+    ``name``: the setting as its user gives it (``--beam``, ``max_beam``)."""
+    top = largest_beam(vocab_size)
+    if beam_size <= top:
+        return None
+    return (
+        f"{name}={beam_size} is more than a target vocabulary of {vocab_size} subwords allows: "
+        f"the largest beam is {top} (each step keeps 2 x beam_size candidates)"
+    )
+
+
+def finite_problem(key: str, value: Any) -> str | None:
+    """A number that is NaN or infinite, in one line (None: finite, or not a float)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{key}={value} must be a finite number"
+    return None
+
+
 def search_problem(
     beam_size: int,
     nbest: int,
     batch_size: int,
     max_source_len: int,
     sampling: bool = False,
+    vocab_size: int | None = None,
     **others: float,
 ) -> str | None:
     """What makes search settings unusable, in one line (None: nothing): a count below 1, a
-    negative one of ``others`` (NOT_NEGATIVE's), or more translations than beams (sampling
-    draws its ``nbest``, beams or not)."""
+    NaN or infinite or negative one of ``others`` (NOT_NEGATIVE's), more translations than
+    beams (sampling draws its ``nbest``, beams or not), a beam the target vocabulary of
+    ``vocab_size`` subwords cannot fill (None: not checked)."""
     counts = dict(
         beam_size=beam_size, nbest=nbest, batch_size=batch_size, max_source_len=max_source_len
     )
@@ -118,10 +146,14 @@ def search_problem(
         if value < 1:
             return f"{key} must be at least 1, not {value}"
     for key, value in others.items():
+        if problem := finite_problem(key, value):
+            return problem
         if value < 0:
             return f"{key} must not be negative, not {value}"
     if nbest > beam_size and not sampling:
         return f"nbest={nbest} needs at least as many beams: add beam_size={nbest}"
+    if vocab_size is not None and not sampling:
+        return beam_problem(beam_size, vocab_size)
     return None
 
 

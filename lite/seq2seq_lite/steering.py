@@ -15,10 +15,20 @@ import numpy as np
 CONSTRAINTS_NEED_BEAM = "constraints need beam search: beam_size of 2 or more, no sampling"
 
 
-def constraints_problem(has_phrases: bool, beam_size: int, sampling: bool = False) -> str | None:
+def constraints_problem(
+    has_phrases: bool, beam_size: int, sampling: bool = False, what: str = "constraints"
+) -> str | None:
     """Why phrases (constraints, a glossary's terms) cannot be met by this search; None when
-    they can: beam search meets them, greedy search and sampling cannot."""
-    return CONSTRAINTS_NEED_BEAM if has_phrases and (beam_size < 2 or sampling) else None
+    they can: beam search meets them, greedy search and sampling cannot. ``what``: where the
+    phrases come from, as the user knows it (e.g. "the glossary's terms (terms=g.tsv)")."""
+    if not has_phrases or (beam_size >= 2 and not sampling):
+        return None
+    return CONSTRAINTS_NEED_BEAM.replace("constraints", what, 1)
+
+
+def glossary_terms(where: str) -> str:
+    """The glossary named ``where`` (``terms=g.tsv``) as the source of phrases, in messages."""
+    return f"the glossary's terms ({where})"
 
 
 OPENING = " \t\"'([{¿¡-–—„“”‚‘’«»‹›"  # what may come before a line's first word
@@ -160,9 +170,10 @@ def forced_max_lengths(
 
 def read_glossary(text: str, where: str) -> list[tuple[str, str]]:
     """A glossary's entries, one ``source phrase<TAB>target phrase`` a line ("#" lines and blank
-    ones skipped), longest source phrase first; ValueError naming the line of a bad one."""
+    ones skipped), longest source phrase first; ValueError naming the line of a bad one. A
+    UTF-8 byte order mark (as some editors save) is not part of the first phrase."""
     entries = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         fields = [f.strip() for f in line.split("\t")]

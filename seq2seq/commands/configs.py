@@ -158,7 +158,7 @@ class ExportConfig(CheckpointConfig):
     run_dir: str = needed("<a training run folder>")
     out: str = needed("<a new folder for the release>")
     # ONNX graphs of the encoder and one decoder step (fp32 and int8) in onnx/, for runtimes
-    # without torch (lite/, the browser, seq2seq-serve backend=onnx): pip install 'seq2seq[onnx]'
+    # without torch (lite/, the browser, seq2seq-serve backend=onnx): pip install -e '.[onnx]'
     onnx: bool = False
     # with onnx=true: browser/, a static folder that translates in the browser (needs npm)
     browser: bool = False

@@ -41,6 +41,7 @@ from seq2seq.storage.rundir import (
     RELEASE_WEIGHTS,
     SRC_TOKENIZER,
     TGT_TOKENIZER,
+    release_facts,
 )
 from seq2seq.storage.staging import staged_folder
 
@@ -54,8 +55,31 @@ def _default_search(result: dict[str, Any]) -> bool:
     return all(result.get(key, getattr(default, key)) == getattr(default, key) for key in settings)
 
 
+# what a release states that its folder cannot show again (no log, no checkpoint, no evaluations):
+# exported from a release, the new one carries them over
+CARRIED = (
+    "data",
+    "best_valid_bleu",
+    "training_minutes",
+    "device",
+    "recipe",
+    "started_from",
+    "started_from_checkpoint",
+    "test",
+    "licence",
+)
+
+
 def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
-    """What the model card states: language pair, data, recipe, size, scores, training."""
+    """What the model card states: language pair, data, recipe, size, scores, training; from a
+    release, what it stated of its training (CARRIED)."""
+    found = _run_facts(run, checkpoint)
+    stated = release_facts(run.run_dir)
+    return {**found, **{key: stated[key] for key in CARRIED if key in stated}}
+
+
+def _run_facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
+    """The facts a training run's folder shows."""
     cfg, folder = run.cfg, run.run_dir
     overrides = folder / ".hydra" / "overrides.yaml"
     recipe = (
@@ -154,7 +178,8 @@ def model_card(f: dict[str, Any]) -> str:
         "## Use",
         "",
         "```bash",
-        "pip install torch /path/to/a/checkout/of/seq2seq",
+        "# from a checkout of seq2seq: its lite/ (seq2seq-lite) is not on PyPI",
+        "pip install torch /path/to/seq2seq /path/to/seq2seq/lite",
         "seq2seq-translate run_dir=<this folder>          # a prompt, or a filter on a pipe",
         "seq2seq-evaluate run_dir=<this folder> input=src.txt reference=ref.txt",
         "seq2seq-serve run_dir=<this folder> port=8000   # HTTP API and a web page",

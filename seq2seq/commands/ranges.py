@@ -7,6 +7,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 from seq2seq_lite.rules import NOT_NEGATIVE as SEARCH_NOT_NEGATIVE
+from seq2seq_lite.rules import finite_problem
 
 POSITIVE = (
     "model.emb_size",
@@ -69,24 +70,31 @@ NOT_NEGATIVE = (
 
 
 def range_problems(cfg: Any) -> list[str]:
-    """The keys of these names out of their range, in whichever command's config they are."""
-    problems = []
-    for key in POSITIVE:
+    """The keys of these names out of their range, in whichever command's config they are; a
+    NaN or an infinity is out of every range (NaN compares False with every bound)."""
+    problems, values = [], {}
+    for key in (*POSITIVE, *FRACTIONS, *NOT_NEGATIVE, "top_p", "data.tokenizer.character_coverage"):
         value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and value <= 0:
-            problems.append(f"{key}={value} must be positive")
-    for key in FRACTIONS:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and not 0 <= value < 1:
-            problems.append(f"{key}={value} must be at least 0 and below 1")
-    for key in NOT_NEGATIVE:
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None and value < 0:
-            problems.append(f"{key}={value} must not be negative")
-    coverage = OmegaConf.select(cfg, "data.tokenizer.character_coverage", default=None)
+        if problem := finite_problem(key, value):
+            problems.append(problem)
+        elif value is not None:
+            values[key] = value
+    problems += [f"{k}={v} must be positive" for k, v in _given(values, POSITIVE) if v <= 0]
+    problems += [
+        f"{k}={v} must be at least 0 and below 1"
+        for k, v in _given(values, FRACTIONS)
+        if not 0 <= v < 1
+    ]
+    problems += [f"{k}={v} must not be negative" for k, v in _given(values, NOT_NEGATIVE) if v < 0]
+    coverage = values.get("data.tokenizer.character_coverage")
     if coverage is not None and coverage > 1:
         problems.append(f"data.tokenizer.character_coverage={coverage} must be at most 1")
-    top_p = OmegaConf.select(cfg, "top_p", default=None)
+    top_p = values.get("top_p")
     if top_p is not None and not 0 < top_p <= 1:
         problems.append(f"top_p={top_p} must be above 0 and at most 1")
     return problems
+
+
+def _given(values: dict[str, Any], keys: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """The keys of ``keys`` that have a finite value, in ``keys``' order, with it."""
+    return [(key, values[key]) for key in keys if key in values]

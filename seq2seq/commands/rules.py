@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 from seq2seq_lite.rules import search_problem
-from seq2seq_lite.steering import constraints_problem
+from seq2seq_lite.steering import constraints_problem, glossary_terms
 
 from seq2seq.commands.configs import (
     STEERING_FILES,
@@ -205,8 +205,9 @@ def _inert(cfg: InferenceConfig) -> list[str]:
 def _steered(cfg: SteeringKeys) -> list[str]:
     """Constraints and terms are met by beam search, not by greedy search or sampling."""
     phrases = [k for k in ("constraints", "terms") if cfg[k]]
-    problem = constraints_problem(bool(phrases), cfg.beam_size, cfg.sampling)
-    return [f"{phrases[0]}=: {problem}"] if problem else []
+    what = "constraints" if cfg.constraints else glossary_terms(f"terms={cfg.terms}")
+    problem = constraints_problem(bool(phrases), cfg.beam_size, cfg.sampling, what)
+    return [problem] if problem else []
 
 
 def _served(cfg: ServeConfig) -> list[str]:
@@ -222,6 +223,9 @@ def _served(cfg: ServeConfig) -> list[str]:
         problems.append(f"port={cfg.port} must be at most 65535")
     if cfg.sampling:
         problems.append("seq2seq-serve searches: sampling=true is for evaluate and translate")
+    what = glossary_terms(f"terms={cfg.terms}")
+    if problem := constraints_problem(bool(cfg.terms), cfg.beam_size, what=what):
+        problems.append(f"{problem} (a request of the default beam_size that hits it fails)")
     if cfg.beam_size > cfg.max_beam:
         problems.append(
             f"beam_size={cfg.beam_size} is above max_beam={cfg.max_beam}: every request that "

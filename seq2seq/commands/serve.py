@@ -22,7 +22,7 @@ from seq2seq.commands.configs import ServeConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import inference_engine
-from seq2seq.serving.app import create_app
+from seq2seq.serving.app import create_app, read_served_glossary
 from seq2seq.serving.backends import open_models
 from seq2seq.serving.owner import MainThreadExecutor
 
@@ -31,6 +31,7 @@ log = logging.getLogger("seq2seq.serve")
 
 def serve(cfg: ServeConfig) -> None:
     """Load the runs or releases and serve them until SIGINT/SIGTERM."""
+    glossary = read_served_glossary(cfg)  # the user's files, before the port and the models
     sock = _bind(cfg.host, cfg.port)  # a taken port is refused before the models load
     try:
         where, models = open_models(cfg, lambda: inference_engine(cfg))  # process settings
@@ -54,8 +55,10 @@ def serve(cfg: ServeConfig) -> None:
         cfg.max_queue_sentences,
         cfg.request_timeout_s,
     )
+    if cfg.api_key is not None:
+        log.info("api_key= is set: requests need header X-API-Key; the page at / asks for it")
     owner = MainThreadExecutor()
-    app = create_app(models, cfg, owner)
+    app = create_app(models, cfg, owner, glossary)
     config = uvicorn.Config(
         app, host=cfg.host, port=cfg.port, log_level="warning", timeout_graceful_shutdown=30
     )

@@ -2,7 +2,7 @@
 
 Pairs come from the usual ``translation: {de: ..., en: ...}`` column, or from two string columns
 (``data.src_column``, ``data.tgt_column``). The data stays in the dataset's memory-mapped Arrow
-files and is read in record batches; ``datasets`` is an optional extra (``seq2seq[hf]``).
+files and is read in record batches; ``datasets`` is an optional extra (``pip install -e '.[hf]'``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from seq2seq.data.stream import PairStream, TextChunk, fingerprint
 from seq2seq.errors import DataError
 
 _BATCH = 10_000  # rows per Arrow record batch
-INSTALL = "data=hf needs the datasets library: pip install 'seq2seq[hf]'"
+INSTALL = "data=hf needs the datasets library: pip install -e '.[hf]' in the seq2seq checkout"
 
 
 # said where the hub cannot be reached

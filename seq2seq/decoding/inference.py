@@ -136,7 +136,8 @@ class Translator(TranslatorBase):
             "sampling",
             *rules.NOT_NEGATIVE,
         )
-        if problem := rules.search_problem(**{k: getattr(search, k) for k in keys}):
+        settings = {k: getattr(search, k) for k in keys}
+        if problem := rules.search_problem(**settings, vocab_size=tgt_tok.vocab_size):
             raise Seq2SeqError(problem)
         super().__init__(src_tok, tgt_tok, search)
         self.model, self.engine = model, engine

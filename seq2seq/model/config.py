@@ -20,7 +20,7 @@ class Normalizer(str, Enum):
     """What turns scores into weights (seq2seq.model.normalizers)."""
 
     softmax = "softmax"
-    sparsemax = "sparsemax"  # exact zeros; pip install 'seq2seq[sparse]'
+    sparsemax = "sparsemax"  # exact zeros; pip install -e '.[sparse]'
     entmax15 = "entmax15"  # 1.5-entmax: sparse, smoother than sparsemax; the same extra
 
 

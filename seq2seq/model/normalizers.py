@@ -3,7 +3,7 @@
 Every normalizer takes scores [..., S] and a boolean mask broadcastable to them (True = a position
 the query may attend to) and returns weights that sum to 1 over the allowed positions and are
 exactly 0 elsewhere. sparsemax (Martins & Astudillo 2016) and 1.5-entmax (Peters et al. 2019) come
-from the ``entmax`` package (``pip install 'seq2seq[sparse]'``): they also give exact zeros to
+from the ``entmax`` package (``pip install -e '.[sparse]'``): they also give exact zeros to
 allowed positions that score far enough below the best one.
 """
 
@@ -49,7 +49,7 @@ def _entmax(mapping: str) -> Normalize:
     except ImportError:
         raise Seq2SeqError(
             "the sparse attention normalizers need the entmax package: "
-            "pip install 'seq2seq[sparse]' (or pip install entmax)"
+            "pip install -e '.[sparse]' in the seq2seq checkout (or pip install entmax)"
         ) from None
     return _sparse(getattr(entmax, mapping))
 

@@ -59,7 +59,8 @@ def require_exporter() -> None:
             __import__(package)
         except ImportError:
             raise Seq2SeqError(
-                f"onnx=true needs the {package} package: pip install 'seq2seq[onnx]'"
+                f"onnx=true needs the {package} package: pip install -e '.[onnx]' in the "
+                "seq2seq checkout"
             ) from None
 
 

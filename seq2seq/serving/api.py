@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import hmac
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from seq2seq_lite.steering import LineSteering, constraints_problem, steer_lines
+from seq2seq_lite.steering import (
+    LineSteering,
+    constraints_problem,
+    glossary_terms,
+    steer_lines,
+)
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -130,13 +135,29 @@ def _steering(
         _within_chars(i, "constraints", sum(map(len, phrases)), cfg.max_chars)
     for i, prefix in enumerate(prefixes or []):
         _within_chars(i, "prefix", len(prefix or ""), cfg.max_chars)
+        if any(c in (prefix or "") for c in "\r\n"):
+            raise BadRequest(422, f"sentence {i}'s prefix has a line break: a prefix is one line")
     if prefixes is None and constraints is None and not glossary:
         return None
     prefixes = [p or "" for p in prefixes] if prefixes is not None else None
     steer = steer_lines(sentences, prefixes, constraints, glossary)
-    if problem := constraints_problem(any(s.constraints or s.terms for s in steer), beam):
+    asked = any(s.constraints for s in steer)
+    what = "constraints" if asked else glossary_terms(f"the server's terms={cfg.terms}")
+    if problem := constraints_problem(asked or any(s.terms for s in steer), beam, what=what):
         raise BadRequest(422, problem)
     return steer
+
+
+def no_query(params: Mapping[str, str]) -> None:
+    """Settings sent as query parameters are refused (422), as unknown JSON fields are: they
+    would otherwise be silently ignored."""
+    if params:
+        names = ", ".join(sorted(set(params)))
+        raise BadRequest(
+            422,
+            f"query parameters are not read: {names}; send settings in the JSON body, e.g. "
+            '{"sentences": [...], "beam_size": 5}',
+        )
 
 
 def _within_chars(sentence: int, name: str, chars: int, limit: int) -> None:

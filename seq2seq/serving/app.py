@@ -21,6 +21,7 @@ from importlib import resources
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from seq2seq_lite.rules import beam_problem
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -29,7 +30,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from seq2seq.data.steering import SteeringFiles
 from seq2seq.decoding.inference import InputTooLong, encode_sources
-from seq2seq.serving.api import BadRequest, Query, answer, authorised, error, parse, read_body
+from seq2seq.serving.api import (
+    BadRequest,
+    Query,
+    answer,
+    authorised,
+    error,
+    no_query,
+    parse,
+    read_body,
+)
 from seq2seq.serving.batcher import Batcher, Job, Overloaded
 from seq2seq.serving.metrics import MISSING, Metrics
 from seq2seq.serving.models import ServedModel
@@ -105,12 +115,17 @@ class Service:
     """The routes' handlers, around the models (the first the default), one batcher and its
     metrics."""
 
-    def __init__(self, models: Sequence[ServedModel], cfg: ServeConfig, executor: Executor) -> None:
+    def __init__(
+        self,
+        models: Sequence[ServedModel],
+        cfg: ServeConfig,
+        executor: Executor,
+        glossary: list[tuple[str, str]] | None = None,
+    ) -> None:
         self.cfg, self.metrics = _plain(cfg), Metrics()
         self.models = {model.name: model for model in models}
         self.names = list(self.models)
-        files = SteeringFiles.read(None, None, cfg.terms)  # the glossary, read once
-        self.glossary = files.glossary if files is not None else []
+        self.glossary = read_served_glossary(cfg) if glossary is None else glossary
         self.batcher = Batcher(self.models, self.cfg, self.metrics, executor)
         self.page = resources.files("seq2seq").joinpath("static/index.html").read_text("utf-8")
         for model in models:
@@ -122,9 +137,12 @@ class Service:
         if not authorised(request, self.cfg.api_key):
             return error(401, "missing or wrong X-API-Key header")
         try:
+            no_query(request.query_params)
             body = await read_body(request, self.cfg.max_body_bytes)
             query = parse(body, self.cfg, self.names, self.glossary)
             request.state.sentences = len(query.sentences)
+            if problem := beam_problem(query.beam_size, self.models[query.model].tgt_vocab):
+                raise BadRequest(422, f"model {query.model!r}: {problem}")
             self.batcher.check_room(len(query.sentences))  # a full queue refuses before tokenizing
             self._check_lengths(query)
             job = self.batcher.submit(
@@ -199,10 +217,21 @@ def _plain(cfg: ServeConfig) -> ServeConfig:
     return OmegaConf.to_object(cfg) if isinstance(cfg, DictConfig) else cfg  # type: ignore[return-value]
 
 
-def create_app(models: Sequence[ServedModel], cfg: ServeConfig, executor: Executor) -> Starlette:
+def read_served_glossary(cfg: ServeConfig) -> list[tuple[str, str]]:
+    """The glossary of ``terms=`` ([]: none), read once; a bad one is one line."""
+    files = SteeringFiles.read(None, None, cfg.terms)
+    return files.glossary if files is not None else []
+
+
+def create_app(
+    models: Sequence[ServedModel],
+    cfg: ServeConfig,
+    executor: Executor,
+    glossary: list[tuple[str, str]] | None = None,
+) -> Starlette:
     """The ASGI application serving ``models`` (the first the default), decoding through
-    ``executor`` (one thread)."""
-    service = Service(models, cfg, executor)
+    ``executor`` (one thread); ``glossary``: terms='s, read already (None: read here)."""
+    service = Service(models, cfg, executor, glossary)
     routes = [
         Route("/", service.index),
         Route("/health", service.health),

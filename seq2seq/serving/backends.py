@@ -14,7 +14,13 @@ from seq2seq.decoding.inference import Translator, open_model
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import TrainedRun, load_run
-from seq2seq.serving.models import ServedModel, model_card, refuse_duplicate_names, same_source
+from seq2seq.serving.models import (
+    ServedModel,
+    check_beams,
+    model_card,
+    refuse_duplicate_names,
+    same_source,
+)
 from seq2seq.serving.onnx_models import open_onnx_models
 from seq2seq.serving.settings import ServeConfig
 
@@ -28,7 +34,9 @@ def open_models(
     language than run_dir's."""
     if cfg.compare_with and not OmegaConf.is_missing(cfg, "run_dir"):
         refuse_duplicate_names([cfg.run_dir, *cfg.compare_with])
-    return BACKENDS[Backend(cfg.backend)](cfg, make_engine)
+    where, models = BACKENDS[Backend(cfg.backend)](cfg, make_engine)
+    check_beams(models, cfg.beam_size, cfg.max_beam)
+    return where, models
 
 
 def _torch_models(
@@ -59,6 +67,7 @@ def _torch_model(run: TrainedRun, engine: Engine) -> ServedModel:
         run.src_tok,
         str(engine.device),
         lambda search: Translator.from_run(run, search, engine, graphs),
+        run.tgt_tok.vocab_size,
     )
 
 

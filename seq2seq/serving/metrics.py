@@ -3,7 +3,7 @@ by route and status, latency and queueing histograms, sentences and batches deco
 the batch size, the queue's depth, dropped sentences, the process (memory, CPU) and each model's
 facts.
 
-``prometheus-client`` is an optional extra (``pip install 'seq2seq[serve]'``); without it the
+``prometheus-client`` is an optional extra (``pip install -e '.[serve]'``); without it the
 server runs the same and ``/metrics`` says how to install it.
 """
 
@@ -32,7 +32,10 @@ LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
-MISSING = "no metrics: pip install 'seq2seq[serve]' (prometheus-client) and restart the server"
+MISSING = (
+    "no metrics: pip install -e '.[serve]' in the seq2seq checkout (prometheus-client) and "
+    "restart the server"
+)
 
 
 class _Unmeasured:

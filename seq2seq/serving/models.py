@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
+from seq2seq_lite.rules import beam_problem, largest_beam
 
 from seq2seq.config import DecodeConfig
 from seq2seq.config_choices import Backend
@@ -18,6 +20,8 @@ from seq2seq.decoding.inference import TranslatorBase
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.registry import describe_attention
 from seq2seq.storage.rundir import release_facts
+
+log = logging.getLogger("seq2seq.serve")
 
 
 @dataclass
@@ -31,6 +35,7 @@ class ServedModel:
     src_tok: Tokenizer
     device: str
     make_translator: Callable[[DecodeConfig], TranslatorBase]
+    tgt_vocab: int  # target subwords: the largest beam is half of them (lite's rules)
 
 
 def folder_name(folder: str | Path) -> str:
@@ -46,6 +51,25 @@ def same_source(other: DictConfig, first: DictConfig, folder: str, first_folder:
             f"compare_with: {folder} reads {other.data.src_lang}, {first_folder} reads "
             f"{first.data.src_lang}: models compared side by side translate one sentence"
         )
+
+
+def check_beams(models: Sequence[ServedModel], beam_size: int, max_beam: int) -> None:
+    """The default beam_size each model's vocabulary allows (else refused in one line); a
+    max_beam above a model's largest beam is capped there, with a log line: a request asking
+    more is refused naming the largest beam."""
+    for model in models:
+        if problem := beam_problem(beam_size, model.tgt_vocab):
+            raise Seq2SeqError(f"model {model.name!r}: {problem}")
+        top = largest_beam(model.tgt_vocab)
+        if max_beam > top:
+            log.warning(
+                "max_beam=%d is more than the %d target subwords of model %r allow: its requests "
+                "get beam_size up to %d",
+                max_beam,
+                model.tgt_vocab,
+                model.name,
+                top,
+            )
 
 
 def refuse_duplicate_names(folders: list[str]) -> None:

@@ -92,7 +92,7 @@ def _lite() -> ModuleType:
     except ImportError as e:
         raise Seq2SeqError(
             f"backend=onnx needs the translator of lite/ and onnxruntime ({e}): "
-            "pip install 'seq2seq[onnx]' ./lite"
+            "pip install -e '.[onnx]' -e ./lite in the seq2seq checkout"
         ) from None
 
 
@@ -118,4 +118,4 @@ def _onnx_model(
         lite_translator = lite.Translator(folder, base.graphs, settings)
         return OnnxTranslator(lite_translator, src_tok, tgt_tok, search)
 
-    return ServedModel(card["name"], card, src_tok, "cpu", translator)
+    return ServedModel(card["name"], card, src_tok, "cpu", translator, tgt_tok.vocab_size)

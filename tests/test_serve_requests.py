@@ -1,0 +1,88 @@
+"""Requests refused in one line before decoding, straight through the ASGI app of a stand-in
+model (no process, no lifespan): a beam the vocabulary cannot fill, query parameters, a prefix
+with a line break, a glossary's terms at beam 1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+from starlette.types import Message
+
+from seq2seq.serving.app import create_app
+from seq2seq.serving.models import ServedModel
+from seq2seq.serving.settings import ServeConfig
+
+
+class WordTokenizer:
+    def encode_batch(self, texts: list[str], threads: int | None = None) -> list[list[int]]:
+        return [[5] * len(text.split()) for text in texts]
+
+
+def post(payload: Any, query: str = "", **settings: Any) -> tuple[int, dict]:
+    """(status, JSON) of POST /translate?query to a stand-in model of 500 target subwords."""
+    settings = {"request_timeout_s": 1.0, **settings}
+    cfg = OmegaConf.structured(ServeConfig(run_dir="unused", **settings))
+    model = ServedModel("m", {"name": "m"}, WordTokenizer(), "cpu", lambda s: None, 500)  # type: ignore[arg-type]
+    app = create_app([model], cfg, ThreadPoolExecutor(1))
+    body = json.dumps(payload).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/translate",
+        "raw_path": b"/translate",
+        "query_string": query.encode(),
+        "root_path": "",
+        "server": ("test", 80),
+        "client": ("test", 1),
+        "headers": [(b"content-length", str(len(body)).encode())],
+    }
+    sent: list[Message] = []
+    delivered = False
+
+    async def receive() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)  # never hangs up: an admitted request meets its deadline
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+
+def test_a_beam_over_what_the_vocabulary_allows_is_422_naming_the_largest() -> None:
+    status, data = post({"sentences": ["Ein Hund."], "beam_size": 400}, max_beam=1000)
+    assert status == 422
+    assert "beam_size=400" in data["error"] and "the largest beam is 250" in data["error"]
+
+
+def test_query_parameters_are_refused_not_ignored() -> None:
+    status, data = post(["Ein Hund."], query="beam_size=3")
+    assert status == 422
+    assert "beam_size" in data["error"] and "JSON body" in data["error"]
+
+
+def test_a_prefix_with_a_line_break_is_refused_as_a_sentence_with_one_is() -> None:
+    status, data = post({"sentences": ["Ein Hund."], "prefixes": ["A\ndog"]})
+    assert status == 422 and "line break" in data["error"]
+
+
+def test_a_glossary_hit_at_beam_1_names_the_glossary(tmp_path: Path) -> None:
+    glossary = tmp_path / "g.tsv"
+    glossary.write_text("Hund\tdog\n", encoding="utf-8")
+    request = {"sentences": ["Ein Hund."], "beam_size": 1}
+    status, data = post(request, terms=str(glossary), beam_size=2)
+    assert status == 422
+    assert data["error"].startswith(f"the glossary's terms (the server's terms={glossary})")
