@@ -41,6 +41,7 @@ from seq2seq.storage.rundir import (
     RELEASE_WEIGHTS,
     SRC_TOKENIZER,
     TGT_TOKENIZER,
+    overrides_file,
     release_facts,
 )
 from seq2seq.storage.staging import staged_folder
@@ -81,16 +82,15 @@ def facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
 def _run_facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
     """The facts a training run's folder shows."""
     cfg, folder = run.cfg, run.run_dir
-    overrides = folder / ".hydra" / "overrides.yaml"
+    overrides = overrides_file(folder)
+    places = ("data.source", "data.root", "data.cache_dir", "data.file", "data.path", "hydra.")
     recipe = (
         [
             o
             for o in OmegaConf.to_container(OmegaConf.load(overrides))
-            if not o.startswith(
-                ("data.source", "data.root", "data.cache_dir", "data.file", "data.path", "hydra.")
-            )
+            if not o.startswith((*places, "train.resume"))
         ]
-        if overrides.is_file()
+        if overrides is not None
         else []
     )
     last = load_checkpoint(folder / LAST) if (folder / LAST).is_file() else {}

@@ -24,7 +24,7 @@ from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.distributed import follower_argv, process_rank
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.diskfull import guard_log_files
-from seq2seq.storage.rundir import LAST, OVERRIDES, RunLock, unused_run_folder
+from seq2seq.storage.rundir import LAST, OVERRIDES, RunLock, overrides_file, unused_run_folder
 from seq2seq.training.trainer import Trainer
 
 log = logging.getLogger("seq2seq.train")
@@ -69,15 +69,12 @@ class _RunFolder:
 
 
 def saved_settings(argv: list[str], run_dir: str | None) -> list[str]:
-    """What a resume adds before its command line: the run's own overrides (its
-    ``.hydra/overrides.yaml``: the recipe, the model) but those this command sets, so that
+    """What a resume adds before its command line: the run's own overrides (`overrides_file`:
+    the recipe, the model) but those this command sets, so that
     ``train.resume=true hydra.run.dir=...`` alone continues the run as it was started."""
     folder = Path(run_dir or "")
     resuming = any(_override_key(a) == "train.resume" and a.lower().endswith("=true") for a in argv)
-    # Hydra's own record is rewritten by every start, refused ones too: the fallback of older runs
-    saved = next(
-        (p for p in (folder / OVERRIDES, folder / ".hydra" / OVERRIDES) if p.is_file()), None
-    )
+    saved = overrides_file(folder)
     if not (resuming and run_dir and saved and (folder / LAST).is_file()):
         return []
     given = {_override_key(a) for a in argv}

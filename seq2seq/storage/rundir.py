@@ -54,6 +54,15 @@ def checkpoint_path(run_dir: Path, checkpoint: str) -> Path:
     return Path(checkpoint)
 
 
+def overrides_file(run_dir: Path) -> Path | None:
+    """The run's command line (a YAML list of overrides): its last accepted start's, else, for
+    runs of before that record, Hydra's (which refused starts rewrite too); None: neither."""
+    folder = Path(run_dir)
+    return next(
+        (p for p in (folder / OVERRIDES, folder / ".hydra" / OVERRIDES) if p.is_file()), None
+    )
+
+
 def split_file(run_dir: Path, split: str, lang: str) -> Path:
     """Where a run keeps one side of its validation or test split (``splits/test.de``)."""
     return Path(run_dir) / SPLITS_DIR / f"{split}.{lang}"
