@@ -50,7 +50,9 @@ def test_a_checkpoint_without_a_plan_is_read_from_its_config() -> None:
         check_plan(saved, saved | {"processes": 1}, Progress(step=3, batch_in_epoch=3))
 
 
-def test_a_resume_repeats_the_runs_accepted_command_line_under_its_own(tmp_path) -> None:
+def test_a_resume_repeats_the_runs_accepted_command_line_under_its_own(
+    tmp_path, monkeypatch
+) -> None:
     """The run's last accepted overrides come first, but for the keys this command sets; a
     folder without last.pt, or a start that is not a resume, adds nothing."""
     (tmp_path / "overrides.yaml").write_text("- experiment=smoke\n- +x.y=1\n- train.lr=0.1\n")
@@ -61,5 +63,8 @@ def test_a_resume_repeats_the_runs_accepted_command_line_under_its_own(tmp_path)
     (tmp_path / "last.pt").write_bytes(b"")
     assert saved_settings(argv, str(tmp_path)) == ["experiment=smoke", "+x.y=1"]
     assert saved_settings(argv[1:], str(tmp_path)) == []  # a new start (refused later)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # torchrun: other machines cannot read the folder
+    assert saved_settings(argv, str(tmp_path)) == []
+    monkeypatch.delenv("WORLD_SIZE")
     (tmp_path / "overrides.yaml").unlink()  # a run of before the record: Hydra's
     assert saved_settings(argv, str(tmp_path)) == ["train.batch_tokens=999"]

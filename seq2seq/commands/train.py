@@ -21,7 +21,7 @@ from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import Config
 from seq2seq.data.readers import open_reader
 from seq2seq.errors import Seq2SeqError
-from seq2seq.runtime.distributed import follower_argv, process_rank
+from seq2seq.runtime.distributed import follower_argv, process_rank, processes
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.diskfull import guard_log_files
 from seq2seq.storage.rundir import LAST, OVERRIDES, RunLock, overrides_file, unused_run_folder
@@ -75,8 +75,8 @@ def saved_settings(argv: list[str], run_dir: str | None) -> list[str]:
     folder = Path(run_dir or "")
     resuming = any(_override_key(a) == "train.resume" and a.lower().endswith("=true") for a in argv)
     saved = overrides_file(folder)
-    if not (resuming and run_dir and saved and (folder / LAST).is_file()):
-        return []
+    if not (resuming and run_dir and saved and (folder / LAST).is_file()) or processes() > 1:
+        return []  # under torchrun other machines never read the folder: each rank as typed
     given = {_override_key(a) for a in argv}
     return [
         o for o in OmegaConf.to_container(OmegaConf.load(saved)) if _override_key(o) not in given

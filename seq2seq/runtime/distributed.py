@@ -52,6 +52,11 @@ def process_rank() -> int:
     return int(os.environ.get("RANK", 0))
 
 
+def processes() -> int:
+    """torchrun's ``WORLD_SIZE``, read before any process group exists (1 without)."""
+    return int(os.environ.get("WORLD_SIZE", 1))
+
+
 def join(topology: Topology, device: torch.device) -> Any:
     """Join torchrun's process group (nccl on CUDA, gloo on the CPU); returns the gloo group for
     host-side objects and flags, or None for one process."""
