@@ -253,7 +253,7 @@ def test_softmax_is_the_default_and_sparse_needs_its_package(monkeypatch) -> Non
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_entmax)
-    with pytest.raises(Seq2SeqError, match=r"seq2seq\[sparse\]"):
+    with pytest.raises(Seq2SeqError, match=r"pip install -e '\.\[sparse\]'"):
         normalizer("sparsemax")
 
 

@@ -89,9 +89,8 @@ def test_a_run_chosen_by_loss_says_so_and_resumes_only_so(tmp_path: Path, data_d
     assert "finished after 20 updates; best loss " in proc.stderr
     best = torch.load(tmp_path / "best.pt", weights_only=False)
     assert best["best_metric"] == "loss" and best["best_score"] < 10
-    resumed = subprocess.run(
-        [*args, "train.resume=true", "train.max_steps=30"], capture_output=True, text=True
-    )
+    again = [*args, "train.resume=true", "train.max_steps=30"]
+    resumed = subprocess.run([*again, "train.best_metric=bleu"], capture_output=True, text=True)
     assert resumed.returncode == 1 and "Traceback" not in resumed.stderr
     assert (
         resumed.stderr.strip()
@@ -101,3 +100,5 @@ def test_a_run_chosen_by_loss_says_so_and_resumes_only_so(tmp_path: Path, data_d
             "train.best_metric=loss, or start a new run"
         )
     )
+    resumed = subprocess.run(again, capture_output=True, text=True)  # the run's own: by loss
+    assert resumed.returncode == 0 and "finished after 30 updates; best loss " in resumed.stderr

@@ -105,7 +105,7 @@ def test_the_lite_search_finds_the_torch_searchs_hypotheses(exported, beam_size)
 
 def test_a_missing_exporter_is_named_in_one_line(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # import onnxscript fails
-    with pytest.raises(Seq2SeqError, match=r"pip install 'seq2seq\[onnx\]'"):
+    with pytest.raises(Seq2SeqError, match=r"pip install -e '\.\[onnx\]'"):
         require_exporter()
 
 
