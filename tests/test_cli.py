@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from run_helpers import REPO, command, run
+from run_helpers import REPO, cli, command, run
 
 
 def quick_start_overrides() -> list[str]:
@@ -45,6 +45,24 @@ def test_the_quick_start_shortened_runs_to_a_clean_end(tmp_path: Path, data_dirs
     out = run("train", *quick_start_overrides(), *data_dirs, *shortened)
     assert "finished after 2 updates" in out and "Traceback" not in out
     assert (tmp_path / "run" / "best.pt").is_file() and (tmp_path / "run" / "last.pt").is_file()
+
+
+@pytest.mark.slow
+def test_a_folder_named_seq2seq_where_it_runs_hides_nothing(tmp_path: Path, data_dirs) -> None:
+    """Run from the folder above a clone (``seq2seq/``, with the downloads' ``data/`` in it),
+    the tokenizers' worker processes still import the installed package, not that folder."""
+    (tmp_path / "seq2seq" / "data").mkdir(parents=True)
+    data = [d for d in data_dirs if not d.startswith("data.cache_dir=")]  # tokenizers trained
+    args = ["experiment=smoke", "log.progress=false", "train.max_steps=1", *data]
+    args.append(f"data.cache_dir={tmp_path / 'cache'}")
+    proc = subprocess.run(
+        [*cli("train"), *args, f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_the_quick_start_installs_the_lite_distribution_seq2seq_needs() -> None:

@@ -79,6 +79,9 @@ def preload_workers() -> None:
     worker would import it, torch included, again."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return
+    # the server starts as ``python -c``, whose sys.path begins with the current folder: there a
+    # folder named seq2seq (a clone's, from the folder above it) would hide an editable install
+    os.environ.setdefault("PYTHONSAFEPATH", "1")  # Python 3.11 on
     preload = ["seq2seq.data.worker_start", "seq2seq.data.tokenizer", "seq2seq.data.dataset"]
     main = getattr(sys.modules["__main__"].__spec__, "name", None)
     if main and not main.endswith("__main__"):
