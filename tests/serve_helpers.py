@@ -3,6 +3,7 @@ command line's translations to compare with, releases, and a headless Chromium f
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 from run_helpers import cli
+from starlette.types import ASGIApp, Message
 
 from seq2seq.serving.api import FIELDS
 
@@ -180,3 +182,42 @@ def sample(samples: dict[str, float], name: str, **labels: str) -> float:
         if key.split("{")[0] == name and all(f'{k}="{v}"' in key for k, v in labels.items()):
             return value
     return 0.0
+
+
+async def asgi_call(
+    app: ASGIApp, method: str, path: str, payload: Any = None, query: str = ""
+) -> tuple[int, dict, Any]:
+    """(status, headers, JSON) of one request (``path?query``) straight through the ASGI app,
+    no server process; the client stays connected until its answer."""
+    body = b"" if payload is None else json.dumps(payload).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "server": ("test", 80),
+        "client": ("test", 1),
+        "headers": [(b"content-length", str(len(body)).encode())],
+    }
+    sent: list[Message] = []
+    delivered = False
+
+    async def receive() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)  # never hangs up
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    headers = {k.decode(): v.decode() for k, v in sent[0].get("headers", [])}
+    return sent[0]["status"], headers, json.loads(b"".join(m.get("body", b"") for m in sent[1:]))

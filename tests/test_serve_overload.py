@@ -10,12 +10,11 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
-from serve_helpers import SENTENCES, metrics, sample, server
-from starlette.types import ASGIApp, Message
+from serve_helpers import SENTENCES, asgi_call, metrics, sample, server
+from starlette.types import ASGIApp
 
 from seq2seq.serving.app import create_app
 from seq2seq.serving.models import ServedModel
@@ -36,43 +35,6 @@ class CountingTokenizer:
         return [[5] * (2000 if text == LONG else len(text.split())) for text in texts]
 
 
-async def call(app: ASGIApp, method: str, path: str, payload: Any = None) -> tuple[int, dict, Any]:
-    """(status, headers, JSON) of one request straight through the ASGI app; the client stays
-    connected until its answer."""
-    body = b"" if payload is None else json.dumps(payload).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "server": ("test", 80),
-        "client": ("test", 1),
-        "headers": [(b"content-length", str(len(body)).encode())],
-    }
-    sent: list[Message] = []
-    delivered = False
-
-    async def receive() -> Message:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.sleep(3600)  # never hangs up
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    headers = {k.decode(): v.decode() for k, v in sent[0].get("headers", [])}
-    return sent[0]["status"], headers, json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
-
-
 def overload_app(tokenizer: CountingTokenizer) -> ASGIApp:
     """The app of one stand-in model, its settings a DictConfig as the command gives them; no
     lifespan runs, so nothing is decoded and an admitted request waits for its deadline."""
@@ -87,18 +49,18 @@ def test_a_full_queue_refuses_a_request_before_tokenizing_it() -> None:
     async def scenario() -> None:
         tokenizer = CountingTokenizer()
         app = overload_app(tokenizer)
-        first = asyncio.create_task(call(app, "POST", "/translate", ["ein Hund"] * 64))
-        while (await call(app, "GET", "/ready"))[0] != 503:  # the first fills the queue
+        first = asyncio.create_task(asgi_call(app, "POST", "/translate", ["ein Hund"] * 64))
+        while (await asgi_call(app, "GET", "/ready"))[0] != 503:  # the first fills the queue
             await asyncio.sleep(0.01)
         assert tokenizer.threads == [1]  # the admitted request was checked, on one thread
         for refused in (SENTENCES[:1], [LONG]):
-            status, headers, body = await call(app, "POST", "/translate", refused)
+            status, headers, body = await asgi_call(app, "POST", "/translate", refused)
             assert status == 503 and "busy" in body["error"]
             assert int(headers["retry-after"]) >= 1
         assert tokenizer.threads == [1]  # neither refusal was tokenized
         status, _, body = await first
         assert status == 503 and "request_timeout_s=1" in body["error"]  # never decoded
-        status, _, body = await call(app, "POST", "/translate", ["ein Hund", LONG])
+        status, _, body = await asgi_call(app, "POST", "/translate", ["ein Hund", LONG])
         assert status == 413 and "sentence 1" in body["error"]  # room again: checked as before
 
     asyncio.run(scenario())

@@ -5,13 +5,12 @@ with a line break, a glossary's terms at beam 1."""
 from __future__ import annotations
 
 import asyncio
-import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
-from starlette.types import Message
+from serve_helpers import asgi_call
 
 from seq2seq.serving.app import create_app
 from seq2seq.serving.models import ServedModel
@@ -29,37 +28,8 @@ def post(payload: Any, query: str = "", **settings: Any) -> tuple[int, dict]:
     cfg = OmegaConf.structured(ServeConfig(run_dir="unused", **settings))
     model = ServedModel("m", {"name": "m"}, WordTokenizer(), "cpu", lambda s: None, 500)  # type: ignore[arg-type]
     app = create_app([model], cfg, ThreadPoolExecutor(1))
-    body = json.dumps(payload).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/translate",
-        "raw_path": b"/translate",
-        "query_string": query.encode(),
-        "root_path": "",
-        "server": ("test", 80),
-        "client": ("test", 1),
-        "headers": [(b"content-length", str(len(body)).encode())],
-    }
-    sent: list[Message] = []
-    delivered = False
-
-    async def receive() -> Message:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.sleep(3600)  # never hangs up: an admitted request meets its deadline
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    asyncio.run(app(scope, receive, send))
-    return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    status, _, data = asyncio.run(asgi_call(app, "POST", "/translate", payload, query))
+    return status, data
 
 
 def test_a_beam_over_what_the_vocabulary_allows_is_422_naming_the_largest() -> None:
