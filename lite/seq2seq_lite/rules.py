@@ -107,14 +107,13 @@ def largest_beam(vocab_size: int) -> int:
     return max(1, vocab_size // 2)
 
 
-def beam_problem(beam_size: int, vocab_size: int, name: str = "beam_size") -> str | None:
-    """Why ``beam_size`` is too large for the vocabulary, in one line (None: it is not);
-    ``name``: the setting as its user gives it (``--beam``, ``max_beam``)."""
+def beam_problem(beam_size: int, vocab_size: int) -> str | None:
+    """Why ``beam_size`` is too large for the vocabulary, in one line (None: it is not)."""
     top = largest_beam(vocab_size)
     if beam_size <= top:
         return None
     return (
-        f"{name}={beam_size} is more than a target vocabulary of {vocab_size} subwords allows: "
+        f"beam_size={beam_size} is more than a target vocabulary of {vocab_size} subwords allows: "
         f"the largest beam is {top} (each step keeps 2 x beam_size candidates)"
     )
 

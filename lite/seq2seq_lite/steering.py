@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-CONSTRAINTS_NEED_BEAM = "constraints need beam search: beam_size of 2 or more, no sampling"
+NEED_BEAM = "{} need beam search: beam_size of 2 or more, no sampling"  # {}: whose phrases
+CONSTRAINTS_NEED_BEAM = NEED_BEAM.format("constraints")
 
 
 def constraints_problem(
@@ -23,7 +24,7 @@ def constraints_problem(
     phrases come from, as the user knows it (e.g. "the glossary's terms (terms=g.tsv)")."""
     if not has_phrases or (beam_size >= 2 and not sampling):
         return None
-    return CONSTRAINTS_NEED_BEAM.replace("constraints", what, 1)
+    return NEED_BEAM.format(what)
 
 
 def glossary_terms(where: str) -> str:

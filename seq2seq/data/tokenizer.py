@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import logging
@@ -54,7 +55,7 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         """The model's SHA-256: what a checkpoint records of the tokenizers it was trained with."""
         return hashlib.sha256(self.proto).hexdigest()

@@ -62,10 +62,9 @@ def split_pairs(
         place = data.source if multi30k else name  # data.root is a copy of data.source
         if given or is_url(place) or Path(place).is_absolute():  # where it looked is clear
             raise
-        relative = [place]
         other = "data_source=<the Multi30k folder>" if multi30k else "split=<the files' prefix>"
         hint = (
-            f"; the run's relative paths ({', '.join(relative)}) are taken from the current "
+            f"; the run's relative paths ({place}) are taken from the current "
             f"directory {Path.cwd()}: run from where training was started, or give {other}"
         )
         raise DataError(f"{e}{hint}") from e
