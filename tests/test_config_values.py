@@ -21,7 +21,7 @@ from seq2seq.commands.configs import (
     ScoreConfig,
     TranslateConfig,
 )
-from seq2seq.commands.rules import FILES_READ, check_config, check_files
+from seq2seq.commands.rules import FILES_READ, TRAINING_FILES_READ, check_config, check_files
 from seq2seq.errors import Seq2SeqError
 from seq2seq.serving.settings import ServeConfig
 
@@ -211,6 +211,23 @@ def test_a_file_a_command_reads_is_there_before_it_starts(schema, tmp_path, monk
         (tmp_path / key).rmdir()
         (tmp_path / key).write_text("x\n")
     check_files(_config(schema, {k: k for k in keys}))
+
+
+def test_a_file_training_reads_is_there_before_the_tokenizers_train(tmp_path, monkeypatch):
+    """The links for guided alignment and the gold set of the validation probe, refused by
+    their keys before any work (else after the tokenizers and the encoding, in a run folder)."""
+    monkeypatch.chdir(tmp_path)
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        cfg = compose("config", ["experiment=smoke"])
+    check_files(cfg)  # none given
+    for key in TRAINING_FILES_READ:
+        given = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}=missing"]))
+        with pytest.raises(Seq2SeqError, match=f"^{key}=missing does not exist$"):
+            check_files(given)
+    (tmp_path / "there").write_text("x\n")
+    check_files(
+        OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{k}=there" for k in TRAINING_FILES_READ]))
+    )
 
 
 @pytest.mark.parametrize(

@@ -64,6 +64,8 @@ def check_config(cfg: Any, schema: type | None = None) -> None:
 # the keys of the commands (evaluate, translate, align, back-translate, serve) that name a file
 # they read: each must be a file before the model is loaded
 FILES_READ = ("input", "reference", "src_file", "tgt_file", "gold", "mono", *STEERING_FILES)
+# training's: before the tokenizers train and the corpus is encoded
+TRAINING_FILES_READ = ("train.guided_alignment", "log.alignment_pairs", "log.alignment_links")
 FILES_WRITTEN = ("output", "weights")  # the files (not folders) they write
 
 
@@ -71,8 +73,8 @@ def check_files(cfg: Any) -> None:
     """Refuse, in one line, each file the command reads (FILES_READ) that is not there or is a
     folder, before any work starts (a model loaded for a missing reference, before)."""
     problems = []
-    for key in FILES_READ:
-        if (path := cfg.get(key)) is not None:
+    for key in (*FILES_READ, *TRAINING_FILES_READ):
+        if (path := OmegaConf.select(cfg, key, default=None)) is not None:
             try:
                 require_file(path, key)
             except DataError as e:
