@@ -4,7 +4,8 @@ The run reads each pair with the target given (forced decoding: teacher forcing,
 target word's attention, merged from subwords into words, becomes links (`AlignMethod`). With
 ``reverse_run_dir`` a run of the other direction reads the pairs the other way and the two link
 sets are symmetrised. Links go out in Pharaoh form (``i-j``, 0-based, source-target), a line per
-pair; with ``gold=`` precision, recall and AER come as the last stdout line (JSON).
+pair; the summary (with ``gold=`` precision, recall and AER) is the last stdout line (JSON)
+where the links go to ``output=`` or ``gold=`` asks for scores: links alone on a pipe.
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ def _check_reverse(run: TrainedRun, reverse: TrainedRun) -> None:
         )
 
 
-def align(cfg: AlignConfig) -> dict[str, Any]:
-    """Align, write the links (and weights); return the result object."""
+def align(cfg: AlignConfig) -> dict[str, Any] | None:
+    """Align, write the links (and weights); return the result object, None where the links
+    alone are the answer on stdout (no ``output=``, no ``gold=``)."""
     pairs = _pairs(cfg)
     gold = read_gold(cfg.gold, pairs, cfg.gold_one_based) if cfg.gold is not None else None
     engine = inference_engine(cfg)  # this process's threads and device
@@ -141,6 +143,8 @@ def align(cfg: AlignConfig) -> dict[str, Any]:
         if len(found) == 2:
             for name, (direction, _) in zip(("forward", "reverse"), found, strict=True):
                 result[name] = alignment_scores(direction, gold)
+    if cfg.output is None and gold is None:
+        return None
     return {
         **result,
         "pairs": len(pairs),
