@@ -237,6 +237,7 @@ def test_a_file_training_reads_is_there_before_the_tokenizers_train(tmp_path, mo
         (EvaluateConfig, {"top_k": 10, "seed": 3}, "top_k=10 has no effect"),
         (TranslateConfig, {"sampling": True, "beam_size": 7}, "beam_size=7 has no effect"),
         (BacktranslateConfig, {"nbest": 3, "beam_size": 5}, "nbest=3 has no effect"),
+        (EvaluateConfig, {"coverage_penalty": 0.2, "beam_size": 1}, "coverage_penalty=0.2 has"),
     ],
 )
 def test_a_setting_that_does_nothing_is_warned_of(schema, values, warned, caplog) -> None:
@@ -247,4 +248,5 @@ def test_a_setting_that_does_nothing_is_warned_of(schema, values, warned, caplog
 def test_settings_that_act_are_not_warned_of(caplog) -> None:
     check_config(_config(TranslateConfig, {"sampling": True, "temperature": 0.5, "seed": 2}))
     check_config(_config(TranslateConfig, {"beam_size": 7}))
+    check_config(_config(EvaluateConfig, {"beam_size": 2, "coverage_penalty": 0.2}))
     assert "has no effect" not in caplog.text

@@ -198,6 +198,8 @@ def _inert(cfg: InferenceConfig) -> list[str]:
     else:
         why = "shapes sampling only: add sampling=true, or leave it out"
         inert = {key: why for key in ("temperature", "top_k", "top_p", "seed")}
+        if cfg.beam_size == 1:
+            inert["coverage_penalty"] = "it reranks beam search's hypotheses; beam_size=1 has none"
     for key, why in inert.items():
         if cfg[key] != getattr(default, key):
             log.warning("%s=%s has no effect: %s", key, cfg[key], why)
