@@ -11,7 +11,7 @@ wrong type on the command line stops in one line before anything runs. YAML file
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -259,6 +259,13 @@ class LogConfig:
 
 @dataclass
 class Config:
+    # a decoding command's search keys, as users of other tools give them to training
+    ELSEWHERE: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("beam", "beam_size", "beam-size", "nbest", "n_best", "alpha", "length_penalty"),
+        "validation searches with train.val_beam_size=... (1, greedy, by default); a trained "
+        "run's search is set by seq2seq-evaluate or seq2seq-translate (beam_size=, nbest=, alpha=)",
+    )
+
     device: str = "auto"  # auto (CUDA when present), cpu, cuda, cuda:N or mps
     # the same key as the other commands'; auto is timed at start-up, a resumed run keeps it
     precision: Precision = Precision.auto

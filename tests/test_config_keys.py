@@ -182,6 +182,8 @@ STDIN = "it reads standard input and writes standard output: seq2seq-translate r
         ("translate", "--beam 3", "--beam 3: settings are key=value; did you mean beam_size=3?"),
         ("translate", "--beam=3", "--beam=3: settings are key=value; did you mean beam_size=3?"),
         ("config", "-m --epochs 3", "--epochs 3: settings are key=value; did you mean train."),
+        ("config", "--beam 3", "--beam 3: settings are key=value; validation searches with"),
+        ("config", "--nbest 3", "--nbest 3: settings are key=value; validation searches with"),
         ("translate", "-src in.txt", f"-src in.txt: settings are key=value; {STDIN}"),
         ("evaluate", "--gpu", "--gpu: settings are key=value (--help lists them)"),
         ("translate", "run_dir runs/x", "run_dir runs/x: give it as run_dir=runs/x"),
