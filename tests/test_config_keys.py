@@ -190,6 +190,7 @@ STDIN = "it reads standard input and writes standard output: seq2seq-translate r
         ("evaluate", "beam_size=2 run_dir", "run_dir: give it a value, run_dir=..."),
         ("config", "hello", "hello: settings are key=value (--help lists them)"),
         ("translate", "terms=a(b).tsv", "terms=a(b).tsv: Hydra cannot read it (mismatched "),
+        ("config", "data.columns=[en,de", "data.columns=[en,de: the list's brackets do not pair"),
     ],
 )
 def test_a_command_line_of_another_tools_shape_says_the_override_meant(

@@ -70,6 +70,8 @@ def _readable(word: str) -> None:
     if (reason := _unreadable(word)) is None:
         return
     key, _, value = word.partition("=")
+    if value.startswith("[") and value.count("[") != value.count("]"):  # a list left open
+        raise Seq2SeqError(f"{word}: the list's brackets do not pair up: {key}=[a,b]")
     quoted = f'{key}="{value}"'
     fix = f"; quote the value: '{quoted}'" if _unreadable(quoted) is None else ""
     raise Seq2SeqError(f"{word}: Hydra cannot read it ({reason}){fix}")
