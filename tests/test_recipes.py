@@ -113,6 +113,7 @@ def test_an_ensemble_of_a_model_with_itself_is_the_model(smoke_run: Path) -> Non
     double = run(
         "evaluate", f"run_dir={smoke_run}", f"ensemble=[{smoke_run}]", "split=val", "beam_size=3"
     )
+    assert f") in an ensemble of 2 (with {smoke_run}), beam 3" in double  # the log says so
     single, double = (json.loads(out.splitlines()[-1]) for out in (single, double))
     assert double["bleu"] == pytest.approx(single["bleu"], abs=1e-9)
     assert double["runs"] == [str(smoke_run.resolve())] * 2

@@ -92,9 +92,17 @@ def _write_outputs(
     return paths
 
 
+def _described(run: TrainedRun, ensemble: Sequence[str]) -> str:
+    """The model that translates, for the log: an ensemble's other members named too."""
+    model = f"{run.checkpoint} (step {run.step})"
+    if ensemble:
+        model += f" in an ensemble of {len(ensemble) + 1} (with {', '.join(ensemble)})"
+    return model
+
+
 def _translate(
     translator: Translator,
-    run: TrainedRun,
+    model: str,
     device: str,
     sources: Sequence[str],
     src_path: Path,
@@ -103,11 +111,10 @@ def _translate(
     """Translate ``sources`` (logging what, with what and where), each line as ``steer`` has it;
     the translations and the seconds decoding took."""
     log.info(
-        "translating %d sentences of %s with %s (step %d), beam %d, on %s",
+        "translating %d sentences of %s with %s, beam %d, on %s",
         len(sources),
         src_path,
-        run.checkpoint,
-        run.step,
+        model,
         translator.search.beam_size,
         device,
     )
@@ -261,7 +268,8 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     name = Path(split).name if split is not None else src_path.name
     sources, references = read_parallel(src_path, ref_path)
     steer = read_steering(cfg.prefix, cfg.constraints, cfg.terms, sources, name)
-    translations, seconds = _translate(translator, run, device, sources, src_path, steer)
+    model = _described(run, cfg.ensemble)
+    translations, seconds = _translate(translator, model, device, sources, src_path, steer)
     texts = [translator.best_text(t) for t in translations]
     scores, signatures = _scores(texts, references, tokenize, sources, run, engine)
     if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
