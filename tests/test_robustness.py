@@ -3,7 +3,10 @@ writes, non-finite updates, logs that fit a file, and a command stopped or refus
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import os
 import re
 import shutil
 import signal
@@ -30,6 +33,7 @@ from run_helpers import (
 from seq2seq.commands.configs import ExportConfig
 from seq2seq.data.tokenizer import fingerprints
 from seq2seq.errors import Seq2SeqError
+from seq2seq.runtime import checkpoint
 from seq2seq.runtime.checkpoint import (
     CheckpointWriter,
     keep,
@@ -183,6 +187,24 @@ def test_a_full_disk_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(torch, "save", full)
     with pytest.raises(Seq2SeqError, match="No space left on device; the previous last.pt is kept"):
         save_checkpoint(path, {"step": 2})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["step"] == 1 and not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_full_disk_inside_torchs_zip_writer_is_one_line(tmp_path: Path, monkeypatch) -> None:
+    """torch.save re-raises the file's ENOSPC as a RuntimeError ("unexpected pos ...")."""
+    path = tmp_path / "last.pt"
+    save_checkpoint(path, {"step": 1})
+
+    class Full(io.FileIO):
+        def write(self, data) -> int:
+            if self.tell() > 1000:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(data)
+
+    monkeypatch.setattr(checkpoint, "open", lambda file, mode: Full(file, mode), raising=False)
+    with pytest.raises(Seq2SeqError, match="No space left on device; the previous last.pt is kept"):
+        save_checkpoint(path, {"step": 2, "w": torch.zeros(10_000)})
     monkeypatch.undo()
     assert load_checkpoint(path)["step"] == 1 and not list(tmp_path.glob("*.tmp"))
 

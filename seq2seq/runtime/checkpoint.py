@@ -50,15 +50,16 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as e:  # a full disk, a read-only folder, ...
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        # a full disk, a read-only folder, ...: torch's zip writer raises it as a RuntimeError
+        failed = e if isinstance(e, OSError) else e.__context__
+        if not isinstance(e, OSError | RuntimeError) or not isinstance(failed, OSError):
+            raise
         kept = f"the previous {path.name} is kept" if path.is_file() else "none was written"
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if failed.errno in (errno.ENOSPC, errno.EDQUOT):
             kept += "; free some space, then continue with train.resume=true"
-        raise Seq2SeqError(f"could not write {path}: {e.strerror or e}; {kept}") from e
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        raise Seq2SeqError(f"could not write {path}: {failed.strerror or failed}; {kept}") from e
 
 
 class CheckpointWriter:
