@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 from run_helpers import REPO, cli, composed, run, scalars
 from torch.utils.tensorboard import SummaryWriter
@@ -73,6 +74,18 @@ def test_recipes_compose() -> None:
     en_fr = composed("experiment=attention_comparison_en_fr", "+compare=local_p")
     assert (en_fr.data.src_lang, en_fr.data.tgt_lang, en_fr.model.hidden_size) == ("en", "fr", 256)
     assert en_fr.log.alignment_pairs is not None
+
+
+def test_a_sweep_resumed_finds_its_jobs_folders() -> None:
+    """A job's folder is named by its settings, not by train.resume: the interrupted sweep,
+    given again with train.resume=true and its hydra.sweep.dir, resumes each job in place."""
+    job = ["experiment=smoke", "train.seed=2", "data.source=/x"]
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        names = [
+            compose("config", overrides, return_hydra_config=True).hydra.job.override_dirname
+            for overrides in (job, [*job, "train.resume=true"])
+        ]
+    assert names[0] == names[1] == "experiment:smoke__train.seed:2"
 
 
 @pytest.mark.slow
