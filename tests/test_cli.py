@@ -143,6 +143,15 @@ def test_the_final_answer_to_a_reader_that_left_ends_quietly() -> None:
     assert proc.wait(timeout=120) == 1 and err == "", err
 
 
+@pytest.mark.parametrize("given", ['"~/runs/r"', "~/runs/r"])
+def test_a_run_folder_under_home_is_the_homes_not_a_folder_named_tilde(given, tmp_path) -> None:
+    """``hydra.run.dir="~/runs/r"`` (quoted, as Hydra's grammar needs) is the home's folder."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    proc = command("train", "--cfg", "hydra", f"hydra.run.dir={given}", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"dir: {tmp_path / 'runs' / 'r'}\n" in proc.stdout, proc.stdout
+
+
 def test_a_quoted_home_folder_is_expanded(tmp_path: Path) -> None:
     """``run_dir="~/..."`` (quoted, as the message on ``~`` advises) names the home's folder."""
     (tmp_path / "runs").mkdir()

@@ -54,6 +54,7 @@ def hydra_command(
             register_schemas()
             verbose = "hydra.verbose=seq2seq"
             sys.argv[1:] = [verbose if a in ("-v", "--verbose") else a for a in sys.argv[1:]]
+            sys.argv[1:] = [_home_folder(a) for a in sys.argv[1:]]
             try:
                 if before is not None:
                     sys.argv[1:] = before(sys.argv[1:])
@@ -103,6 +104,17 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
         where = f"{e.filename}: " if e.filename else ""
         log.error("stopped: %s%s; what was written before is intact", where, e.strerror or e)
     sys.exit(1)
+
+
+def _home_folder(arg: str) -> str:
+    """``hydra.run.dir="~/x"`` (quoted, as Hydra's grammar needs) names the home's folder, as
+    expand_home does for the command's own settings, not a folder ``./~/x``."""
+    key, sep, value = arg.partition("=")
+    quote = value[:1] if value[:1] in ("'", '"') and value[-1:] == value[:1] else ""
+    bare = value[1:-1] if quote else value
+    if key.lstrip("+") not in ("hydra.run.dir", "hydra.sweep.dir") or not bare.startswith("~"):
+        return arg
+    return f"{key}{sep}{quote}{os.path.expanduser(bare)}{quote}"
 
 
 def expand_home(cfg: Any) -> None:
