@@ -73,6 +73,13 @@ def test_a_group_given_as_a_key_and_an_unknown_option() -> None:
     assert refusal("config", "+compare=luongx").startswith("compare=luongx: no such option; did")
 
 
+def test_two_options_that_do_not_fit_are_one_line() -> None:
+    """A recipe of one data kind with another kind chosen: not Hydra's five-line error."""
+    assert refusal("config", "experiment=tatoeba_de_en_cpu", "data=custom") == (
+        "experiment=tatoeba_de_en_cpu sets data.file, a key data=custom does not have"
+    )
+
+
 @pytest.mark.parametrize(
     ("config", "override", "expected"),
     [

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import re
 from collections.abc import Iterator, Sequence
 from copy import deepcopy
 from enum import Enum
@@ -24,7 +25,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, Override, OverrideType
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from omegaconf.nodes import BooleanNode, EnumNode, FloatNode, IntegerNode, StringNode
 
 from seq2seq.config import CustomDataConfig, HfDataConfig, Multi30kConfig, TsvDataConfig
@@ -159,8 +160,22 @@ def _composed(config_name: str, groups: list[Override]) -> Iterator[DictConfig]:
     for combination in itertools.islice(itertools.product(*choices), _MAX_COMBINATIONS):
         try:
             yield compose(config_name, overrides=list(combination))
-        except Exception:  # a broken config file: Hydra's own message says what and where
+        except Exception as e:  # a broken config file: Hydra's own message says what and where
+            if problem := _clash(e, combination):
+                raise Seq2SeqError(problem) from None
             return
+
+
+def _clash(error: Exception, choices: Sequence[str]) -> str | None:
+    """Two choices that do not fit (``experiment=tatoeba_de_en_cpu data=custom``: the recipe
+    sets data.file, which custom data has not), in one line; None for other errors."""
+    where = re.match(r"In '(\w+)/([^']+)'", str(error))
+    key_error = error.__context__
+    if where is None or not isinstance(key_error, ConfigKeyError):
+        return None
+    option = f"{where.group(1)}={where.group(2)}"
+    others = " ".join(c for c in choices if c != option) or "the defaults"
+    return f"{option} sets {key_error.full_key}, a key {others} does not have"
 
 
 def _as_override(override: Override, item: Any) -> str:
