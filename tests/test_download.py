@@ -107,6 +107,9 @@ def test_corrupted_download_is_rejected(tiny: Path, tmp_path: Path) -> None:
     actual = hashlib.sha256((tiny / "tiny.txt").read_bytes()).hexdigest()
     assert "tiny.txt" in message and MULTI30K_SHA256["tiny.txt"] in message and actual in message
     assert leftovers(root) == []
+    with pytest.raises(ChecksumError, match=f"nothing was kept in {root} .*tiny.txt itself is"):
+        fetch(str(tiny), root, ["tiny.txt"])  # a folder of the user's: their file stays
+    assert (tiny / "tiny.txt").is_file() and leftovers(root) == []
 
 
 def test_corrupted_cached_file_is_removed_and_fetched_again(

@@ -123,7 +123,8 @@ def _download(source: str, name: str, dest: Path, expected: str) -> None:
         if actual != expected:
             raise ChecksumError(
                 f"checksum mismatch for {name} from {where}: expected SHA-256 {expected}, "
-                f"got {actual}; the file was removed"
+                f"got {actual}; nothing was kept in {dest.parent}"
+                + ("" if url else f" ({where} itself is untouched)")
             )
         as_umask_allows(tmp)  # mkstemp made it 0600
         os.replace(tmp, dest)
