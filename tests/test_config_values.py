@@ -88,6 +88,24 @@ def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message
 
 
 @pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.keep_checkpoints=-1", "train.keep_checkpoints=-1 must not be negative"),
+        ("train.seed=-1", "train.seed=-1 must not be negative"),
+        ("train.scheduler.factor=2", "train.scheduler.factor=2.0 must be above 0 and below 1"),
+        ("train.scheduler.patience=-1", "train.scheduler.patience=-1 must not be negative"),
+        ("train.betas=[0.9,1.5]", r"train.betas=\[0.9, 1.5\] must each be at least 0 and below 1"),
+        ("log.attention_samples=-2", "log.attention_samples=-2 must not be negative"),
+    ],
+)
+def test_a_training_value_out_of_its_range_is_refused(override: str, message: str) -> None:
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        cfg = compose("config", ["experiment=smoke", override])
+    with pytest.raises(Seq2SeqError, match=f"^{message}$"):
+        check_config(cfg)
+
+
+@pytest.mark.parametrize(
     ("schema", "values"),
     [
         (EvaluateConfig, {"input": "x.de", "reference": "x.en"}),

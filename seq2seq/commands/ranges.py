@@ -66,6 +66,14 @@ NOT_NEGATIVE = (
     "log_attention",
     "batch_wait_ms",
     "max_constraints",
+    "train.keep_checkpoints",
+    "train.scheduler.patience",
+    "train.scheduler.min_lr",
+    "log.attention_samples",
+    "data.tokenizer.input_sentence_size",
+    "train.seed",  # numpy's generators take no negative seed
+    "data.split_seed",
+    "seed",
 )
 
 
@@ -73,7 +81,8 @@ def range_problems(cfg: Any) -> list[str]:
     """The keys of these names out of their range, in whichever command's config they are; a
     NaN or an infinity is out of every range (NaN compares False with every bound)."""
     problems, values = [], {}
-    for key in (*POSITIVE, *FRACTIONS, *NOT_NEGATIVE, "top_p", "data.tokenizer.character_coverage"):
+    bounded = ("top_p", "data.tokenizer.character_coverage", "train.scheduler.factor")
+    for key in (*POSITIVE, *FRACTIONS, *NOT_NEGATIVE, *bounded):
         value = OmegaConf.select(cfg, key, default=None)
         if problem := finite_problem(key, value):
             problems.append(problem)
@@ -92,6 +101,12 @@ def range_problems(cfg: Any) -> list[str]:
     top_p = values.get("top_p")
     if top_p is not None and not 0 < top_p <= 1:
         problems.append(f"top_p={top_p} must be above 0 and at most 1")
+    factor = values.get("train.scheduler.factor")  # plateau: the rate is cut, never raised
+    if factor is not None and not 0 < factor < 1:
+        problems.append(f"train.scheduler.factor={factor} must be above 0 and below 1")
+    betas = OmegaConf.select(cfg, "train.betas", default=None)
+    if betas is not None and not all(0 <= b < 1 for b in betas):  # Adam's decay rates
+        problems.append(f"train.betas={list(betas)} must each be at least 0 and below 1")
     return problems
 
 
