@@ -77,6 +77,19 @@ def test_tsv_errors_name_the_file_and_line(tmp_path: Path) -> None:
     assert list(tsv_stream(blank, ["en", "de"], "en", "de")) == [("a", "b"), ("", ""), ("c", "")]
 
 
+def test_tsv_refuses_a_line_with_a_stray_tab(tmp_path: Path) -> None:
+    """A tab inside the English moved the German into an ignored column, silently."""
+    lines = ["Hi.\tHallo!", "English sentence. and\tmore\tGerman sentence", "Run!\tLauf!"]
+    path = write_tsv(tmp_path / "a.tsv", lines)
+    said = f"{path}, line 2: 3 tab-separated fields, but line 1 has 2: a tab inside a sentence"
+    with pytest.raises(DataError, match=re.escape(said)):
+        list(tsv_stream(path, ["en", "de"], "en", "de"))
+    odd_first = write_tsv(tmp_path / "b.tsv", lines[1:])  # the first line is the odd one
+    with pytest.raises(DataError, match="line 2: 2 tab-separated fields, but line 1 has 3"):
+        list(tsv_stream(odd_first, ["en", "de"], "en", "de"))
+    assert len(list(tsv_stream(write_tsv(tmp_path / "c.tsv", ROWS), ["en", "de"], "en", "de"))) == 3
+
+
 def corpus_lines(groups: int = 150, per_group: int = 3) -> list[str]:
     """English repeated with several German translations, as in Tatoeba."""
     return [
