@@ -214,6 +214,21 @@ def test_hf_string_columns_and_missing_columns(hf_folder: Path, tmp_path: Path) 
         open_reader(cfg).stream("test")
 
 
+def test_hf_a_column_of_numbers_is_refused_before_any_work(tmp_path: Path) -> None:
+    """data.src_column=id was read until a traceback: 'int' object has no attribute 'replace'."""
+    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install -e '.[hf]')")
+    rows = {"de": ["Satz."] * 20, "en": ["Sentence."] * 20, "id": list(range(20))}
+    rows["pair"] = [{"de": i, "en": "Sentence."} for i in range(20)]
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "cols"))
+    cfg = HfDataConfig(path=str(tmp_path / "cols"), src_column="id", tgt_column="en", valid=None)
+    said = "data.src_column=id holds int64 values, not text; name a column of strings "
+    with pytest.raises(DataError, match=re.escape(said + "(the dataset's: de, en)")):
+        open_reader(cfg).check()
+    cfg = HfDataConfig(path=str(tmp_path / "cols"), column="pair", valid=None, test=None)
+    with pytest.raises(DataError, match=re.escape("data.column=pair (de) holds int64 values")):
+        open_reader(cfg).check()
+
+
 def test_hf_translation_feature_of_hub_datasets(tmp_path: Path) -> None:
     """Hub datasets such as wmt14 declare datasets.Translation, not a dict of strings."""
     datasets = pytest.importorskip("datasets", reason="the hf extra (pip install -e '.[hf]')")
