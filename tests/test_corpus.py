@@ -61,6 +61,29 @@ def test_custom_prefixes_plain_and_gz(tmp_path: Path) -> None:
         split_files(cfg, str(tmp_path / "dev.de.gz"))
 
 
+def test_a_side_with_both_forms_reads_the_other_sides_form_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plain train.de beside train.de.gz was read with train.en.gz, silently misaligned."""
+    write(tmp_path / "train.de", b"stale\n")
+    write(tmp_path / "train.de.gz", b"a\n")
+    write(tmp_path / "train.en.gz", b"b\n")
+    cfg = CustomDataConfig(train=str(tmp_path / "train"), valid=None, test=None)
+    with caplog.at_level("WARNING"):
+        assert split_files(cfg, "train") == (tmp_path / "train.de.gz", tmp_path / "train.en.gz")
+        check_files(cfg)  # told once
+    said = [r.getMessage() for r in caplog.records if "both exist" in r.getMessage()]
+    assert said == [
+        f"{tmp_path}/train.de and {tmp_path}/train.de.gz both exist: reading "
+        f"{tmp_path}/train.de.gz, the form of {tmp_path}/train.en.gz; remove the file not meant, "
+        "or the pairs may be misaligned"
+    ]
+    write(tmp_path / "train.en", b"b\n")  # both forms on both sides: the plain files
+    with caplog.at_level("WARNING"):
+        assert split_files(cfg, "train") == (tmp_path / "train.de", tmp_path / "train.en")
+    assert "both exist: reading the plain files" in caplog.records[-1].getMessage()
+
+
 def test_the_configured_files_are_checked_without_a_download(multi30k_dir, tmp_path) -> None:
     """A wrong local folder or prefix is said before a run starts, naming its key."""
     check_files(Multi30kConfig(source=str(multi30k_dir), root=str(tmp_path / "root")))

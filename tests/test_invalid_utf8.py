@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import subprocess
 from pathlib import Path
 
@@ -36,6 +39,37 @@ def test_lite_words_invalid_utf8_as_the_library_does(data: bytes) -> None:
         decode_lines(data, "x.de")
     assert str(lite.value) == str(ours.value) and str(ours.value).startswith("x.de, line 3: ")
     assert decode_lines(b"a\r\n\nb", "-") == ["a", "", "b"]  # as seq2seq-translate splits
+
+
+TEXT = "".join(f"{line}\n" for line in GOOD)
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (lzma.compress(TEXT.encode()), "is xz-compressed, not text: decompress it first (xz -d)"),
+        (bz2.compress(TEXT.encode()), "is bzip2-compressed, not text: decompress it first"),
+        (gzip.compress(TEXT.encode()), "is gzip-compressed, not text: decompress it first"),
+        (
+            TEXT.encode("utf-16-le").join([b"\xff\xfe", b""]),
+            "is UTF-16 text (byte-order mark FF FE)",
+        ),
+        (
+            TEXT.encode("utf-16-be").join([b"\xfe\xff", b""]),
+            "is UTF-16 text (byte-order mark FE FF)",
+        ),
+    ],
+    ids=["xz", "bzip2", "gzip", "utf-16-le", "utf-16-be"],
+)
+def test_a_compressed_or_utf16_file_is_named_as_such(data: bytes, said: str) -> None:
+    """All of these were 'line 1: invalid UTF-8', which says nothing of what to do."""
+    with pytest.raises(DataError) as ours:
+        decode_text(data, "x.de")
+    with pytest.raises(InputError) as lite:
+        decode_lines(data, "x.de")
+    assert str(lite.value) == str(ours.value) and str(ours.value).startswith(f"x.de {said}")
+    with pytest.raises(DataError, match="x.de, line 2: invalid UTF-8"):
+        decode_text(b"a\n" + data, "x.de")  # a line of binary inside text: as before
 
 
 def lines_file(path: Path, bad: bytes = BAD) -> Path:

@@ -14,7 +14,12 @@ from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import train_tokenizers
 from seq2seq.decoding.inference import score
 from seq2seq.errors import Seq2SeqError
-from seq2seq.languages import bleu_tokenizer, character_coverage, check_bleu_tokenizer
+from seq2seq.languages import (
+    bleu_tokenizer,
+    character_coverage,
+    check_bleu_tokenizer,
+    warn_unknown_languages,
+)
 
 
 def test_bleu_tokenizer_follows_the_target_language() -> None:
@@ -29,6 +34,22 @@ def test_character_coverage_follows_the_script() -> None:
     assert character_coverage(["en", "zh"], None) == 0.9995
     assert character_coverage(["de", "en"], None) == 1.0
     assert character_coverage(["ja"], 0.98) == 0.98
+
+
+def test_a_language_seq2seq_does_not_know_is_warned_of_once(caplog) -> None:
+    """data.tgt_lang=chinese silently got NFKC and BLEU's 13a; region tags and ISO 639-3 pass."""
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            warn_unknown_languages("en", "chinese", None)
+        warn_unknown_languages("Deutsch", "en-GB", "13a")
+        for src, tgt in (("de-CH", "zh_Hant"), ("deu", "cmn"), ("pt-BR", "en")):
+            warn_unknown_languages(src, tgt, None)
+    assert [r.getMessage() for r in caplog.records] == [
+        "data.tgt_lang=chinese is not a language code seq2seq knows: text normalisation and "
+        "BLEU's tokenizer are the defaults (NFKC, 13a); for Chinese give zh",
+        "data.src_lang=Deutsch is not a language code seq2seq knows: text normalisation is the "
+        "default (NFKC); give an ISO 639-1 code",
+    ]
 
 
 def test_unknown_or_unusable_bleu_tokenizers_are_refused() -> None:

@@ -77,6 +77,19 @@ def test_tsv_errors_name_the_file_and_line(tmp_path: Path) -> None:
     assert list(tsv_stream(blank, ["en", "de"], "en", "de")) == [("a", "b"), ("", ""), ("c", "")]
 
 
+def test_tsv_refuses_a_line_with_a_stray_tab(tmp_path: Path) -> None:
+    """A tab inside the English moved the German into an ignored column, silently."""
+    lines = ["Hi.\tHallo!", "English sentence. and\tmore\tGerman sentence", "Run!\tLauf!"]
+    path = write_tsv(tmp_path / "a.tsv", lines)
+    said = f"{path}, line 2: 3 tab-separated fields, but line 1 has 2: a tab inside a sentence"
+    with pytest.raises(DataError, match=re.escape(said)):
+        list(tsv_stream(path, ["en", "de"], "en", "de"))
+    odd_first = write_tsv(tmp_path / "b.tsv", lines[1:])  # the first line is the odd one
+    with pytest.raises(DataError, match="line 2: 2 tab-separated fields, but line 1 has 3"):
+        list(tsv_stream(odd_first, ["en", "de"], "en", "de"))
+    assert len(list(tsv_stream(write_tsv(tmp_path / "c.tsv", ROWS), ["en", "de"], "en", "de"))) == 3
+
+
 def corpus_lines(groups: int = 150, per_group: int = 3) -> list[str]:
     """English repeated with several German translations, as in Tatoeba."""
     return [
@@ -199,6 +212,21 @@ def test_hf_string_columns_and_missing_columns(hf_folder: Path, tmp_path: Path) 
     cfg = HfDataConfig(path=str(hf_folder), src_lang="fr", valid=None)
     with pytest.raises(DataError, match="has no language 'fr'; it has: de, en"):
         open_reader(cfg).stream("test")
+
+
+def test_hf_a_column_of_numbers_is_refused_before_any_work(tmp_path: Path) -> None:
+    """data.src_column=id was read until a traceback: 'int' object has no attribute 'replace'."""
+    datasets = pytest.importorskip("datasets", reason="the hf extra (pip install -e '.[hf]')")
+    rows = {"de": ["Satz."] * 20, "en": ["Sentence."] * 20, "id": list(range(20))}
+    rows["pair"] = [{"de": i, "en": "Sentence."} for i in range(20)]
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "cols"))
+    cfg = HfDataConfig(path=str(tmp_path / "cols"), src_column="id", tgt_column="en", valid=None)
+    said = "data.src_column=id holds int64 values, not text; name a column of strings "
+    with pytest.raises(DataError, match=re.escape(said + "(the dataset's: de, en)")):
+        open_reader(cfg).check()
+    cfg = HfDataConfig(path=str(tmp_path / "cols"), column="pair", valid=None, test=None)
+    with pytest.raises(DataError, match=re.escape("data.column=pair (de) holds int64 values")):
+        open_reader(cfg).check()
 
 
 def test_hf_translation_feature_of_hub_datasets(tmp_path: Path) -> None:

@@ -83,7 +83,8 @@ def test_health_model_page_and_unknown_paths(served: str) -> None:
     ("payload", "status", "message"),
     [
         (b"{not json", 400, "not JSON"),
-        (b"\xff\xfe", 400, "the request body, line 1: invalid UTF-8 (invalid start byte)"),
+        (b"\xff\xfd", 400, "the request body, line 1: invalid UTF-8 (invalid start byte)"),
+        (b"\xff\xfe[", 400, "the request body is UTF-16 text (byte-order mark FF FE)"),
         ({"sentences": "one string"}, 422, "JSON list of sentences"),
         ([1, 2], 422, "JSON list of sentences"),
         ({"text": ["a"]}, 422, f"unknown fields: text; the fields are {KNOWN}"),

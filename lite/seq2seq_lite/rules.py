@@ -171,12 +171,30 @@ class InputError(ValueError):
 
 def decode_text(block: bytes, where: str, before: int = 0) -> str:
     """``block`` (whole lines of ``where``, after ``before`` lines) as text; invalid UTF-8 is
-    InputError naming ``where`` and the line, the one answer of every command that reads text."""
+    InputError naming ``where`` and the line (a compressed or UTF-16 file: what it is and what to
+    do), the one answer of every command that reads text."""
     try:
         return block.decode("utf-8")
     except UnicodeDecodeError as e:
+        kind = next((k for magic, k in _NOT_UTF8 if block.startswith(magic)), None)
+        if before == 0 and kind is not None:  # a whole file of another kind, said as such
+            raise InputError(f"{where} is {kind}") from None
         line = before + block.count(b"\n", 0, e.start) + 1
         raise InputError(f"{where}, line {line}: invalid UTF-8 ({e.reason})") from None
+
+
+# What a text reader may be given instead of UTF-8, by its first bytes, and what to do.
+_NOT_UTF8 = [
+    (b"\xfd7zXZ\x00", "xz-compressed, not text: decompress it first (xz -d)"),
+    *[
+        (b"BZh%d" % n, "bzip2-compressed, not text: decompress it first (bunzip2)")
+        for n in range(1, 10)
+    ],
+    (b"\x1f\x8b", "gzip-compressed, not text: decompress it first (gunzip), or name it .gz"),
+    (b"PK\x03\x04", "a zip archive, not text: unzip it first"),
+    (b"\xff\xfe", "UTF-16 text (byte-order mark FF FE): convert it (iconv -f UTF-16 -t UTF-8)"),
+    (b"\xfe\xff", "UTF-16 text (byte-order mark FE FF): convert it (iconv -f UTF-16 -t UTF-8)"),
+]
 
 
 class InputTooLong(Exception):

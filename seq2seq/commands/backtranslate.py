@@ -21,7 +21,7 @@ from pathlib import Path
 
 from seq2seq.commands.configs import BacktranslateConfig
 from seq2seq.commands.wrapper import hydra_command
-from seq2seq.data.corpus import prefix_file, read_parallel
+from seq2seq.data.corpus import prefix_files, read_parallel
 from seq2seq.data.stream import iter_lines
 from seq2seq.decoding.chunked import translate_in_chunks, write_gz
 from seq2seq.decoding.inference import Translator, open_model
@@ -56,7 +56,7 @@ def backtranslate(cfg: BacktranslateConfig) -> dict:
     real: tuple[list[str], list[str]] = ([], [])
     wanted: dict[float, int] = {}  # ratio -> synthetic pairs it takes
     if cfg.parallel is not None:
-        files = prefix_file(cfg.parallel, synthetic_lang), prefix_file(cfg.parallel, mono_lang)
+        files = prefix_files(cfg.parallel, synthetic_lang, mono_lang)
         real = read_parallel(*files)
         wanted = _mixtures(cfg, real, len(texts))
     decoded = max(wanted.values()) if wanted else len(texts)  # only what the mixtures take

@@ -21,6 +21,7 @@ from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config import Config
 from seq2seq.data.readers import open_reader
 from seq2seq.errors import Seq2SeqError
+from seq2seq.languages import warn_unknown_languages
 from seq2seq.runtime.distributed import follower_argv, process_rank, processes
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.diskfull import guard_log_files
@@ -126,6 +127,7 @@ def train(cfg: Config) -> str | None:
     guard_log_files()
     try:
         open_reader(cfg.data).check()
+        warn_unknown_languages(cfg.data.src_lang, cfg.data.tgt_lang, cfg.data.bleu_tokenize)
         tcfg = cfg.train
         engine = Engine.create(
             cfg.device,

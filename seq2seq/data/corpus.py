@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,9 @@ from seq2seq.data.stream import (
     open_binary,
 )
 from seq2seq.errors import DataError, UnknownSplit
+
+log = logging.getLogger(__name__)
+_TOLD: set[tuple[str, ...]] = set()  # files of a split with both forms, warned of once
 
 
 def multi30k_splits() -> dict[str, list[str]]:
@@ -42,7 +46,7 @@ def check_files(cfg: DataConfig) -> None:
             _check_source(cfg, _multi30k_names(cfg, name))
         else:
             try:
-                prefix_file(name, cfg.src_lang), prefix_file(name, cfg.tgt_lang)
+                prefix_files(name, cfg.src_lang, cfg.tgt_lang)
             except DataError as e:
                 raise DataError(f"data.{split}={name}: {e}") from None
 
@@ -73,7 +77,7 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
     if cfg.kind == "multi30k":
         src, tgt = fetch(cfg.source, Path(cfg.root), _multi30k_names(cfg, name))
         return src, tgt
-    return prefix_file(name, cfg.src_lang), prefix_file(name, cfg.tgt_lang)
+    return prefix_files(name, cfg.src_lang, cfg.tgt_lang)
 
 
 def file_stream(src: Path, tgt: Path, limit: int | None = None) -> PairStream:
@@ -133,12 +137,41 @@ def _multi30k_names(cfg: DataConfig, split: str) -> list[str]:
     return [f"{split}.{cfg.src_lang}.gz", f"{split}.{cfg.tgt_lang}.gz"]
 
 
-def prefix_file(prefix: str, lang: str) -> Path:
-    """``<prefix>.<lang>``, else ``<prefix>.<lang>.gz``."""
+def prefix_files(prefix: str, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
+    """Both files of a split, ``<prefix>.<lang>`` or ``.gz``. Where one side has both forms, the
+    other side's form is read (else the plain files), and a warning names both, once."""
+    forms = _forms(prefix, src_lang), _forms(prefix, tgt_lang)
+    gz = [[path.suffix == ".gz" for path in side] for side in forms]
+    picked = []
+    for side, other in ((0, 1), (1, 0)):
+        want_gz = len(gz[other]) == 1 and gz[other][0]  # the other side's one form
+        picked.append(
+            forms[side][gz[side].index(want_gz)] if want_gz in gz[side] else forms[side][0]
+        )
+    doubled = [side for side in (0, 1) if len(forms[side]) == 2]
+    told = tuple(str(p) for side in doubled for p in forms[side])
+    if doubled and told not in _TOLD:
+        _TOLD.add(told)
+        both = ", and ".join(f"{forms[s][0]} and {forms[s][1]}" for s in doubled)
+        reading = (
+            f"{picked[doubled[0]]}, the form of {picked[1 - doubled[0]]}"
+            if len(doubled) == 1
+            else "the plain files"
+        )
+        log.warning(
+            "%s both exist: reading %s; remove the file not meant, or the pairs may be misaligned",
+            both,
+            reading,
+        )
+    return picked[0], picked[1]
+
+
+def _forms(prefix: str, lang: str) -> list[Path]:
+    """The files of one side that exist, plain first: a DataError where neither does."""
     plain = Path(f"{prefix}.{lang}")
-    for path in (plain, plain.with_name(plain.name + ".gz")):
-        if path.is_file():
-            return path
+    found = [path for path in (plain, plain.with_name(plain.name + ".gz")) if path.is_file()]
+    if found:
+        return found
     hint = ""
     for suffix in (f".{lang}", f".{lang}.gz"):  # data.train=cd1/train.de: its language given
         if prefix.endswith(suffix) and Path(prefix).is_file():

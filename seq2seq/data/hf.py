@@ -99,6 +99,8 @@ def _columns(cfg: Any, dataset: Any) -> tuple[str, ...]:
                 f"data.src_column and data.tgt_column must both name columns; the dataset has: "
                 f"{', '.join(have)}"
             )
+        for key, column in zip(("src_column", "tgt_column"), wanted, strict=True):
+            _require_text(f"data.{key}={column}", dataset.features[column], dataset)
         return wanted
     if cfg.column not in have:
         raise DataError(
@@ -112,7 +114,25 @@ def _columns(cfg: Any, dataset: Any) -> tuple[str, ...]:
             raise DataError(
                 f"column {cfg.column!r} has no language {lang!r}; it has: {', '.join(fields)}"
             )
+        if isinstance(feature, dict):  # a Translation's fields are strings by definition
+            _require_text(f"data.column={cfg.column} ({lang})", feature[lang], dataset)
     return cfg.column, cfg.src_lang, cfg.tgt_lang
+
+
+def _kind(feature: Any) -> str:
+    """A column's type as datasets names it: int64, string, ..., or its feature's class."""
+    return getattr(feature, "dtype", None) or type(feature).__name__
+
+
+def _require_text(what: str, feature: Any, dataset: Any) -> None:
+    """A DataError, before any work, where the column named by ``what`` holds no strings."""
+    if _kind(feature) in ("string", "large_string"):
+        return
+    text = [n for n, f in dataset.features.items() if _kind(f) in ("string", "large_string")]
+    raise DataError(
+        f"{what} holds {_kind(feature)} values, not text; name a column of strings "
+        f"(the dataset's: {', '.join(text) or 'none'})"
+    )
 
 
 def _batches(dataset: Any, columns: tuple[str, ...]) -> Iterator[TextChunk]:

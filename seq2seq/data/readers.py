@@ -177,6 +177,8 @@ class HfReader(CarvingReader):
                     else f"{self.cfg.path} has no split {name!r} "
                     f"(data.train); it has: {', '.join(splits)}"
                 )
+            if name is not None:
+                hf_stream(self.cfg, name)  # its columns: named, and of text
 
     def whole(self) -> PairStream:
         return hf_stream(self.cfg, self.cfg.train)

@@ -82,9 +82,10 @@ def _batches(
     path: Path, src_col: int, tgt_col: int, limit: int | None, named: int
 ) -> Iterator[TextChunk]:
     """Pairs of every line, a block at a time; a line with fewer fields than data.columns names
-    (``named``) is a DataError naming it. A blank line is an empty pair (dropped from training
+    (``named``), or with another count than the file's first line (a stray tab shifts the columns
+    after it), is a DataError naming it. A blank line is an empty pair (dropped from training
     like any other)."""
-    count = 0
+    count, first = 0, None  # first: (line number, field count) of the first non-blank line
     with open_table(path) as (raw, where):
         for lines in line_blocks(raw, where, strip=False):
             if limit is not None:
@@ -97,6 +98,8 @@ def _batches(
                         f"{where}, line {number}: {len(fields)} tab-separated field"
                         f"{'s' if len(fields) > 1 else ''}, but data.columns names {named}"
                     )
+                if line.strip():
+                    first = _same_width(where, number, line.count("\t") + 1, first)
                 src.append(fields[src_col].strip())
                 tgt.append(fields[tgt_col].strip())
             count += len(lines)
@@ -106,3 +109,15 @@ def _batches(
                 return
     if count == 0:
         raise DataError(f"{path} is empty")
+
+
+def _same_width(
+    where: str, number: int, width: int, first: tuple[int, int] | None
+) -> tuple[int, int]:
+    """The first non-blank line's (number, field count); a line with another count is refused."""
+    if first is not None and width != first[1]:
+        raise DataError(
+            f"{where}, line {number}: {width} tab-separated fields, but line {first[0]} has "
+            f"{first[1]}: a tab inside a sentence shifts the columns after it; remove it"
+        )
+    return first or (number, width)

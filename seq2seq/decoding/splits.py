@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from seq2seq.data.corpus import prefix_file, split_files, split_name
+from seq2seq.data.corpus import prefix_files, split_files, split_name
 from seq2seq.data.download import is_url
 from seq2seq.data.readers import FileReader, open_reader
 from seq2seq.data.stream import PairStream
@@ -78,7 +78,7 @@ def _other_files(split: str, data: DictConfig) -> tuple[Path, Path] | None:
     if split in ("train", "valid", "test"):
         return None
     try:
-        return prefix_file(split, data.src_lang), prefix_file(split, data.tgt_lang)
+        return prefix_files(split, data.src_lang, data.tgt_lang)
     except DataError:
         if "/" in split or os.sep in split:
             raise
