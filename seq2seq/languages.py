@@ -38,7 +38,6 @@ _ISO_639_1_CODES = (
 _ISO_639_1 = frozenset(_ISO_639_1_CODES.split())
 _BY_NAME = {"chinese": "zh", "mandarin": "zh", "cantonese": "yue", "japanese": "ja"}
 _BY_NAME |= {"korean": "ko", "english": "en", "german": "de", "french": "fr", "czech": "cs"}
-_TOLD: set[tuple[str, str]] = set()  # (key, code) warned of in this process
 
 
 def _base(lang: str) -> str:
@@ -61,12 +60,11 @@ def is_known(lang: str) -> bool:
 
 
 def warn_unknown_languages(src_lang: str, tgt_lang: str, bleu_override: str | None) -> None:
-    """One warning per code seq2seq does not know: its text gets the defaults (NFKC, and as a
-    target BLEU's 13a), wrong for a CJK language given by name (``chinese``)."""
+    """A warning for each code seq2seq does not know: its text gets the defaults (NFKC, and as
+    a target BLEU's 13a), wrong for a CJK language given by name (``chinese``)."""
     for key, lang in (("data.src_lang", src_lang), ("data.tgt_lang", tgt_lang)):
-        if is_known(lang) or (key, lang) in _TOLD:
+        if is_known(lang):
             continue
-        _TOLD.add((key, lang))
         tgt = key == "data.tgt_lang" and not bleu_override
         said = (
             "text normalisation and BLEU's tokenizer are the defaults (NFKC, 13a)"

@@ -71,7 +71,7 @@ def test_a_side_with_both_forms_reads_the_other_sides_form_and_says_so(
     cfg = CustomDataConfig(train=str(tmp_path / "train"), valid=None, test=None)
     with caplog.at_level("WARNING"):
         assert split_files(cfg, "train") == (tmp_path / "train.de.gz", tmp_path / "train.en.gz")
-        check_files(cfg)  # told once
+        check_files(cfg)  # told by the start's check, not again as the split is read
     said = [r.getMessage() for r in caplog.records if "both exist" in r.getMessage()]
     assert said == [
         f"{tmp_path}/train.de and {tmp_path}/train.de.gz both exist: reading "
@@ -80,8 +80,9 @@ def test_a_side_with_both_forms_reads_the_other_sides_form_and_says_so(
     ]
     write(tmp_path / "train.en", b"b\n")  # both forms on both sides: the plain files
     with caplog.at_level("WARNING"):
-        assert split_files(cfg, "train") == (tmp_path / "train.de", tmp_path / "train.en")
+        check_files(cfg)
     assert "both exist: reading the plain files" in caplog.records[-1].getMessage()
+    assert split_files(cfg, "train") == (tmp_path / "train.de", tmp_path / "train.en")
 
 
 def test_the_configured_files_are_checked_without_a_download(multi30k_dir, tmp_path) -> None:

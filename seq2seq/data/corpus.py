@@ -19,7 +19,6 @@ from seq2seq.data.stream import (
 from seq2seq.errors import DataError, UnknownSplit
 
 log = logging.getLogger(__name__)
-_TOLD: set[tuple[str, ...]] = set()  # files of a split with both forms, warned of once
 
 
 def multi30k_splits() -> dict[str, list[str]]:
@@ -77,7 +76,7 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
     if cfg.kind == "multi30k":
         src, tgt = fetch(cfg.source, Path(cfg.root), _multi30k_names(cfg, name))
         return src, tgt
-    return prefix_files(name, cfg.src_lang, cfg.tgt_lang)
+    return prefix_files(name, cfg.src_lang, cfg.tgt_lang, warn=False)  # check_files warned
 
 
 def file_stream(src: Path, tgt: Path, limit: int | None = None) -> PairStream:
@@ -137,9 +136,10 @@ def _multi30k_names(cfg: DataConfig, split: str) -> list[str]:
     return [f"{split}.{cfg.src_lang}.gz", f"{split}.{cfg.tgt_lang}.gz"]
 
 
-def prefix_files(prefix: str, src_lang: str, tgt_lang: str) -> tuple[Path, Path]:
+def prefix_files(prefix: str, src_lang: str, tgt_lang: str, warn: bool = True) -> tuple[Path, Path]:
     """Both files of a split, ``<prefix>.<lang>`` or ``.gz``. Where one side has both forms, the
-    other side's form is read (else the plain files), and a warning names both, once."""
+    other side's form is read (else the plain files), and with ``warn`` a warning names both
+    (training warns at its start check, not again as it reads)."""
     forms = _forms(prefix, src_lang), _forms(prefix, tgt_lang)
     gz = [[path.suffix == ".gz" for path in side] for side in forms]
     picked = []
@@ -149,9 +149,7 @@ def prefix_files(prefix: str, src_lang: str, tgt_lang: str) -> tuple[Path, Path]
             forms[side][gz[side].index(want_gz)] if want_gz in gz[side] else forms[side][0]
         )
     doubled = [side for side in (0, 1) if len(forms[side]) == 2]
-    told = tuple(str(p) for side in doubled for p in forms[side])
-    if doubled and told not in _TOLD:
-        _TOLD.add(told)
+    if doubled and warn:
         both = ", and ".join(f"{forms[s][0]} and {forms[s][1]}" for s in doubled)
         reading = (
             f"{picked[doubled[0]]}, the form of {picked[1 - doubled[0]]}"
