@@ -131,9 +131,9 @@ def test_lite_refuses_more_settings_in_one_line(onnx_release: Path, tmp_path: Pa
     glossary = tmp_path / "g.tsv"
     glossary.write_text("Hund\tdog\n")
     for args, said in (
-        (("--beam", 1000), "the largest beam is 250"),
-        (("--alpha", "nan"), "alpha=nan must be a finite number"),
-        (("--max-len-a", "inf"), "max_len_a=inf must be a finite number"),
+        (("--beam", 1000), "--beam 1000 is more than a target vocabulary of 500 subwords allows"),
+        (("--alpha", "nan"), "--alpha nan must be a finite number"),
+        (("--max-len-a", "inf"), "--max-len-a inf must be a finite number"),
         (("--beam", 1, "--terms", glossary), f"the glossary's terms (--terms {glossary}) need"),
     ):
         proc = lite(onnx_release, *args, text="Ein Hund.\n")

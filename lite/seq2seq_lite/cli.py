@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from seq2seq_lite import InputTooLong, ReleaseError, Translator
@@ -66,6 +67,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _as_flags(message: str) -> str:
+    """The shared rules name settings as seq2seq's keys (``beam_size=300``): here, as the flags
+    typed (``--beam 300``)."""
+    flag = {key: "--" + key.replace("_", "-") for key in SEARCH} | {"beam_size": "--beam"}
+    return re.sub(rf"\b({'|'.join(SEARCH)})=", lambda m: f"{flag[m.group(1)]} ", message)
+
+
 def _read(path: str) -> list[str]:
     with open(path, "rb") as f:
         return decode_lines(f.read(), path)
@@ -121,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         print("seq2seq-lite: interrupted", file=sys.stderr)
         sys.exit(130)
     except (ReleaseError, InputError, OSError, ValueError) as e:
-        print(f"seq2seq-lite: {e}", file=sys.stderr)
+        print(f"seq2seq-lite: {_as_flags(str(e))}", file=sys.stderr)
         sys.exit(1)
     except ImportError as e:  # onnxruntime, imported when the graphs load
         print(f"seq2seq-lite: needs onnxruntime ({e}): pip install onnxruntime", file=sys.stderr)
