@@ -97,9 +97,11 @@ def test_lite_nbest_lines_and_int8(onnx_release: Path) -> None:
         assert [c.split("\t")[1] for c in got_c] == [c.split("\t")[1] for c in want_c]
         for g, w in zip(got_c, want_c, strict=True):
             assert abs(float(g.split("\t")[0]) - float(w.split("\t")[0])) <= 2e-4
-    proc = lite(onnx_release, "--int8", text=text)
+    proc = lite(onnx_release, "--int8", "--threads", 1000, text=text)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.splitlines()) == len(SENTENCES)
+    cores = os.cpu_count()  # more threads than cores only wait for each other
+    assert f"--threads 1000 is more than this machine's {cores} cores: using {cores}" in proc.stderr
 
 
 @pytest.mark.slow

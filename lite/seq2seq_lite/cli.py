@@ -107,6 +107,14 @@ def main(argv: list[str] | None = None) -> None:
     """Translate stdin to stdout in batches of what has arrived, each written as it is done; a
     bad release or line is one message on stderr, exit 1 (the lines before it written)."""
     args = _arguments(argv)
+    cores = os.cpu_count() or 1
+    if args.threads is not None and args.threads > cores:  # more only wait for each other
+        print(
+            f"seq2seq-lite: --threads {args.threads} is more than this machine's {cores} cores: "
+            f"using {cores}",
+            file=sys.stderr,
+        )
+        args.threads = cores
     try:
         search = {key: getattr(args, key) for key in SEARCH}
         translator = Translator.load(args.release, int8=args.int8, threads=args.threads, **search)
