@@ -152,6 +152,22 @@ def test_a_run_folder_under_home_is_the_homes_not_a_folder_named_tilde(given, tm
     assert f"dir: {tmp_path / 'runs' / 'r'}\n" in proc.stdout, proc.stdout
 
 
+def test_a_sweeps_warning_is_said_once_per_job(tmp_path: Path) -> None:
+    """The jobs' up-front check keeps quiet; each job warns as it starts (the first job stops
+    here on its missing corpus, and the sweep with it)."""
+    proc = command(
+        "train",
+        "-m",
+        "experiment=smoke",
+        "model/attention=luong",
+        "model.attention.score=dot",
+        "train.seed=1,2",
+        f"data.source={tmp_path / 'none'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )
+    assert proc.returncode == 1 and proc.stderr.count("which makes it the general score") == 1
+
+
 def test_a_quoted_home_folder_is_expanded(tmp_path: Path) -> None:
     """``run_dir="~/..."`` (quoted, as the message on ``~`` advises) names the home's folder."""
     (tmp_path / "runs").mkdir()

@@ -72,11 +72,16 @@ def hydra_command(
 
 
 def _check_job(job: str, cfg: Any, schema: type) -> None:
-    """One job of a sweep meets its command's rules, or the refusal names the job."""
+    """One job of a sweep meets its command's rules, or the refusal names the job; the rules'
+    warnings wait for the job's own start (else each would be said twice)."""
+    rules_log = logging.getLogger("seq2seq.config")
+    was, rules_log.disabled = rules_log.disabled, True
     try:
         check_config(cfg, schema)
     except Seq2SeqError as e:
         raise Seq2SeqError(f"the sweep's job {job}: {e}") from None
+    finally:
+        rules_log.disabled = was
 
 
 def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None) -> Any:
