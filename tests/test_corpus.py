@@ -29,6 +29,17 @@ def test_read_strips_and_splits_on_newline_only(tmp_path: Path, suffix: str) -> 
     assert read_parallel(src, tgt, limit=2) == (["eins", "zwei\u2028drei"], ["one", "two"])
 
 
+def test_lines_ended_by_cr_alone_are_refused_not_read_as_one(tmp_path: Path) -> None:
+    """Old Mac text: every pair would be one line (or the whole file one over max_len)."""
+    src = write(tmp_path / "a.de", b"eins\rzwei\rdrei\r")
+    tgt = write(tmp_path / "a.en", b"one\ntwo\nthree\n")
+    with pytest.raises(DataError, match=r"a.de ends its lines with CR alone \(old Mac text\)"):
+        read_parallel(src, tgt)
+    write(tmp_path / "b.de", b"eins\r")  # one line, a CR at its end: read as CRLF's
+    write(tmp_path / "b.en", b"one")
+    assert read_parallel(tmp_path / "b.de", tmp_path / "b.en") == (["eins"], ["one"])
+
+
 def test_line_count_mismatch_names_both_files_and_counts(tmp_path: Path) -> None:
     src = write(tmp_path / "a.de", b"1\n2\n3\n")
     tgt = write(tmp_path / "a.en.gz", b"1\n2\n")

@@ -143,6 +143,11 @@ def line_blocks(raw: IO[bytes], where: str, strip: bool = True) -> Iterator[list
                 break
             block, rest = rest + block, b""
             cut = block.rfind(b"\n") + 1
+            if cut == 0 and b"\r" in block.rstrip(b"\r"):  # CRs, and no newline in a block
+                raise DataError(
+                    f"{where} ends its lines with CR alone (old Mac text): convert it first "
+                    "(tr '\\r' '\\n' < in > out)"
+                )
             block, rest = block[:cut], block[cut:]
             if block:
                 lines = decode_text(block, where, number).split("\n")
