@@ -18,6 +18,7 @@ from seq2seq.data.dataset import encode_corpus
 from seq2seq.data.sampling import SubwordSampler
 from seq2seq.data.stream import from_lists
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
+from seq2seq.errors import DataError
 from seq2seq.vocab import BOS, EOS, PAD, UNK
 
 
@@ -95,6 +96,23 @@ def test_cache_reused_and_training_deterministic(
         train_tokenizers(
             config(cache, model_type="bpe"), from_lists(lines["de"], lines["en"]), tmp_path / "d"
         )
+
+
+def test_too_few_pieces_for_the_characters_is_said_in_our_keys(tmp_path: Path) -> None:
+    """sentencepiece's 'Increase vocab_size or decrease character_coverage with
+    --character_coverage option' named its flags, not the keys to give."""
+    chars = [chr(0x4E00 + i) for i in range(800)]  # 800 CJK characters, each in every line
+    lines = ["".join(chars[i:] + chars[:i]) for i in range(0, 800, 40)]
+    cfg = config(tmp_path, character_coverage=1.0)
+    with pytest.raises(
+        DataError,
+        match=(
+            r"^cannot train the src tokenizer on 20 lines: its \d+ characters need more pieces "
+            r"than data.tokenizer.vocab_size=500: raise it, or lower "
+            r"data.tokenizer.character_coverage$"
+        ),
+    ):
+        train_tokenizers(cfg, from_lists(lines, ["a b"] * 20), tmp_path / "run")
 
 
 def test_joint_bpe_and_small_corpus(

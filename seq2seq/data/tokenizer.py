@@ -8,6 +8,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -256,6 +257,11 @@ def _train_one(text: Path, count: int, settings: dict, label: str) -> bytes:
             reason = str(e).rsplit("] ", 1)[-1].strip()
             if "sentences_.empty()" in str(e) or not reason:  # sentencepiece's own words
                 reason = "no line with text (all are blank)" if count else "no lines"
+            if chars := re.search(r"required_chars\. (\d+) vs (\d+)", reason):  # in our keys
+                reason = (
+                    f"its {chars[2]} characters need more pieces than data.tokenizer.vocab_size="
+                    f"{chars[1]}: raise it, or lower data.tokenizer.character_coverage"
+                )
             raise DataError(
                 f"cannot train the {label} tokenizer on {count} lines: {reason}"
             ) from None
