@@ -223,6 +223,7 @@ def test_sigterm_to_one_rank_stops_all_and_resume_continues(
     out = finish(proc, 300)
     assert proc.returncode != 0, out
     assert out.count("stopped by signal 15") == 1, out
+    assert "rerun the same torchrun command with train.resume=true" in out  # its settings too
     stopped = torch.load(run / "last.pt", weights_only=True)
     per_epoch = int(re.search(r"(\d+) updates per epoch", out).group(1))
     assert per_epoch <= stopped["step"] < 4 * per_epoch

@@ -250,7 +250,7 @@ def test_interrupted_run_resumes_where_it_stopped(
     proc.send_signal(signal.SIGTERM)
     out = finish(proc, 120)
     assert proc.returncode == 128 + signal.SIGTERM, out
-    assert f"rerun with train.resume=true hydra.run.dir={run} to continue" in out  # which run
+    assert f"rerun seq2seq-train with train.resume=true hydra.run.dir={run} to continue" in out
     stopped = torch.load(run / "last.pt", weights_only=True)
     assert 0 < stopped["step"] < expected["step"]
     # As if the run had logged up to its checkpoint's step and beyond before it died.

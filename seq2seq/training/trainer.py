@@ -226,13 +226,14 @@ class Trainer:
             if stop:
                 self._save(LAST)
                 self.writer.wait()
-                if self.engine.is_main:
+                if self.engine.is_main:  # torchrun's ranks take no settings from the folder
                     log.warning(
-                        "stopped by signal %d at step %d; %s saved: rerun with "
+                        "stopped by signal %d at step %d; %s saved: rerun %s with "
                         "train.resume=true hydra.run.dir=%s to continue",
                         stop,
                         self.progress.step,
                         LAST,
+                        "the same torchrun command" if self.engine.distributed else "seq2seq-train",
                         self.run_dir,
                     )
                 self.engine.barrier()  # no rank leaves before rank 0 has written last.pt
