@@ -19,7 +19,14 @@ from torch import Tensor
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import HOST
 from seq2seq.runtime.migrate import upgrade_saved_config, upgrade_saved_state
-from seq2seq.storage.rundir import CONFIG_FILE, KEPT_DIR, KEPT_INDEX, LAST, kept_checkpoint
+from seq2seq.storage.rundir import (
+    CONFIG_FILE,
+    KEPT_DIR,
+    KEPT_INDEX,
+    LAST,
+    kept_checkpoint,
+    start_refusal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,35 +120,36 @@ RESUMED = ("model", "optimizer", "scheduler", "rng", "config")
 
 
 def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
-    """A new run: refuse a folder that already holds a checkpoint, save the config, return None.
-    ``train.resume=true``: the state of the folder's last.pt (None if it has none)."""
-    last = run_dir / LAST
-    if not cfg.train.resume:
-        if last.exists():
-            raise Seq2SeqError(
-                f"{run_dir} already holds a checkpoint ({LAST}): add train.resume=true to "
-                "continue it, or choose another folder with hydra.run.dir=..."
-            )
-    elif last.exists():
-        state = load_checkpoint(last)
-        if missing := [key for key in RESUMED if key not in state]:
-            raise Seq2SeqError(
-                f"train.resume=true, but {last} is no training's state (it lacks "
-                f"{', '.join(missing)}: weights alone, as seq2seq-average writes): put back the "
-                "run's own last.pt, or start a new run"
-            )
-        model = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
-        saved = upgrade_saved_config(OmegaConf.create(state["config"])).model
-        if changed := _differences(OmegaConf.to_container(saved), model, "model"):
-            raise Seq2SeqError(
-                f"train.resume=true, but the model settings differ from {LAST}'s: "
-                f"{'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''}"
-            )
-        return upgrade_saved_state(state)
-    else:
+    """A new run: refuse a folder whose checkpoints, release or files it would overwrite
+    (`start_refusal`), save the config, return None. ``train.resume=true``: the state of the
+    folder's last.pt; without one, a start afresh (where a new one would be accepted)."""
+    if why := start_refusal(run_dir, cfg.train.resume):  # checked again now the lock is held
+        raise Seq2SeqError(why)
+    if cfg.train.resume and (run_dir / LAST).exists():
+        return _resumed(run_dir / LAST, cfg)
+    if cfg.train.resume:
         log.warning("train.resume=true but %s has no %s: starting afresh", run_dir, LAST)
     OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
     return None
+
+
+def _resumed(last: Path, cfg: DictConfig) -> dict[str, Any]:
+    """The state of ``last``, refused in one line where it cannot continue with ``cfg``."""
+    state = load_checkpoint(last)
+    if missing := [key for key in RESUMED if key not in state]:
+        raise Seq2SeqError(
+            f"train.resume=true, but {last} is no training's state (it lacks "
+            f"{', '.join(missing)}: weights alone, as seq2seq-average writes): put back the "
+            "run's own last.pt, or start a new run"
+        )
+    model = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
+    saved = upgrade_saved_config(OmegaConf.create(state["config"])).model
+    if changed := _differences(OmegaConf.to_container(saved), model, "model"):
+        raise Seq2SeqError(
+            f"train.resume=true, but the model settings differ from {LAST}'s: "
+            f"{'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''}"
+        )
+    return upgrade_saved_state(state)
 
 
 def _differences(saved: Any, now: Any, key: str) -> list[str]:
