@@ -155,6 +155,22 @@ def test_a_checkpoint_of_other_tokenizers_of_the_same_sizes_is_refused(
         load_run(folder, str(tmp_path / "other.pt"))
 
 
+def test_a_resume_refuses_the_last_pt_of_another_run(smoke_run: Path, tmp_path: Path) -> None:
+    """Another run's last.pt copied in (other tokenizers) is refused, not trained on and
+    stamped with this folder's tokenizers: the rule seq2seq-evaluate applies."""
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    state = load_checkpoint(folder / "last.pt")
+    state["tokenizers"] = ["0" * 64, "1" * 64]  # another run's, its vocabularies as large
+    save_checkpoint(folder / "last.pt", state)
+    before = (folder / "last.pt").read_bytes()
+    code, out = outcome("train", f"hydra.run.dir={folder}", "train.resume=true")
+    assert_one_line_error(
+        code, out, "last.pt was trained with other tokenizers", "train.resume=true needs the run's"
+    )
+    assert (folder / "last.pt").read_bytes() == before
+
+
 # -- interrupted and failed writes ----------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
+from seq2seq.data.tokenizer import Tokenizer, fingerprints
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import HOST
 from seq2seq.runtime.migrate import upgrade_saved_config, upgrade_saved_state
@@ -24,6 +25,8 @@ from seq2seq.storage.rundir import (
     KEPT_DIR,
     KEPT_INDEX,
     LAST,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
     kept_checkpoint,
     start_refusal,
 )
@@ -115,6 +118,26 @@ def _why(error: Exception) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
+def check_tokenizers(
+    state: dict, path: Path, run_dir: Path, toks: tuple[Tokenizer, Tokenizer], advice: str = ""
+) -> None:
+    """Refuse a checkpoint trained with other tokenizers than the run's: its recorded
+    fingerprints, else (a checkpoint from before them) its vocabulary sizes; ``advice`` ends the
+    line (what to do)."""
+    vocab = (toks[0].vocab_size, toks[1].vocab_size)
+    if state.get("tokenizers") is not None and list(state["tokenizers"]) != fingerprints(*toks):
+        raise Seq2SeqError(
+            f"{path} was trained with other tokenizers than those in {run_dir} "
+            f"({SRC_TOKENIZER}, {TGT_TOKENIZER}): it belongs to another run{advice}"
+        )
+    if "vocab" in state and tuple(state["vocab"]) != vocab:
+        raise Seq2SeqError(
+            f"{path} was trained with vocabularies of {state['vocab'][0]}/"
+            f"{state['vocab'][1]} pieces, but the tokenizers in {run_dir} have {vocab[0]}/"
+            f"{vocab[1]}: it belongs to another run{advice}"
+        )
+
+
 # what a resume takes from last.pt (runtime/migrate.py fills in what older ones lack)
 RESUMED = ("model", "optimizer", "scheduler", "rng", "config")
 
@@ -149,6 +172,16 @@ def _resumed(last: Path, cfg: DictConfig) -> dict[str, Any]:
             f"train.resume=true, but the model settings differ from {LAST}'s: "
             f"{'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''}"
         )
+    toks = []
+    for name in (SRC_TOKENIZER, TGT_TOKENIZER):
+        if not (last.parent / name).is_file():
+            raise Seq2SeqError(
+                f"train.resume=true, but {last.parent} has no tokenizer model {name}: put back "
+                "the run's own, or start a new run with another hydra.run.dir=..."
+            )
+        toks.append(Tokenizer.load(last.parent / name))
+    again = "; train.resume=true needs the run's own: put it back, or start a new run elsewhere"
+    check_tokenizers(state, last, last.parent, (toks[0], toks[1]), again)
     return upgrade_saved_state(state)
 
 
