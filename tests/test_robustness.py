@@ -171,6 +171,26 @@ def test_a_resume_refuses_the_last_pt_of_another_run(smoke_run: Path, tmp_path: 
     assert (folder / "last.pt").read_bytes() == before
 
 
+def test_a_resume_refuses_other_tokenizer_settings_and_records_nothing(
+    smoke_run: Path, tmp_path: Path
+) -> None:
+    """The run keeps its tokenizers: other data.tokenizer settings would be recorded in
+    config.yaml and overrides.yaml as if they had applied."""
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    before = {name: (folder / name).read_bytes() for name in ("config.yaml", "overrides.yaml")}
+    other = ["data.tokenizer.vocab_size=300", "data.tokenizer.model_type=bpe"]
+    code, out = outcome("train", f"hydra.run.dir={folder}", "train.resume=true", *other)
+    assert_one_line_error(
+        code,
+        out,
+        "the tokenizer settings differ from last.pt's",
+        "data.tokenizer.model_type unigram (now bpe)",
+        "data.tokenizer.vocab_size 500 (now 300)",
+    )
+    assert {name: (folder / name).read_bytes() for name in before} == before
+
+
 # -- interrupted and failed writes ----------------------------------------------------------------
 
 

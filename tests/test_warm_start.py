@@ -128,6 +128,19 @@ def test_what_cannot_start_from_the_folder_is_refused_in_one_line(smoke_run, dat
     assert proc.returncode == 1 and "is not a training run or release folder" in said
 
 
+def test_tokenizer_settings_that_cannot_apply_are_refused(smoke_run, data, tmp_path) -> None:
+    """train.init_from brings the folder's tokenizers: other data.tokenizer values, or another
+    folder's tokenizers, would be recorded in config.yaml but never applied."""
+    for overrides, says in (
+        (["data.tokenizer.vocab_size=300"], "data.tokenizer.vocab_size (300 here, 500 there)"),
+        ([f"data.tokenizer.from_folder={tmp_path}"], f"data.tokenizer.from_folder={tmp_path}"),
+    ):
+        proc = train(tmp_path / "refused", data, f"train.init_from={smoke_run}", *overrides)
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 1 and "brings its own tokenizers" in said and says in said, said
+        assert "Traceback" not in said and not (tmp_path / "refused").exists()
+
+
 def test_the_default_attention_is_the_configs() -> None:
     assert composed().model.attention.name == DEFAULT_ATTENTION
 

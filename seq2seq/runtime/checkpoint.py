@@ -165,9 +165,8 @@ def _resumed(last: Path, cfg: DictConfig) -> dict[str, Any]:
             f"{', '.join(missing)}: weights alone, as seq2seq-average writes): put back the "
             "run's own last.pt, or start a new run"
         )
-    model = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
-    saved = upgrade_saved_config(OmegaConf.create(state["config"])).model
-    if changed := _differences(OmegaConf.to_container(saved), model, "model"):
+    saved = upgrade_saved_config(OmegaConf.create(state["config"]))
+    if changed := _differences(_plain(saved.model), _plain(cfg.model), "model"):
         raise Seq2SeqError(
             f"train.resume=true, but the model settings differ from {LAST}'s: "
             f"{'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''}"
@@ -182,7 +181,21 @@ def _resumed(last: Path, cfg: DictConfig) -> dict[str, Any]:
         toks.append(Tokenizer.load(last.parent / name))
     again = "; train.resume=true needs the run's own: put it back, or start a new run elsewhere"
     check_tokenizers(state, last, last.parent, (toks[0], toks[1]), again)
+    # the run's tokenizers are its own: other settings would be recorded but never applied
+    recorded = OmegaConf.select(saved, "data.tokenizer")  # None before there were any
+    theirs = _plain(recorded) if recorded is not None else {}
+    ours = {key: value for key, value in _plain(cfg.data.tokenizer).items() if key in theirs}
+    if changed := _differences(theirs, ours, "data.tokenizer"):
+        raise Seq2SeqError(
+            f"train.resume=true, but the tokenizer settings differ from {LAST}'s: "
+            f"{'; '.join(changed)}; the run keeps its tokenizers: leave these keys out, or "
+            "start a new run with another hydra.run.dir=..."
+        )
     return upgrade_saved_state(state)
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
 
 
 def _differences(saved: Any, now: Any, key: str) -> list[str]:

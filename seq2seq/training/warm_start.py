@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from seq2seq.config import TokenizerConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
 from seq2seq.runtime.checkpoint import load_checkpoint
@@ -50,7 +51,9 @@ def adopt_model(cfg: DictConfig) -> None:
             f"train.init_optimizer=true takes the optimizer of {folder / LAST}, which does not "
             "exist (a release keeps none): leave it out to start with a fresh one"
         )
-    theirs = _plain(read_config(folder / CONFIG_FILE).model)
+    saved = read_config(folder / CONFIG_FILE)
+    _check_tokenizer_keys(cfg, folder, saved)
+    theirs = _plain(saved.model)
     ours = _plain(cfg.model)
     chosen = _flat(ours).items() - _flat(_defaults(ours)).items()
     clashes = sorted(
@@ -74,6 +77,29 @@ def adopt_model(cfg: DictConfig) -> None:
         if cfg.train.init_checkpoint not in CHECKPOINTS:  # a file's path, as init_from: absolute
             cfg.train.init_checkpoint = str(Path(cfg.train.init_checkpoint).resolve())
         cfg.data.tokenizer.from_folder = str(folder)  # its pieces: the embeddings belong to them
+
+
+def _check_tokenizer_keys(cfg: DictConfig, folder: Path, saved: DictConfig) -> None:
+    """The run takes the folder's tokenizers: a data.tokenizer key set to another value than
+    the schema's default and than the folder's could not apply (config.yaml would record it as
+    if it had), nor could another data.tokenizer.from_folder: refused in one line."""
+    ours = _plain(cfg.data.tokenizer)
+    recorded = OmegaConf.select(saved, "data.tokenizer")
+    theirs = _plain(recorded) if recorded is not None else {}
+    defaults = _plain(OmegaConf.structured(TokenizerConfig))
+    clashes = [
+        f"data.tokenizer.{key} ({value} here, {theirs.get(key)} there)"
+        for key, value in ours.items()
+        if key != "from_folder" and value != defaults.get(key) and value != theirs.get(key)
+    ]
+    given = ours.get("from_folder")
+    if given and Path(given).resolve() != folder:
+        clashes.append(f"data.tokenizer.from_folder={given}")
+    if clashes:
+        raise Seq2SeqError(
+            f"train.init_from={folder} brings its own tokenizers: {', '.join(clashes)} cannot "
+            "apply; leave these keys out"
+        )
 
 
 def start_from(train: DictConfig, updater: Updater, schedule: LearningRate) -> None:
