@@ -5,6 +5,8 @@ that cannot take the weights is refused in one line naming the keys."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from omegaconf import OmegaConf
 from run_helpers import TRAIN_TIMEOUT, cli, composed
 from serve_helpers import export
 
+from seq2seq.storage.manifest import write_manifest
 from seq2seq.training.warm_start import DEFAULT_ATTENTION
 
 SMOKE_LR = 0.003  # experiment=smoke's train.lr: no Adam step moves a weight by more
@@ -139,6 +142,26 @@ def test_tokenizer_settings_that_cannot_apply_are_refused(smoke_run, data, tmp_p
         said = proc.stdout + proc.stderr
         assert proc.returncode == 1 and "brings its own tokenizers" in said and says in said, said
         assert "Traceback" not in said and not (tmp_path / "refused").exists()
+
+
+@pytest.mark.slow
+def test_tokenizers_of_other_languages_are_warned_of(smoke_run, data, tmp_path) -> None:
+    """A run of the other direction lends its tokenizers with a warning naming both (not a
+    refusal: cross-lingual transfer is legitimate), through init_from and from_folder."""
+    other = tmp_path / "en_de"
+    shutil.copytree(smoke_run, other, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    cfg = OmegaConf.load(other / "config.yaml")
+    cfg.data.src_lang, cfg.data.tgt_lang = "en", "de"
+    OmegaConf.save(cfg, other / "config.yaml")
+    listed = json.loads((other / "manifest.json").read_text())
+    write_manifest(other / "manifest.json", [other / name for name in listed])
+    said = "translates en→de; this run is de→en: its tokenizers were trained on the other languages"
+    for key in ("train.init_from", "data.tokenizer.from_folder"):
+        proc = train(tmp_path / key, data, f"{key}={other}", "train.max_steps=1")
+        assert proc.returncode == 0, proc.stderr
+        assert f"{key}={other} {said}" in proc.stderr, proc.stderr
+    proc = train(tmp_path / "same", data, f"train.init_from={smoke_run}", "train.max_steps=1")
+    assert proc.returncode == 0 and "its tokenizers were trained" not in proc.stderr
 
 
 def test_the_default_attention_is_the_configs() -> None:
