@@ -159,6 +159,42 @@ def test_a_checkpoint_of_other_tokenizers_of_the_same_sizes_is_refused(
         load_run(folder, str(tmp_path / "other.pt"))
 
 
+def test_a_resume_refuses_the_last_pt_of_another_run(smoke_run: Path, tmp_path: Path) -> None:
+    """Another run's last.pt copied in (other tokenizers) is refused, not trained on and
+    stamped with this folder's tokenizers: the rule seq2seq-evaluate applies."""
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    state = load_checkpoint(folder / "last.pt")
+    state["tokenizers"] = ["0" * 64, "1" * 64]  # another run's, its vocabularies as large
+    save_checkpoint(folder / "last.pt", state)
+    before = (folder / "last.pt").read_bytes()
+    code, out = outcome("train", f"hydra.run.dir={folder}", "train.resume=true")
+    assert_one_line_error(
+        code, out, "last.pt was trained with other tokenizers", "train.resume=true needs the run's"
+    )
+    assert (folder / "last.pt").read_bytes() == before
+
+
+def test_a_resume_refuses_other_tokenizer_settings_and_records_nothing(
+    smoke_run: Path, tmp_path: Path
+) -> None:
+    """The run keeps its tokenizers: other data.tokenizer settings would be recorded in
+    config.yaml and overrides.yaml as if they had applied."""
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    before = {name: (folder / name).read_bytes() for name in ("config.yaml", "overrides.yaml")}
+    other = ["data.tokenizer.vocab_size=300", "data.tokenizer.model_type=bpe"]
+    code, out = outcome("train", f"hydra.run.dir={folder}", "train.resume=true", *other)
+    assert_one_line_error(
+        code,
+        out,
+        "the tokenizer settings differ from last.pt's",
+        "data.tokenizer.model_type unigram (now bpe)",
+        "data.tokenizer.vocab_size 500 (now 300)",
+    )
+    assert {name: (folder / name).read_bytes() for name in before} == before
+
+
 # -- interrupted and failed writes ----------------------------------------------------------------
 
 

@@ -334,6 +334,33 @@ def test_existing_run_is_not_overwritten(tmp_path: Path, data_dirs: list[str]) -
     assert (run / "last.pt").read_bytes() == b"precious"
 
 
+@pytest.mark.parametrize(
+    ("files", "resume", "says"),
+    [
+        (["best.pt"], "true", "holds checkpoints (best.pt), it has no last.pt to resume from"),
+        (["checkpoints/step-5.pt", "averaged.pt"], "false", "(averaged.pt, checkpoints/step-5"),
+        (["model.safetensors", "release.json", "config.yaml"], "false", "is a release folder"),
+        (["config.yaml"], "false", "holds config.yaml that no training wrote"),
+        (["src.model", "tgt.model"], "true", "holds src.model, tgt.model that no training"),
+    ],
+)
+def test_a_start_that_would_overwrite_a_folder_is_refused_leaving_it_as_it_was(
+    tmp_path: Path, files: list[str], resume: str, says: str
+) -> None:
+    """Not only last.pt: other checkpoints, a release, a config or tokenizers of the user's are
+    refused in one line, before Hydra writes anything there."""
+    run = tmp_path / "run"
+    for name in files:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_bytes(b"precious")
+    proc = train(run, f"train.resume={resume}", "train.max_steps=1", wait=False)
+    out = finish(proc, 120)
+    assert proc.returncode == 1 and says in out and "hydra.run.dir=" in out, out
+    assert len(out.strip().splitlines()) == 1, out
+    kept = {str(p.relative_to(run)): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert kept == dict.fromkeys(files, b"precious")
+
+
 def test_misspelled_override_fails_loudly(tmp_path: Path) -> None:
     proc = subprocess.run(
         [

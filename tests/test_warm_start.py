@@ -5,6 +5,8 @@ that cannot take the weights is refused in one line naming the keys."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from omegaconf import OmegaConf
 from run_helpers import TRAIN_TIMEOUT, cli, composed
 from serve_helpers import export
 
+from seq2seq.storage.manifest import write_manifest
 from seq2seq.training.warm_start import DEFAULT_ATTENTION
 
 SMOKE_LR = 0.003  # experiment=smoke's train.lr: no Adam step moves a weight by more
@@ -126,6 +129,39 @@ def test_what_cannot_start_from_the_folder_is_refused_in_one_line(smoke_run, dat
     proc = train(tmp_path / "refused", data, f"train.init_from={tmp_path / 'nothing'}")
     said = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "is not a training run or release folder" in said
+
+
+def test_tokenizer_settings_that_cannot_apply_are_refused(smoke_run, data, tmp_path) -> None:
+    """train.init_from brings the folder's tokenizers: other data.tokenizer values, or another
+    folder's tokenizers, would be recorded in config.yaml but never applied."""
+    for overrides, says in (
+        (["data.tokenizer.vocab_size=300"], "data.tokenizer.vocab_size (300 here, 500 there)"),
+        ([f"data.tokenizer.from_folder={tmp_path}"], f"data.tokenizer.from_folder={tmp_path}"),
+    ):
+        proc = train(tmp_path / "refused", data, f"train.init_from={smoke_run}", *overrides)
+        said = proc.stdout + proc.stderr
+        assert proc.returncode == 1 and "brings its own tokenizers" in said and says in said, said
+        assert "Traceback" not in said and not (tmp_path / "refused").exists()
+
+
+@pytest.mark.slow
+def test_tokenizers_of_other_languages_are_warned_of(smoke_run, data, tmp_path) -> None:
+    """A run of the other direction lends its tokenizers with a warning naming both (not a
+    refusal: cross-lingual transfer is legitimate), through init_from and from_folder."""
+    other = tmp_path / "en_de"
+    shutil.copytree(smoke_run, other, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    cfg = OmegaConf.load(other / "config.yaml")
+    cfg.data.src_lang, cfg.data.tgt_lang = "en", "de"
+    OmegaConf.save(cfg, other / "config.yaml")
+    listed = json.loads((other / "manifest.json").read_text())
+    write_manifest(other / "manifest.json", [other / name for name in listed])
+    said = "translates en→de; this run is de→en: its tokenizers were trained on the other languages"
+    for key in ("train.init_from", "data.tokenizer.from_folder"):
+        proc = train(tmp_path / key, data, f"{key}={other}", "train.max_steps=1")
+        assert proc.returncode == 0, proc.stderr
+        assert f"{key}={other} {said}" in proc.stderr, proc.stderr
+    proc = train(tmp_path / "same", data, f"train.init_from={smoke_run}", "train.max_steps=1")
+    assert proc.returncode == 0 and "its tokenizers were trained" not in proc.stderr
 
 
 def test_the_default_attention_is_the_configs() -> None:

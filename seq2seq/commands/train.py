@@ -25,7 +25,14 @@ from seq2seq.languages import warn_unknown_languages
 from seq2seq.runtime.distributed import follower_argv, process_rank, processes
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.diskfull import guard_log_files
-from seq2seq.storage.rundir import LAST, OVERRIDES, RunLock, overrides_file, unused_run_folder
+from seq2seq.storage.rundir import (
+    LAST,
+    OVERRIDES,
+    RunLock,
+    overrides_file,
+    start_refusal,
+    unused_run_folder,
+)
 from seq2seq.training.trainer import Trainer
 
 log = logging.getLogger("seq2seq.train")
@@ -49,6 +56,8 @@ class _RunFolder:
         argv = [*self.saved, *argv]
         if rank == 0 and run_dir:
             RunLock(Path(run_dir)).check_free()
+            if why := start_refusal(Path(run_dir), _resuming(argv)):  # before Hydra writes
+                raise Seq2SeqError(why)
         if rank == 0:
             self.new_parents = _new_parents(run_dir or _default_run_dir())
             return argv
@@ -74,14 +83,17 @@ def saved_settings(argv: list[str], run_dir: str | None) -> list[str]:
     the recipe, the model) but those this command sets, so that
     ``train.resume=true hydra.run.dir=...`` alone continues the run as it was started."""
     folder = Path(run_dir or "")
-    resuming = any(_override_key(a) == "train.resume" and a.lower().endswith("=true") for a in argv)
     saved = overrides_file(folder)
-    if not (resuming and run_dir and saved and (folder / LAST).is_file()) or processes() > 1:
+    if not (_resuming(argv) and run_dir and saved and (folder / LAST).is_file()) or processes() > 1:
         return []  # under torchrun other machines never read the folder: each rank as typed
     given = {_override_key(a) for a in argv}
     return [
         o for o in OmegaConf.to_container(OmegaConf.load(saved)) if _override_key(o) not in given
     ]
+
+
+def _resuming(argv: list[str]) -> bool:
+    return any(_override_key(a) == "train.resume" and a.lower().endswith("=true") for a in argv)
 
 
 def _write_overrides(path: Path, overrides: list[str]) -> None:

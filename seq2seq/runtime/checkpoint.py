@@ -16,10 +16,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import Tensor
 
+from seq2seq.data.tokenizer import Tokenizer, fingerprints
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.engine import HOST
 from seq2seq.runtime.migrate import upgrade_saved_config, upgrade_saved_state
-from seq2seq.storage.rundir import CONFIG_FILE, KEPT_DIR, KEPT_INDEX, LAST, kept_checkpoint
+from seq2seq.storage.rundir import (
+    CONFIG_FILE,
+    KEPT_DIR,
+    KEPT_INDEX,
+    LAST,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
+    kept_checkpoint,
+    start_refusal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,40 +119,84 @@ def _why(error: Exception) -> str:
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
 
 
+def check_tokenizers(
+    state: dict, path: Path, run_dir: Path, toks: tuple[Tokenizer, Tokenizer], advice: str = ""
+) -> None:
+    """Refuse a checkpoint trained with other tokenizers than the run's: its recorded
+    fingerprints, else (a checkpoint from before them) its vocabulary sizes; ``advice`` ends the
+    line (what to do)."""
+    vocab = (toks[0].vocab_size, toks[1].vocab_size)
+    if state.get("tokenizers") is not None and list(state["tokenizers"]) != fingerprints(*toks):
+        raise Seq2SeqError(
+            f"{path} was trained with other tokenizers than those in {run_dir} "
+            f"({SRC_TOKENIZER}, {TGT_TOKENIZER}): it belongs to another run{advice}"
+        )
+    if "vocab" in state and tuple(state["vocab"]) != vocab:
+        raise Seq2SeqError(
+            f"{path} was trained with vocabularies of {state['vocab'][0]}/"
+            f"{state['vocab'][1]} pieces, but the tokenizers in {run_dir} have {vocab[0]}/"
+            f"{vocab[1]}: it belongs to another run{advice}"
+        )
+
+
 # what a resume takes from last.pt (runtime/migrate.py fills in what older ones lack)
 RESUMED = ("model", "optimizer", "scheduler", "rng", "config")
 
 
 def start_or_resume(run_dir: Path, cfg: DictConfig) -> dict[str, Any] | None:
-    """A new run: refuse a folder that already holds a checkpoint, save the config, return None.
-    ``train.resume=true``: the state of the folder's last.pt (None if it has none)."""
-    last = run_dir / LAST
-    if not cfg.train.resume:
-        if last.exists():
-            raise Seq2SeqError(
-                f"{run_dir} already holds a checkpoint ({LAST}): add train.resume=true to "
-                "continue it, or choose another folder with hydra.run.dir=..."
-            )
-    elif last.exists():
-        state = load_checkpoint(last)
-        if missing := [key for key in RESUMED if key not in state]:
-            raise Seq2SeqError(
-                f"train.resume=true, but {last} is no training's state (it lacks "
-                f"{', '.join(missing)}: weights alone, as seq2seq-average writes): put back the "
-                "run's own last.pt, or start a new run"
-            )
-        model = OmegaConf.to_container(cfg.model, resolve=True, enum_to_str=True)
-        saved = upgrade_saved_config(OmegaConf.create(state["config"])).model
-        if changed := _differences(OmegaConf.to_container(saved), model, "model"):
-            raise Seq2SeqError(
-                f"train.resume=true, but the model settings differ from {LAST}'s: "
-                f"{'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''}"
-            )
-        return upgrade_saved_state(state)
-    else:
+    """A new run: refuse a folder whose checkpoints, release or files it would overwrite
+    (`start_refusal`), save the config, return None. ``train.resume=true``: the state of the
+    folder's last.pt; without one, a start afresh (where a new one would be accepted)."""
+    if why := start_refusal(run_dir, cfg.train.resume):  # checked again now the lock is held
+        raise Seq2SeqError(why)
+    if cfg.train.resume and (run_dir / LAST).exists():
+        return _resumed(run_dir / LAST, cfg)
+    if cfg.train.resume:
         log.warning("train.resume=true but %s has no %s: starting afresh", run_dir, LAST)
     OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
     return None
+
+
+def _resumed(last: Path, cfg: DictConfig) -> dict[str, Any]:
+    """The state of ``last``, refused in one line where it cannot continue with ``cfg``."""
+    state = load_checkpoint(last)
+    if missing := [key for key in RESUMED if key not in state]:
+        raise Seq2SeqError(
+            f"train.resume=true, but {last} is no training's state (it lacks "
+            f"{', '.join(missing)}: weights alone, as seq2seq-average writes): put back the "
+            "run's own last.pt, or start a new run"
+        )
+    saved = upgrade_saved_config(OmegaConf.create(state["config"]))
+    if changed := _differences(_plain(saved.model), _plain(cfg.model), "model"):
+        raise Seq2SeqError(
+            f"train.resume=true, but the model settings differ from {LAST}'s: "
+            f"{'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''}"
+        )
+    toks = []
+    for name in (SRC_TOKENIZER, TGT_TOKENIZER):
+        if not (last.parent / name).is_file():
+            raise Seq2SeqError(
+                f"train.resume=true, but {last.parent} has no tokenizer model {name}: put back "
+                "the run's own, or start a new run with another hydra.run.dir=..."
+            )
+        toks.append(Tokenizer.load(last.parent / name))
+    again = "; train.resume=true needs the run's own: put it back, or start a new run elsewhere"
+    check_tokenizers(state, last, last.parent, (toks[0], toks[1]), again)
+    # the run's tokenizers are its own: other settings would be recorded but never applied
+    recorded = OmegaConf.select(saved, "data.tokenizer")  # None before there were any
+    theirs = _plain(recorded) if recorded is not None else {}
+    ours = {key: value for key, value in _plain(cfg.data.tokenizer).items() if key in theirs}
+    if changed := _differences(theirs, ours, "data.tokenizer"):
+        raise Seq2SeqError(
+            f"train.resume=true, but the tokenizer settings differ from {LAST}'s: "
+            f"{'; '.join(changed)}; the run keeps its tokenizers: leave these keys out, or "
+            "start a new run with another hydra.run.dir=..."
+        )
+    return upgrade_saved_state(state)
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
 
 
 def _differences(saved: Any, now: Any, key: str) -> list[str]:

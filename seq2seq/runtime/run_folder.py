@@ -15,7 +15,7 @@ from seq2seq.data.tokenizer import Tokenizer, fingerprints
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.ensemble import Ensemble
 from seq2seq.model.seq2seq import Seq2Seq, build_model
-from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.runtime.checkpoint import check_tokenizers, load_checkpoint
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.migrate import upgrade_saved_config
 from seq2seq.storage.manifest import damage
@@ -109,7 +109,7 @@ def load_run(
             raise Seq2SeqError(_no_checkpoint(run_dir, checkpoint, path))
         state = load_checkpoint(path)
         step = state.get("step", 0)
-        _check_tokenizers(state, path, run_dir, (src_tok, tgt_tok))
+        check_tokenizers(state, path, run_dir, (src_tok, tgt_tok))
         try:
             model.load_state_dict(state["model"])
         except (KeyError, RuntimeError, TypeError) as e:  # a checkpoint of another model or run
@@ -136,25 +136,6 @@ def load_runs(
                 "the same subword vocabularies (the same training data and tokenizer settings)"
             )
     return replace(run, model=Ensemble([m.model for m in members]))
-
-
-def _check_tokenizers(
-    state: dict, path: Path, run_dir: Path, toks: tuple[Tokenizer, Tokenizer]
-) -> None:
-    """Refuse a checkpoint trained with other tokenizers than the run's: its recorded
-    fingerprints, else (a checkpoint from before them) its vocabulary sizes."""
-    vocab = (toks[0].vocab_size, toks[1].vocab_size)
-    if state.get("tokenizers") is not None and list(state["tokenizers"]) != fingerprints(*toks):
-        raise Seq2SeqError(
-            f"{path} was trained with other tokenizers than those in {run_dir} "
-            f"({SRC_TOKENIZER}, {TGT_TOKENIZER}): it belongs to another run"
-        )
-    if "vocab" in state and tuple(state["vocab"]) != vocab:
-        raise Seq2SeqError(
-            f"{path} was trained with vocabularies of {state['vocab'][0]}/"
-            f"{state['vocab'][1]} pieces, but the tokenizers in {run_dir} have {vocab[0]}/"
-            f"{vocab[1]}: it belongs to another run"
-        )
 
 
 def _no_checkpoint(run_dir: Path, checkpoint: str, path: Path) -> str:

@@ -44,6 +44,9 @@ GRAPHS_FACTS = release.GRAPHS.name  # in GRAPHS_DIR: the graphs' inputs and outp
 EVAL_DIR = "eval"  # seq2seq-evaluate's outputs
 SPLITS_DIR = "splits"  # validation and test text of corpora without files per split
 CHECKPOINTS = {"best": BEST, "last": LAST, "averaged": AVERAGED}
+RELEASE_MARKERS = (RELEASE_WEIGHTS, RELEASE_FACTS, str(release.GRAPHS))  # seq2seq-export's
+# what a training start writes over: the user's own files of these names are refused instead
+OVERWRITTEN = (CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER, MANIFEST)
 
 
 def checkpoint_path(run_dir: Path, checkpoint: str) -> Path:
@@ -97,6 +100,42 @@ def unused_run_folder(folder: Path) -> bool:
         return False
     names = {p.name for p in folder.iterdir()}
     return not names - START_FILES and (CONFIG_FILE not in names or LOCK in names)
+
+
+def start_refusal(folder: Path, resuming: bool) -> str | None:
+    """Why a training may not start in ``folder`` (None: it may): a new start, or a resume
+    without last.pt (which starts afresh), would overwrite a checkpoint, a release, or a
+    config.yaml or tokenizer model that no training wrote there (a folder without ``LOCK``)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None  # made anew; a resume of it starts afresh (preemptible jobs)
+    if (folder / LAST).is_file():
+        if resuming:
+            return None
+        return (
+            f"{folder} already holds a checkpoint ({LAST}): add train.resume=true to continue "
+            "it, or choose another folder with hydra.run.dir=..."
+        )
+    start = f"it has no {LAST} to resume from, and" if resuming else "and"
+    elsewhere = "choose another folder with hydra.run.dir=..."
+    if markers := [name for name in RELEASE_MARKERS if (folder / name).exists()]:
+        return (
+            f"{folder} is a release folder ({', '.join(markers)}), {start} a training would "
+            f"overwrite it: {elsewhere}"
+        )
+    kept = sorted(str(p.relative_to(folder)) for p in (folder / KEPT_DIR).glob("*.pt"))
+    if kept := [name for name in (BEST, AVERAGED) if (folder / name).is_file()] + kept[:2]:
+        return (
+            f"{folder} holds checkpoints ({', '.join(kept)}), {start} a new start would "
+            f"overwrite them: {elsewhere} (train.init_from={folder} starts from its weights)"
+        )
+    theirs = [name for name in OVERWRITTEN if (folder / name).is_file()]
+    if theirs and not (folder / LOCK).exists():  # no training claimed the folder: they are yours
+        return (
+            f"{folder} holds {', '.join(theirs)} that no training wrote, {start} a training would "
+            f"overwrite {'them' if len(theirs) > 1 else 'it'}: {elsewhere}"
+        )
+    return None
 
 
 class RunLock:

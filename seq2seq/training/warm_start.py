@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from seq2seq.config import TokenizerConfig
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
 from seq2seq.runtime.checkpoint import load_checkpoint
@@ -21,6 +22,8 @@ from seq2seq.storage.rundir import (
     CONFIG_FILE,
     LAST,
     RELEASE_WEIGHTS,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
     checkpoint_path,
     not_a_run,
 )
@@ -38,9 +41,14 @@ DEFAULT_ATTENTION = "luong"  # configs/config.yaml's model/attention (a test hol
 def adopt_model(cfg: DictConfig) -> None:
     """Give ``cfg`` the model config of ``cfg.train.init_from`` (an absolute path from now on),
     if set. A model key set to another value than the schema's default, and than that folder's,
-    is refused in one line naming the keys: today's model cannot hold the folder's weights."""
-    if not cfg.train.init_from:
-        return
+    is refused in one line naming the keys: today's model cannot hold the folder's weights.
+    Tokenizers taken from a run of other languages (its, or from_folder's) are warned of."""
+    if cfg.train.init_from:
+        _adopt(cfg)
+    warn_other_languages(cfg)
+
+
+def _adopt(cfg: DictConfig) -> None:
     folder = Path(cfg.train.init_from).resolve()
     if not (folder / CONFIG_FILE).is_file():
         raise Seq2SeqError(not_a_run(folder, f"train.init_from={cfg.train.init_from}"))
@@ -50,7 +58,9 @@ def adopt_model(cfg: DictConfig) -> None:
             f"train.init_optimizer=true takes the optimizer of {folder / LAST}, which does not "
             "exist (a release keeps none): leave it out to start with a fresh one"
         )
-    theirs = _plain(read_config(folder / CONFIG_FILE).model)
+    saved = read_config(folder / CONFIG_FILE)
+    _check_tokenizer_keys(cfg, folder, saved)
+    theirs = _plain(saved.model)
     ours = _plain(cfg.model)
     chosen = _flat(ours).items() - _flat(_defaults(ours)).items()
     clashes = sorted(
@@ -74,6 +84,68 @@ def adopt_model(cfg: DictConfig) -> None:
         if cfg.train.init_checkpoint not in CHECKPOINTS:  # a file's path, as init_from: absolute
             cfg.train.init_checkpoint = str(Path(cfg.train.init_checkpoint).resolve())
         cfg.data.tokenizer.from_folder = str(folder)  # its pieces: the embeddings belong to them
+
+
+def _check_tokenizer_keys(cfg: DictConfig, folder: Path, saved: DictConfig) -> None:
+    """The run takes the folder's tokenizers: a data.tokenizer key set to another value than
+    the schema's default and than the folder's could not apply (config.yaml would record it as
+    if it had), nor could another data.tokenizer.from_folder: refused in one line."""
+    ours = _plain(cfg.data.tokenizer)
+    recorded = OmegaConf.select(saved, "data.tokenizer")
+    theirs = _plain(recorded) if recorded is not None else {}
+    defaults = _plain(OmegaConf.structured(TokenizerConfig))
+    clashes = [
+        f"data.tokenizer.{key} ({value} here, {theirs.get(key)} there)"
+        for key, value in ours.items()
+        if key != "from_folder" and value != defaults.get(key) and value != theirs.get(key)
+    ]
+    given = ours.get("from_folder")
+    if given and Path(given).resolve() != folder:
+        clashes.append(f"data.tokenizer.from_folder={given}")
+    if clashes:
+        raise Seq2SeqError(
+            f"train.init_from={folder} brings its own tokenizers: {', '.join(clashes)} cannot "
+            "apply; leave these keys out"
+        )
+
+
+def warn_other_languages(cfg: DictConfig) -> None:
+    """One warning where data.tokenizer.from_folder (train.init_from's, or given) translates
+    other languages than this run: its pieces split this run's text badly (English in German
+    pieces falls apart into letters). Not refused: cross-lingual transfer is legitimate."""
+    given = cfg.data.tokenizer.from_folder
+    if not given or not (Path(given) / CONFIG_FILE).is_file():
+        return
+    try:
+        theirs = read_config(Path(given) / CONFIG_FILE).data
+    except Seq2SeqError:  # a folder of tokenizers alone, with a config of something else
+        return
+    there = (str(theirs.src_lang), str(theirs.tgt_lang))
+    here = (str(cfg.data.src_lang), str(cfg.data.tgt_lang))
+    if [lang.lower() for lang in there] == [lang.lower() for lang in here]:
+        return
+    init = cfg.train.init_from and Path(cfg.train.init_from).resolve() == Path(given).resolve()
+    key = (
+        f"train.init_from={cfg.train.init_from}" if init else f"data.tokenizer.from_folder={given}"
+    )
+    if [lang.lower() for lang in there] == [lang.lower() for lang in reversed(here)]:
+        which = "the other languages"
+    else:
+        sides = zip((SRC_TOKENIZER, TGT_TOKENIZER), there, here, strict=True)
+        which = (
+            "other languages ("
+            + ", ".join(
+                f"{name} on {a}, for {b} here" for name, a, b in sides if a.lower() != b.lower()
+            )
+            + ")"
+        )
+    log.warning(
+        "%s translates %s→%s; this run is %s→%s: its tokenizers were trained on %s",
+        key,
+        *there,
+        *here,
+        which,
+    )
 
 
 def start_from(train: DictConfig, updater: Updater, schedule: LearningRate) -> None:
