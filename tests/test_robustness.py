@@ -193,6 +193,7 @@ def test_a_resume_refuses_other_tokenizer_settings_and_records_nothing(
         "data.tokenizer.vocab_size 500 (now 300)",
     )
     assert {name: (folder / name).read_bytes() for name in before} == before
+    assert (folder / "train.lock").read_text() == ""  # let go: the next start takes no "over"
 
 
 # -- interrupted and failed writes ----------------------------------------------------------------

@@ -134,21 +134,43 @@ class Epochs:
         return int(self.engine.sum_over_ranks([sum(b.ntokens for b in batches)])[0])
 
 
+def _say_stopped(signal: int, step: int, run_dir: Path, distributed: bool) -> None:
+    """How to continue a run a signal stopped (torchrun's ranks take no settings from it)."""
+    log.warning(
+        "stopped by signal %d at step %d; %s saved: rerun %s with train.resume=true "
+        "hydra.run.dir=%s to continue",
+        signal,
+        step,
+        LAST,
+        "the same torchrun command" if distributed else "seq2seq-train",
+        run_dir,
+    )
+
+
 class Trainer:
     """The training loop of one run: updates, validation, early stopping and checkpoints."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, engine: Engine) -> None:
         self.cfg, self.run_dir, self.engine = cfg, run_dir, engine
-        tcfg = cfg.train  # its limits are the schema's (check_config)
         adopt_model(cfg)  # train.init_from's, before config.yaml is written
         self.lock = RunLock(run_dir)
+        try:
+            self._start(cfg, run_dir, engine)
+        except BaseException:
+            self.lock.release()  # a refused start leaves the lock as a finished run does
+            raise
+
+    def _start(self, cfg: DictConfig, run_dir: Path, engine: Engine) -> None:
+        """Claim the folder, then the data, model, optimizer and what a resume restores."""
+        tcfg = cfg.train
         state = engine.from_main(self._claim)
         self.data = prepare_data(cfg, run_dir, engine, resuming=state is not None)
         if tcfg.keep_freed_memory:  # for the steps; data preparation keeps the smaller footprint
             engine.keep_freed_memory()
         self.epochs = Epochs(self.data, cfg, engine)
         model = build_model(cfg.model, self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size)
-        choose_and_record(cfg, engine, model, state or {}, self._vocab())
+        vocab = [self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size]
+        choose_and_record(cfg, engine, model, state or {}, vocab)
         self.updater = make_updater(engine, model, tcfg)  # as choose_and_record decided
         metric = BestMetric(tcfg.best_metric)
         self.schedule = LearningRate(
@@ -179,9 +201,6 @@ class Trainer:
         return start_or_resume(self.run_dir, self.cfg)
 
     # -- checkpoints -------------------------------------------------------------------------
-
-    def _vocab(self) -> list[int]:
-        return [self.data.src_tok.vocab_size, self.data.tgt_tok.vocab_size]
 
     def _save(self, *names: str) -> None:
         """Every rank takes part (its random state is gathered); rank 0 writes the files, in
@@ -226,16 +245,8 @@ class Trainer:
             if stop:
                 self._save(LAST)
                 self.writer.wait()
-                if self.engine.is_main:  # torchrun's ranks take no settings from the folder
-                    log.warning(
-                        "stopped by signal %d at step %d; %s saved: rerun %s with "
-                        "train.resume=true hydra.run.dir=%s to continue",
-                        stop,
-                        self.progress.step,
-                        LAST,
-                        "the same torchrun command" if self.engine.distributed else "seq2seq-train",
-                        self.run_dir,
-                    )
+                if self.engine.is_main:
+                    _say_stopped(stop, self.progress.step, self.run_dir, self.engine.distributed)
                 self.engine.barrier()  # no rank leaves before rank 0 has written last.pt
                 raise SystemExit(128 + stop)
         self._save(LAST)
