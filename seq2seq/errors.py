@@ -31,5 +31,7 @@ def require_file(path: str | Path, key: str = "") -> Path:
     path = Path(path)
     if not path.is_file():
         what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        if path.exists() and not path.is_dir():  # <(...) of the shell: may be read only once
+            what = "is a pipe or a device, not a file: write it to a file first"
         raise DataError(f"{key}={path} {what}" if key else f"{path} {what}")
     return path

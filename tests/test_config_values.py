@@ -3,6 +3,7 @@ commands/rules.py before the command starts; the defaults pass."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -229,6 +230,9 @@ def test_a_file_a_command_reads_is_there_before_it_starts(schema, tmp_path, monk
         (tmp_path / key).rmdir()
         (tmp_path / key).write_text("x\n")
     check_files(_config(schema, {k: k for k in keys}))
+    os.mkfifo(tmp_path / "pipe")  # what a shell's <(...) gives
+    with pytest.raises(Seq2SeqError, match=f"^{keys[0]}=pipe is a pipe or a device, not a file"):
+        check_files(_config(schema, {keys[0]: "pipe"}))
 
 
 def test_a_file_training_reads_is_there_before_the_tokenizers_train(tmp_path, monkeypatch):
