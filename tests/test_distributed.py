@@ -248,3 +248,17 @@ def test_a_user_error_under_torchrun_is_one_line(tmp_path: Path, data_dirs: list
     assert out.count("already holds a checkpoint") == 1, out
     assert "terminate called" not in out  # every rank left the process group cleanly
     assert (run / "last.pt").read_bytes() == b"precious"
+
+
+@pytest.mark.slow
+def test_a_warning_under_torchrun_is_said_once(tmp_path: Path) -> None:
+    """An unknown language code is warned of by rank 0 alone (device=cuda then stops every rank
+    on this CPU machine, before any training)."""
+    corpus = tmp_path / "pairs.tsv"
+    corpus.write_text("".join(f"Ein Hund {i}.\tA dog {i}.\n" for i in range(50)))
+    args = ["data=tsv", f"data.file={corpus}", "data.columns=[german,en]"]
+    args += ["data.src_lang=german", "data.tgt_lang=en", "device=cuda"]
+    proc = torchrun(*train_args(tmp_path / "run", [], *args), wait=False)
+    out = finish(proc, 300)
+    assert proc.returncode != 0
+    assert out.count("data.src_lang=german is not a language code") == 1, out

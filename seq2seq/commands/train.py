@@ -139,7 +139,8 @@ def train(cfg: Config) -> str | None:
     guard_log_files()
     try:
         open_reader(cfg.data).check()
-        warn_unknown_languages(cfg.data.src_lang, cfg.data.tgt_lang, cfg.data.bleu_tokenize)
+        if process_rank() == 0:  # said once, not by every rank under torchrun
+            warn_unknown_languages(cfg.data.src_lang, cfg.data.tgt_lang, cfg.data.bleu_tokenize)
         tcfg = cfg.train
         engine = Engine.create(
             cfg.device,
