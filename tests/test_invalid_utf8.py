@@ -15,7 +15,7 @@ from run_helpers import cli
 from seq2seq_lite.rules import InputError
 from seq2seq_lite.text import decode_lines
 
-from seq2seq.data.stream import decode_text
+from seq2seq.data.stream import decode_text, line_blocks, open_binary
 from seq2seq.errors import DataError
 
 GOOD = ["Ein Hund läuft.", "Zwei Männer spielen Fußball."]
@@ -70,6 +70,20 @@ def test_a_compressed_or_utf16_file_is_named_as_such(data: bytes, said: str) -> 
     assert str(lite.value) == str(ours.value) and str(ours.value).startswith(f"x.de {said}")
     with pytest.raises(DataError, match="x.de, line 2: invalid UTF-8"):
         decode_text(b"a\n" + data, "x.de")  # a line of binary inside text: as before
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"), [(100, ""), (200_000, r" \(after [\d,]+ whole lines\)")]
+)
+def test_a_cut_gz_file_says_so(tmp_path: Path, lines: int, said: str) -> None:
+    """It said 'cannot read x.de.gz after line 0: Compressed file ended before the
+    end-of-stream marker was reached'."""
+    whole = gzip.compress("".join(f"Zeile {i} von vielen.\n" for i in range(lines)).encode())
+    path = tmp_path / "x.de.gz"
+    path.write_bytes(whole[: len(whole) * 3 // 4])
+    with pytest.raises(DataError, match=f"^{path} is cut short{said}: copy or download it again$"):
+        for _ in line_blocks(open_binary(path), str(path)):
+            pass
 
 
 def lines_file(path: Path, bad: bytes = BAD) -> Path:

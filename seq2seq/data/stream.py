@@ -156,7 +156,10 @@ def line_blocks(raw: IO[bytes], where: str, strip: bool = True) -> Iterator[list
                 number += len(lines)
         if rest:  # a last line without a newline
             yield _tidy([decode_text(rest, where, number)], number == 0, strip)
-    except (OSError, EOFError) as e:  # EOFError: a truncated .gz
+    except EOFError:  # a .gz that ends before its end marker: a cut download or copy
+        read = f" (after {number:,} whole lines)" if number else ""
+        raise DataError(f"{where} is cut short{read}: copy or download it again") from None
+    except OSError as e:
         raise DataError(f"cannot read {where} after line {number}: {e}") from None
 
 
