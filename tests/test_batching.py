@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from seq2seq.data import dataset
 from seq2seq.data.batching import TokenBatchSampler, collate
 from seq2seq.data.dataset import encode_corpus
 from seq2seq.data.stream import from_lists
+from seq2seq.data.textstore import text_store
 from seq2seq.errors import DataError
 from seq2seq.vocab import BOS, EOS
 
@@ -177,3 +180,25 @@ def test_sampler_order_deterministic_and_reshuffled(lengths) -> None:
     assert order(0, shuffle=False) == order(5, shuffle=False, seed=9)
     fixed = np.concatenate(order(0, shuffle=False))
     assert np.all(np.diff(np.maximum(src, tgt)[fixed]) >= 0)  # length-sorted
+
+
+@pytest.mark.parametrize("write", ["token ids", "text"])
+def test_a_full_disk_in_the_cache_names_the_cache(
+    toks, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write: str
+) -> None:
+    """A failed write of an open file has no file name: it said only 'No space left on
+    device'. It names the cache's folder now, and leaves no half-written entry."""
+
+    def full(self, values) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(dataset.NpyWriter, "append", full)
+    cache, pairs = tmp_path / "cache", from_lists(SRC, TGT)
+    with pytest.raises(OSError) as failed:
+        if write == "text":
+            text_store(pairs, cache)
+        else:
+            encode_corpus(pairs, *toks, cache, max_len=3, drop_invalid=True)
+    folder = cache / ("text" if write == "text" else "corpus")
+    assert failed.value.errno == errno.ENOSPC and failed.value.filename == str(folder)
+    assert not list(folder.iterdir())

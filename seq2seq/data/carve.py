@@ -16,9 +16,7 @@ import hashlib
 import heapq
 import json
 import logging
-import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress
@@ -27,8 +25,8 @@ from pathlib import Path
 from seq2seq.data.corpus import parallel_batches
 from seq2seq.data.stream import PairStream, TextChunk, fingerprint
 from seq2seq.errors import DataError
-from seq2seq.storage.manifest import damage, write_manifest
-from seq2seq.storage.permissions import as_umask_allows
+from seq2seq.storage.manifest import damage
+from seq2seq.storage.staging import cache_entry
 
 log = logging.getLogger(__name__)
 
@@ -127,18 +125,10 @@ def _select(corpus: PairStream, sizes: dict[str, int], seed: int) -> dict[str, s
 
 def _write(directory: Path, corpus: PairStream, groups: dict[str, set[int]], seed: int) -> None:
     """The held-out pairs as text files, written into a temporary folder, then renamed."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".tmp-"))
-    as_umask_allows(tmp)  # mkdtemp made it 0700
-    try:
+    with cache_entry(directory, _MANIFEST) as tmp:
         pairs = _write_held_out(tmp, corpus, groups, seed)
         index = {"pairs": pairs, "groups": {s: sorted(groups[s]) for s in SPLITS}}
         (tmp / _INDEX).write_text(json.dumps(index))
-        write_manifest(tmp / _MANIFEST, [p for p in tmp.iterdir() if p.name != _MANIFEST])
-        with contextlib.suppress(OSError):  # another process carved the same splits first
-            os.rename(tmp, directory)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     log.info(
         "carved %d validation and %d test pairs into %s", pairs["valid"], pairs["test"], directory
     )

@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -27,8 +26,8 @@ import numpy as np
 
 from seq2seq.data.stream import PairStream, fingerprint, worker_context
 from seq2seq.errors import DataError
-from seq2seq.storage.manifest import damage, write_manifest
-from seq2seq.storage.permissions import as_umask_allows
+from seq2seq.storage.manifest import damage
+from seq2seq.storage.staging import cache_entry
 from seq2seq.vocab import EOS
 
 log = logging.getLogger(__name__)
@@ -209,21 +208,10 @@ def _encode_into(
     workers: int,
 ) -> None:
     """Encode into a temporary folder beside ``directory``, then rename it."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".tmp-"))
-    as_umask_allows(tmp)  # mkdtemp made it 0700
-    try:
+    with cache_entry(directory, MANIFEST) as tmp:
         counts = _write_arrays(tmp, pairs, toks, max_len, drop_invalid, workers)
         (tmp / "counts.json").write_text(json.dumps(counts))
-        files = [tmp / f"{name}.npy" for name in _ARRAYS] + [tmp / "counts.json"]
-        write_manifest(tmp / MANIFEST, files)
-        try:
-            tmp.rename(directory)
-            log.info("encoded %d pairs into %s", counts["pairs"], directory)
-        except OSError:  # another process finished the same corpus first
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("encoded %d pairs into %s", counts["pairs"], directory)
 
 
 def _write_arrays(

@@ -11,15 +11,14 @@ import contextlib
 import json
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from seq2seq.data.dataset import NpyWriter
 from seq2seq.data.stream import PairStream, fingerprint
-from seq2seq.storage.manifest import damage, write_manifest
-from seq2seq.storage.permissions import as_umask_allows
+from seq2seq.storage.manifest import damage
+from seq2seq.storage.staging import cache_entry
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +56,9 @@ def text_store(stream: PairStream, cache_dir: Path) -> tuple[SideText, SideText]
 
 
 def _write(directory: Path, stream: PairStream) -> None:
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=".tmp-"))
-    as_umask_allows(tmp)  # mkdtemp made it 0700
-    try:
+    with cache_entry(directory, _MANIFEST) as tmp:
         sizes = _write_text(tmp, stream)
         (tmp / "size.json").write_text(json.dumps(sizes))
-        write_manifest(tmp / _MANIFEST, [p for p in tmp.iterdir() if p.name != _MANIFEST])
-        with contextlib.suppress(OSError):  # another process wrote the same text first
-            tmp.rename(directory)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _write_text(folder: Path, stream: PairStream) -> dict[str, int]:
