@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import io
-import json
 import os
 import re
 import shutil
@@ -27,7 +26,6 @@ from run_helpers import (
     interrupted,
     outcome,
     started,
-    wait_for_file,
 )
 
 from seq2seq.commands.configs import ExportConfig
@@ -45,52 +43,8 @@ from seq2seq.runtime.run_folder import load_run
 from seq2seq.storage.rundir import (
     KEPT_DIR,
     KEPT_INDEX,
-    LOCK,
     MANIFEST,
 )
-
-# -- one writer per run folder --------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs) -> None:
-    folder = tmp_path / "run"
-    first = started(
-        "train", *SMOKE_ARGS, "train.validate_every=10", f"hydra.run.dir={folder}", *data_dirs
-    )
-    wait_for_file(folder / LOCK, first)
-    holder = json.loads((folder / LOCK).read_text())
-    assert holder["pid"] == first.pid
-    # both at once, while the first trains: a new start and a resume
-    second = [
-        started("train", *SMOKE_ARGS, f"hydra.run.dir={folder}", *data_dirs, *extra)
-        for extra in ([], ["train.resume=true"])
-    ]
-    for proc in second:
-        out = finish(proc, TRAIN_TIMEOUT)
-        assert_one_line_error(proc.returncode, out, "is in use", f"process {first.pid} on")
-    wait_for_file(folder / "last.pt", first)  # training, past its first validation: then stopped
-    first.send_signal(signal.SIGTERM)
-    assert finish(first, TRAIN_TIMEOUT) and first.returncode == 128 + signal.SIGTERM
-    assert (folder / LOCK).read_text() == ""  # released
-    assert load_checkpoint(folder / "last.pt")["step"] > 0
-
-
-@pytest.mark.slow
-def test_a_lock_left_by_a_killed_training_is_taken_over(tmp_path: Path, data_dirs) -> None:
-    folder = tmp_path / "run"
-    # last.pt at the first validation (update 10); resumed, five updates more
-    short = [*SMOKE_ARGS, "train.validate_every=10", f"hydra.run.dir={folder}", *data_dirs]
-    first = started("train", *short)
-    wait_for_file(folder / "last.pt", first)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    assert json.loads((folder / LOCK).read_text())["pid"] == first.pid  # left behind
-    stopped = load_checkpoint(folder / "last.pt")["step"]
-    code, out = outcome("train", *short, "train.resume=true", f"train.max_steps={stopped + 5}")
-    assert code == 0, out
-    assert f'"pid": {first.pid}' in out and "took over" in out
-
 
 # -- damaged files --------------------------------------------------------------------------------
 

@@ -7,9 +7,13 @@ of each epoch and receive what they need (tokenizers, resumed state, validation 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import os
+import re
 import shutil
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
@@ -46,6 +50,7 @@ class _RunFolder:
     def __init__(self) -> None:
         self.new_parents: list[Path] = []  # deepest first
         self.saved: list[str] = []  # a resume's settings from the run's first command
+        self.made: Path | None = None  # the default folder, made before Hydra starts
 
     def claim(self, argv: list[str]) -> list[str]:
         """Under torchrun, ranks other than 0 get no Hydra output folder or log file (rank 0 owns
@@ -60,10 +65,20 @@ class _RunFolder:
                 raise Seq2SeqError(why)
         if rank == 0:
             self.new_parents = _new_parents(run_dir or _default_run_dir())
+            if run_dir is None and not {"-m", "--multirun"} & set(argv):
+                self.made = _fresh_folder(_default_run_dir())
+                argv += [f"hydra.run.dir={self.made}"] if self.made else []
             return argv
         if {"-m", "--multirun"} & set(argv):
             raise Seq2SeqError("a sweep (-m) cannot run under torchrun; start one per run")
         return follower_argv(argv)
+
+    def drop_empty(self) -> None:
+        """The default folder, and the folders above it that it needed, if nothing ran in them
+        (``--cfg job``, a refused command line)."""
+        for folder in [self.made, *self.new_parents] if self.made else []:
+            with contextlib.suppress(OSError):  # not empty, or gone
+                folder.rmdir()
 
     def drop_unused(self) -> None:
         if process_rank() != 0 or not HydraConfig.initialized():
@@ -122,6 +137,24 @@ def _default_run_dir() -> str:
     return OmegaConf.to_container(cfg.hydra, resolve=False)["run"]["dir"]
 
 
+def _fresh_folder(pattern: str) -> Path | None:
+    """The default run folder (``runs/${now:...}``) with the time now, made here, so that a start
+    in the same second as another gets a folder of its own (``..._2``); None where the pattern
+    holds more than the time, or the folder cannot be made (Hydra then says why)."""
+    name = re.sub(r"\$\{now:([^}]*)\}", lambda m: datetime.now().strftime(m.group(1)), pattern)
+    if "${" in name:
+        return None
+    for n in itertools.count(1):
+        folder = Path(name if n == 1 else f"{name}_{n}")
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+
+
 def _new_parents(run_dir: str) -> list[Path]:
     """The folders above ``run_dir`` (up to its first ``${...}``) not there yet, deepest first."""
     fixed = run_dir.split("${")[0]
@@ -165,7 +198,12 @@ def train(cfg: Config) -> str | None:
             engine.close()
 
 
-main = hydra_command("config", before=_run_folder.claim, refused=_run_folder.drop_unused)(train)
+main = hydra_command(
+    "config",
+    before=_run_folder.claim,
+    refused=_run_folder.drop_unused,
+    after=_run_folder.drop_empty,
+)(train)
 
 if __name__ == "__main__":
     main()

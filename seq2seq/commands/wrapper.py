@@ -35,12 +35,13 @@ def hydra_command(
     config_name: str,
     before: Callable[[list[str]], list[str]] | None = None,
     refused: Callable[[], None] | None = None,
+    after: Callable[[], None] | None = None,
 ) -> Callable[[Task], Callable[[], None]]:
     """``hydra.main`` of a command that reads ``configs/<config_name>.yaml`` (shipped inside the
     package). ``-v`` (``--verbose``) is ``hydra.verbose=seq2seq``: the debug lines too.
     ``before`` sees the arguments first and may change them or refuse (a Seq2SeqError);
-    ``refused`` tidies up after a user error has been said (training: an unused run folder)."""
-    command_name = "train" if config_name == "config" else config_name
+    ``refused`` tidies up after a user error has been said (training: an unused run folder);
+    ``after`` runs when the command ends, however it ends (training: a folder left empty)."""
 
     def decorate(task: Task) -> Callable[[], None]:
         @functools.wraps(task)
@@ -56,19 +57,29 @@ def hydra_command(
             sys.argv[1:] = [verbose if a in ("-v", "--verbose") else a for a in sys.argv[1:]]
             sys.argv[1:] = [_home_folder(a) for a in sys.argv[1:]]
             try:
-                if before is not None:
-                    sys.argv[1:] = before(sys.argv[1:])
-                check_arguments(config_name, sys.argv[1:])
-                check_command_line(config_name, sys.argv[1:])
-                for job, cfg in sweep_jobs(config_name, sys.argv[1:]):  # -m: all before any
-                    _check_job(job, cfg, SCHEMAS[config_name])
-            except Seq2SeqError as e:
-                sys.exit(f"seq2seq-{command_name}: {e}")
-            run()
+                _start(config_name, before)
+                run()
+            finally:
+                if after is not None:
+                    after()
 
         return command
 
     return decorate
+
+
+def _start(config_name: str, before: Callable[[list[str]], list[str]] | None) -> None:
+    """``before``, then the command line's checks; a refusal exits with its one line."""
+    try:
+        if before is not None:
+            sys.argv[1:] = before(sys.argv[1:])
+        check_arguments(config_name, sys.argv[1:])
+        check_command_line(config_name, sys.argv[1:])
+        for job, cfg in sweep_jobs(config_name, sys.argv[1:]):  # -m: all before any
+            _check_job(job, cfg, SCHEMAS[config_name])
+    except Seq2SeqError as e:
+        command_name = "train" if config_name == "config" else config_name
+        sys.exit(f"seq2seq-{command_name}: {e}")
 
 
 def _check_job(job: str, cfg: Any, schema: type) -> None:

@@ -95,8 +95,8 @@ def not_a_run(folder: Path, given: str) -> str:
 def unused_run_folder(folder: Path) -> bool:
     """Whether ``folder`` holds nothing a training did: only START_FILES, and config.yaml only
     beside the lock (a start that claimed the folder wrote it; without the lock it may be a
-    config.yaml the user put there)."""
-    if not folder.is_dir():
+    config.yaml the user put there); never while another process holds the lock."""
+    if not folder.is_dir() or RunLock(folder).held_elsewhere():
         return False
     names = {p.name for p in folder.iterdir()}
     return not names - START_FILES and (CONFIG_FILE not in names or LOCK in names)
@@ -206,6 +206,14 @@ class RunLock:
             raise Seq2SeqError(
                 f"{self._busy()} (if no training runs there, remove {self.path})"
             ) from None
+
+    def held_elsewhere(self) -> bool:
+        """Whether another process holds the lock now."""
+        try:
+            self.check_free()
+        except Seq2SeqError:
+            return True
+        return False
 
     def check_free(self) -> None:
         """Refuse, as ``acquire`` would, if another process holds the lock now; takes nothing."""

@@ -1,0 +1,97 @@
+"""One writer per run folder (a lock, taken over from a killed training), and a folder of its
+own for each start."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from run_helpers import (
+    SMOKE_ARGS,
+    TRAIN_TIMEOUT,
+    assert_one_line_error,
+    cli,
+    finish,
+    outcome,
+    started,
+    wait_for_file,
+)
+
+from seq2seq.commands.train import _fresh_folder
+from seq2seq.runtime.checkpoint import load_checkpoint
+from seq2seq.storage.rundir import LOCK, RunLock, unused_run_folder
+
+
+@pytest.mark.slow
+def test_a_second_training_in_a_busy_folder_is_refused(tmp_path: Path, data_dirs) -> None:
+    folder = tmp_path / "run"
+    first = started(
+        "train", *SMOKE_ARGS, "train.validate_every=10", f"hydra.run.dir={folder}", *data_dirs
+    )
+    wait_for_file(folder / LOCK, first)
+    holder = json.loads((folder / LOCK).read_text())
+    assert holder["pid"] == first.pid
+    # both at once, while the first trains: a new start and a resume
+    second = [
+        started("train", *SMOKE_ARGS, f"hydra.run.dir={folder}", *data_dirs, *extra)
+        for extra in ([], ["train.resume=true"])
+    ]
+    for proc in second:
+        out = finish(proc, TRAIN_TIMEOUT)
+        assert_one_line_error(proc.returncode, out, "is in use", f"process {first.pid} on")
+    wait_for_file(folder / "last.pt", first)  # training, past its first validation: then stopped
+    first.send_signal(signal.SIGTERM)
+    assert finish(first, TRAIN_TIMEOUT) and first.returncode == 128 + signal.SIGTERM
+    assert (folder / LOCK).read_text() == ""  # released
+    assert load_checkpoint(folder / "last.pt")["step"] > 0
+
+
+def test_a_refused_start_never_removes_a_folder_another_start_holds(tmp_path: Path) -> None:
+    """Two starts in one folder at once: the one the lock refused removed the other's folder
+    (what a start writes first looks unused), and the other then failed."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "config.yaml").write_text("x: 1\n")
+    holder = RunLock(folder)
+    holder.acquire()
+    try:
+        assert not unused_run_folder(folder)
+    finally:
+        holder.release()
+    assert unused_run_folder(folder)
+
+
+def test_starts_in_the_same_second_get_folders_of_their_own(tmp_path: Path, monkeypatch) -> None:
+    """The default folder is named by the second: two starts in one second took the same one."""
+    monkeypatch.chdir(tmp_path)
+    year = datetime.now().strftime("%Y")
+    made = [_fresh_folder("runs/${now:%Y}") for _ in range(3)]
+    assert made == [Path(f"runs/{year}"), Path(f"runs/{year}_2"), Path(f"runs/{year}_3")]
+    assert all(folder.is_dir() for folder in made)
+    assert _fresh_folder("runs/${hydra.job.name}") is None  # Hydra's to resolve
+
+
+def test_a_command_that_trains_nothing_leaves_no_folder(tmp_path: Path) -> None:
+    for args in (["--cfg", "job"], ["train.max_step=3"], ["train.lr=-1"]):
+        subprocess.run([*cli("train"), *args], cwd=tmp_path, capture_output=True, timeout=300)
+        assert not list(tmp_path.iterdir()), args
+
+
+@pytest.mark.slow
+def test_a_lock_left_by_a_killed_training_is_taken_over(tmp_path: Path, data_dirs) -> None:
+    folder = tmp_path / "run"
+    # last.pt at the first validation (update 10); resumed, five updates more
+    short = [*SMOKE_ARGS, "train.validate_every=10", f"hydra.run.dir={folder}", *data_dirs]
+    first = started("train", *short)
+    wait_for_file(folder / "last.pt", first)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert json.loads((folder / LOCK).read_text())["pid"] == first.pid  # left behind
+    stopped = load_checkpoint(folder / "last.pt")["step"]
+    code, out = outcome("train", *short, "train.resume=true", f"train.max_steps={stopped + 5}")
+    assert code == 0, out
+    assert f'"pid": {first.pid}' in out and "took over" in out
