@@ -4,6 +4,7 @@ own for each start."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 from datetime import datetime
@@ -95,3 +96,28 @@ def test_a_lock_left_by_a_killed_training_is_taken_over(tmp_path: Path, data_dir
     code, out = outcome("train", *short, "train.resume=true", f"train.max_steps={stopped + 5}")
     assert code == 0, out
     assert f'"pid": {first.pid}' in out and "took over" in out
+
+
+@pytest.mark.slow
+def test_a_rerun_from_a_runs_config_is_a_run_like_any_other(smoke_run: Path, tmp_path) -> None:
+    """Trained again from a run's config.yaml (docs/training.md), the run logged to stdout,
+    landed in Hydra's outputs/ and could not be resumed (the recipe was not in its overrides)."""
+    config = tmp_path / "config"
+    config.mkdir()
+    shutil.copyfile(smoke_run / "config.yaml", config / "config.yaml")
+    rerun = [*cli("train"), "--config-path", str(config), "--config-name", "config"]
+    proc = subprocess.run(
+        [*rerun, "train.max_steps=2", "train.validate_every=2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TRAIN_TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    folder = Path(proc.stdout.strip())  # stdout: the run folder alone
+    assert folder.parent == tmp_path / "runs" and (folder / "train.log").is_file()
+    assert "finished after 2 updates" in proc.stderr
+    resumed = [*cli("train"), f"hydra.run.dir={folder}", "train.resume=true", "train.max_steps=4"]
+    proc = subprocess.run(resumed, capture_output=True, text=True, timeout=TRAIN_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    assert "resumed from last.pt: step 2" in proc.stderr and "finished after 4" in proc.stderr

@@ -84,6 +84,7 @@ def _run_facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
     cfg, folder = run.cfg, run.run_dir
     overrides = overrides_file(folder)
     places = ("data.source", "data.root", "data.cache_dir", "data.file", "data.path", "hydra.")
+    places += ("--config-",)  # a rerun from a config file of this machine
     recipe = (
         [
             o

@@ -59,6 +59,8 @@ class _RunFolder:
         run_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")), None)
         self.saved = saved_settings(argv, run_dir)
         argv = [*self.saved, *argv]
+        own = _config_flag(argv, "--config-path", "-cp") is not None  # a config of the user's
+        argv += [f"hydra.searchpath=[pkg://{CONFIG_MODULE}]"] if own else []
         if rank == 0 and run_dir:
             RunLock(Path(run_dir)).check_free()
             if why := start_refusal(Path(run_dir), _resuming(argv)):  # before Hydra writes
@@ -68,7 +70,7 @@ class _RunFolder:
             if run_dir is None and not {"-m", "--multirun"} & set(argv):
                 self.made = _fresh_folder(_default_run_dir())
                 argv += [f"hydra.run.dir={self.made}"] if self.made else []
-            return argv
+            return argv + (["hydra/job_logging=train", "hydra/hydra_logging=stderr"] if own else [])
         if {"-m", "--multirun"} & set(argv):
             raise Seq2SeqError("a sweep (-m) cannot run under torchrun; start one per run")
         return follower_argv(argv)
@@ -105,6 +107,25 @@ def saved_settings(argv: list[str], run_dir: str | None) -> list[str]:
     return [
         o for o in OmegaConf.to_container(OmegaConf.load(saved)) if _override_key(o) not in given
     ]
+
+
+def _config_flag(argv: list[str], *names: str) -> str | None:
+    """The value of Hydra's flag ``names`` (``--config-path x``, ``-cp=x``), None if not given."""
+    for i, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        if name in names:
+            return value if equals else next(iter(argv[i + 1 : i + 2]), "")
+    return None
+
+
+def _config_source() -> list[str]:
+    """The flags that name the run's primary config where it is not this package's (a rerun
+    from a run's config.yaml), so that a resume composes the same config; else none."""
+    hydra_cfg = HydraConfig.get()
+    main = next(s for s in hydra_cfg.runtime.config_sources if s.provider == "main")
+    if main.schema == "pkg":
+        return []
+    return [f"--config-path={main.path}", f"--config-name={hydra_cfg.job.config_name}"]
 
 
 def _resuming(argv: list[str]) -> bool:
@@ -190,7 +211,8 @@ def train(cfg: Config) -> str | None:
             log.info("resuming with the run's own settings too: %s", " ".join(_run_folder.saved))
         trainer = Trainer(cfg, run_dir, engine)  # a start its checks accepted
         if engine.is_main:
-            _write_overrides(run_dir / OVERRIDES, list(HydraConfig.get().overrides.task))
+            given = list(HydraConfig.get().overrides.task)
+            _write_overrides(run_dir / OVERRIDES, [*_config_source(), *given])
         trainer.fit()
         return str(run_dir) if engine.is_main else None
     finally:
