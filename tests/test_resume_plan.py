@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 
 import pytest
+from run_helpers import SMOKE_ARGS, outcome
 
 from seq2seq.commands.train import saved_settings
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.migrate import upgrade_saved_state
 from seq2seq.training.state import Progress, check_plan
 
+RESUME = "train.resume=true"
 PLAN = {"train.seed": 1, "train.batch_tokens": 2000, "processes": 1, "training pairs": "29,000"}
 
 
@@ -68,3 +70,19 @@ def test_a_resume_repeats_the_runs_accepted_command_line_under_its_own(
     monkeypatch.delenv("WORLD_SIZE")
     (tmp_path / "overrides.yaml").unlink()  # a run of before the record: Hydra's
     assert saved_settings(argv, str(tmp_path)) == ["train.batch_tokens=999"]
+
+
+@pytest.mark.slow
+def test_a_resume_on_another_validation_split_is_warned_of(tmp_path, data_dirs) -> None:
+    """best.pt's score stays the one to beat: a resume on another split compared two splits
+    without a word."""
+    run = [*SMOKE_ARGS, *data_dirs, f"hydra.run.dir={tmp_path / 'run'}", "train.validate_every=2"]
+    code, out = outcome("train", *run, "train.max_steps=2", "data.valid_limit=60")
+    assert code == 0, out
+    code, out = outcome("train", *run, "train.max_steps=4", "data.valid_limit=60", RESUME)
+    assert code == 0 and "resumed from last.pt: step 2" in out, out
+    assert "validation split" not in out
+    code, out = outcome("train", *run, "train.max_steps=6", "data.valid_limit=50", RESUME)
+    assert code == 0, out
+    assert out.count("the validation split is not best.pt's (60 pairs (") == 1, out
+    assert "now 50 pairs (" in out

@@ -31,6 +31,11 @@ class TrainingData:
     valid_refs: list[str]
     train_text: tuple[SideText, SideText] | None  # the training text by line (subword sampling)
 
+    def valid_record(self) -> str:
+        """The validation split as a checkpoint records it: its size and its lines' digest."""
+        digest = from_lists(self.valid_src, self.valid_refs).fingerprint[:12]
+        return f"{len(self.valid_src):,} pairs ({digest})"
+
 
 def training_data(cfg: DataConfig, tokenizers: TokenizerSource) -> TrainingData:
     """Stream the training split, get the tokenizers from ``tokenizers(train)`` (trained, cached

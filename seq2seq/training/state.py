@@ -39,6 +39,7 @@ class Progress:
     stopped_early: bool = False
     seconds: float = 0.0  # wall-clock seconds of training so far (validation included)
     validated_step: int = -1  # the step of the latest validation (an epoch's end validates once)
+    validation: str = ""  # the split that scored best.pt (TrainingData.valid_record)
 
 
 def improves(score: float, progress: Progress) -> bool:
@@ -161,12 +162,27 @@ def restore_training(
     schedule: LearningRate,
     engine: Engine,
     plan: dict[str, Any],
+    fresh: Progress,
 ) -> Progress:
     """Put a resumed run's ``training_state`` back (this rank's random state where the number
-    of ranks is the same); its progress, once ``check_plan`` has accepted today's ``plan``."""
+    of ranks is the same); its progress, once ``check_best_metric`` and ``check_plan`` have
+    accepted today's metric (``fresh``'s) and ``plan``; another validation split than best.pt's
+    is warned of."""
+    check_best_metric(state, fresh.best_metric)
     defaults = asdict(Progress())  # keys a checkpoint from an older version may lack
     progress = Progress(**{key: state.get(key, value) for key, value in defaults.items()})
     check_plan(state["plan"], plan, progress)  # runtime/migrate.py fills an old one's
+    other = progress.validation not in ("", fresh.validation) and progress.best_score is not None
+    if other and engine.is_main:
+        train_log.warning(
+            "the validation split is not best.pt's (%s, now %s): its %s was scored on the other, "
+            "so best.pt and early stopping now compare two splits; to score on this one alone, "
+            "start a new run with train.init_from=<this run>",
+            progress.validation,
+            fresh.validation,
+            best_said(progress),
+        )
+    progress.validation = fresh.validation
     updater.module.load_state_dict(state["model"])
     updater.load_state_dict(state)
     schedule.load_state_dict(state["scheduler"])

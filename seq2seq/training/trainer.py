@@ -44,7 +44,6 @@ from seq2seq.training.schedule import LearningRate
 from seq2seq.training.state import (
     Progress,
     best_said,
-    check_best_metric,
     count_validation,
     epoch_plan,
     restore_training,
@@ -177,12 +176,13 @@ class Trainer:
             self.updater.optimizer, tcfg.lr, tcfg.scheduler, metric.higher_is_better
         )
         self.plan = epoch_plan(cfg, engine, self.data.train)
-        self.progress = Progress(best_metric=metric.value)
+        self.progress = Progress(best_metric=metric.value, validation=self.data.valid_record())
         if state is None and tcfg.init_from:
             start_from(tcfg, self.updater, self.schedule)
         if state is not None:
-            check_best_metric(state, metric.value)
-            self.progress = restore_training(state, self.updater, self.schedule, engine, self.plan)
+            self.progress = restore_training(
+                state, self.updater, self.schedule, engine, self.plan, self.progress
+            )
         engine.from_main(lambda: save_config(cfg, run_dir))  # a start refused above leaves it
         purge = self.progress.step + 1 if state is not None else None  # hide logs after last.pt
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
