@@ -180,6 +180,15 @@ def test_every_job_of_a_sweep_is_checked_before_the_first_starts() -> None:
     assert proc.stderr.strip() == said
 
 
+def test_a_sweep_with_one_runs_folder_is_refused(tmp_path) -> None:
+    """hydra.run.dir under -m was silently unused: the runs went to runs/multirun_.../."""
+    argv = ["-m", "experiment=smoke", "train.seed=1,2", "train.lr=-1"]  # -1: never trains
+    proc = command("train", *argv, f"hydra.run.dir={tmp_path}")
+    assert proc.returncode == 1 and proc.stdout == ""
+    said = "hydra.run.dir names one run's folder, which a sweep (-m) does not use: its runs go"
+    assert proc.stderr.startswith(f"seq2seq-train: {said}") and len(proc.stderr.splitlines()) == 1
+
+
 STDIN = "it reads standard input and writes standard output: seq2seq-translate run_dir=..."
 
 

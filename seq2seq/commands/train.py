@@ -57,6 +57,11 @@ class _RunFolder:
         the run folder and tells them where it is), and a sweep is refused."""
         rank = process_rank()
         run_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")), None)
+        if run_dir and {"-m", "--multirun"} & set(argv):
+            raise Seq2SeqError(
+                "hydra.run.dir names one run's folder, which a sweep (-m) does not use: its "
+                "runs go into hydra.sweep.dir=... (runs/multirun_<date>_<time>/ by default)"
+            )
         self.saved = saved_settings(argv, run_dir)
         argv = [*self.saved, *argv]
         own = _config_flag(argv, "--config-path", "-cp") is not None  # a config of the user's
