@@ -262,3 +262,15 @@ def test_a_warning_under_torchrun_is_said_once(tmp_path: Path) -> None:
     out = finish(proc, 300)
     assert proc.returncode != 0
     assert out.count("data.src_lang=german is not a language code") == 1, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [("train.lrr=1", "train.lrr: no such key"), ("train.lr=-1", "train.lr=-1.0 must be positive")],
+)
+def test_a_settings_error_under_torchrun_is_said_once(tmp_path: Path, override, said) -> None:
+    """Every rank printed it (eight times on eight GPUs)."""
+    proc = torchrun(*train_args(tmp_path / "run", [], override), wait=False)
+    out = finish(proc, 300)
+    assert proc.returncode != 0 and out.count(said) == 1, out

@@ -24,6 +24,7 @@ from seq2seq.commands.keys import check_command_line, sweep_jobs
 from seq2seq.commands.rules import check_config, check_files
 from seq2seq.data.stream import preload_workers
 from seq2seq.errors import ReportedByRankZero, Seq2SeqError
+from seq2seq.runtime.distributed import process_rank
 from seq2seq.storage.diskfull import quiet_event_writer_threads
 
 log = logging.getLogger("seq2seq")
@@ -79,7 +80,7 @@ def _start(config_name: str, before: Callable[[list[str]], list[str]] | None) ->
             _check_job(job, cfg, SCHEMAS[config_name])
     except Seq2SeqError as e:
         command_name = "train" if config_name == "config" else config_name
-        sys.exit(f"seq2seq-{command_name}: {e}")
+        sys.exit(f"seq2seq-{command_name}: {e}" if process_rank() == 0 else 1)  # said once
 
 
 def _check_job(job: str, cfg: Any, schema: type) -> None:
@@ -101,7 +102,10 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
     keeps a full disk's traceback quiet; the data workers' server preloads their modules."""
     try:
         expand_home(cfg)
-        check_config(cfg, schema)
+        try:
+            check_config(cfg, schema)
+        except Seq2SeqError as e:  # the same on every rank under torchrun: rank 0 says it
+            raise (ReportedByRankZero(str(e)) if process_rank() else e) from None
         check_files(cfg)
         quiet_event_writer_threads()
         preload_workers()
