@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import os
 import re
@@ -203,6 +204,25 @@ def test_hf_translation_column_splits_and_carving(hf_folder: Path, tmp_path: Pat
     cfg.valid = "validation"
     with pytest.raises(DataError, match="has no split 'validation' .* it has: train, test"):
         open_reader(cfg).check()
+
+
+def test_hf_a_folder_of_jsonl_files(tmp_path: Path) -> None:
+    """A folder of data files is datasets' to load (it was taken for a save_to_disk folder:
+    'neither a Dataset directory nor a DatasetDict directory')."""
+    pytest.importorskip("datasets", reason="the hf extra (pip install -e '.[hf]')")
+    folder = tmp_path / "jsonl"
+    folder.mkdir()
+    for split, count in (("train", 40), ("test", 5)):
+        rows = [{"translation": {"de": f"Satz {i}.", "en": f"Sentence {i}."}} for i in range(count)]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = HfDataConfig(path=str(folder), valid=None, valid_size=4, cache_dir=str(tmp_path))
+    reader = open_reader(cfg)
+    reader.check()
+    assert reader.stream("test").lists() == (
+        [f"Satz {i}." for i in range(5)],
+        [f"Sentence {i}." for i in range(5)],
+    )
+    assert len(reader.stream("train").lists()[0]) == 36
 
 
 def test_hf_string_columns_and_missing_columns(hf_folder: Path, tmp_path: Path) -> None:

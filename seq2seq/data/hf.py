@@ -1,4 +1,5 @@
-"""Hugging Face datasets: ``datasets.load_dataset(path, name)`` or ``load_from_disk(folder)``.
+"""Hugging Face datasets: ``datasets.load_dataset(path, name)`` (the hub, or a folder of data
+files) or ``load_from_disk(folder)``.
 
 Pairs come from the usual ``translation: {de: ..., en: ...}`` column, or from two string columns
 (``data.src_column``, ``data.tgt_column``). The data stays in the dataset's memory-mapped Arrow
@@ -59,9 +60,9 @@ def load_splits(path: str, name: str | None) -> dict[str, Any]:
     datasets = _datasets()
     try:
         with _quiet(datasets):
-            if Path(path).is_dir():
+            if _saved(Path(path)):
                 loaded = datasets.load_from_disk(path)
-            else:
+            else:  # the hub's, or a folder of data files (.jsonl, .csv, .parquet, ...)
                 loaded = datasets.load_dataset(path, name)
     except Exception as e:  # the hub's, the network's and datasets' many errors
         where = "folder" if Path(path).is_dir() else "dataset"
@@ -71,6 +72,11 @@ def load_splits(path: str, name: str | None) -> dict[str, Any]:
     if isinstance(loaded, datasets.Dataset):
         return {"train": loaded}
     return dict(loaded)
+
+
+def _saved(folder: Path) -> bool:
+    """Whether ``folder`` was written by ``save_to_disk`` (a Dataset, or a DatasetDict)."""
+    return (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file()
 
 
 def hf_stream(cfg: Any, split: str) -> PairStream:
