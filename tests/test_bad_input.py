@@ -4,6 +4,7 @@ to read."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from pathlib import Path
@@ -207,9 +208,9 @@ def test_control_characters_alone_are_a_blank_line(translator: Translator) -> No
 # -- a validation split or tokenizer with nothing to read -----------------------------------------
 
 
-def test_a_validation_split_without_a_line_to_translate_is_refused_before_training() -> None:
+def test_a_validation_split_without_a_line_to_translate_is_refused_before_training(caplog) -> None:
     """All blank, or all over max_source_len: refused before any update (it ended the first
-    epoch in a traceback, without a checkpoint)."""
+    epoch in a traceback, without a checkpoint). Pairs with a blank side are warned of."""
     from types import SimpleNamespace
 
     from seq2seq.training.validation import check_validation_lines
@@ -219,8 +220,18 @@ def test_a_validation_split_without_a_line_to_translate_is_refused_before_traini
     cases = ((["", " "], "2 lines are blank;"), (["a b c d", ""], "2 lines are blank or over"))
     for lines, says in cases:
         with pytest.raises(DataError, match=f"no line to translate: its {says}"):
-            check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=lines), search)
-    check_validation_lines(SimpleNamespace(src_tok=tok, valid_src=["", "a b"]), search)
+            split = SimpleNamespace(src_tok=tok, valid_src=lines, valid_refs=["x"] * len(lines))
+            check_validation_lines(split, search)
+    split = SimpleNamespace(src_tok=tok, valid_src=["a", "a b", "b"], valid_refs=["x", "y", "z"])
+    with caplog.at_level(logging.WARNING):
+        check_validation_lines(split, search)
+        assert not caplog.records
+        split.valid_src[0], split.valid_refs[2] = "", " "  # misaligned files, say
+        check_validation_lines(split, search)
+    said = "2 of 3 validation pairs have a blank source or reference: each is scored as a pair"
+    assert caplog.messages == [
+        said + ", so BLEU is lower than the sentences deserve (check the split's files)"
+    ]
 
 
 def test_validation_blanks_lines_over_max_source_len_and_says_so_once(monkeypatch, caplog):

@@ -56,13 +56,22 @@ def within_limit(tok: Tokenizer, lines: list[str], limit: int) -> tuple[list[str
 
 def check_validation_lines(data: TrainingData, search: DecodeConfig) -> None:
     """Refuse, before any update, a validation split without a line to translate (all blank,
-    or over max_source_len): its BLEU would be of nothing."""
+    or over max_source_len): its BLEU would be of nothing; warn of pairs with a blank side."""
     sources, blanked = within_limit(data.src_tok, data.valid_src, search.max_source_len)
     if not any(line.strip() for line in sources):
         over = f" or over max_source_len={search.max_source_len} subwords" if blanked else ""
         raise DataError(
             f"the validation split has no line to translate: its {len(sources)} lines are "
             f"blank{over}; give data.valid (or data.valid_size) some sentences"
+        )
+    pairs = zip(data.valid_src, data.valid_refs, strict=True)
+    blank = sum(not s.strip() or not r.strip() for s, r in pairs)
+    if blank:  # training drops such pairs; validation scores every line
+        log.warning(
+            "%d of %d validation pairs have a blank source or reference: each is scored as a "
+            "pair, so BLEU is lower than the sentences deserve (check the split's files)",
+            blank,
+            len(data.valid_src),
         )
 
 
