@@ -18,6 +18,7 @@ from run_helpers import (
     cli,
     finish,
     outcome,
+    scalars,
     started,
     wait_for_file,
 )
@@ -121,3 +122,18 @@ def test_a_rerun_from_a_runs_config_is_a_run_like_any_other(smoke_run: Path, tmp
     proc = subprocess.run(resumed, capture_output=True, text=True, timeout=TRAIN_TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert "resumed from last.pt: step 2" in proc.stderr and "finished after 4" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_new_start_hides_an_earlier_attempts_events(tmp_path, data_dirs) -> None:
+    """A start after an attempt that ended before its first checkpoint (a preempted job given
+    again with train.resume=true) drew both attempts' curves as one run's."""
+    folder = tmp_path / "run"
+    args = [*SMOKE_ARGS, *data_dirs, f"hydra.run.dir={folder}", "train.log_every=1"]
+    code, out = outcome("train", *args, "train.max_steps=4")
+    assert code == 0, out
+    for name in ("last.pt", "best.pt"):  # as if it had been stopped before writing them
+        (folder / name).unlink()
+    code, out = outcome("train", *args, "train.max_steps=2", "train.resume=true")
+    assert code == 0 and "starting afresh" in out, out
+    assert [step for step, _ in scalars(folder, "train/loss")] == [1, 2]

@@ -86,7 +86,8 @@ def event_file(writer: Any) -> Any:
 class Monitor:
     """TensorBoard events of one run folder, in ``<run_dir>/tensorboard``.
 
-    `purge_step` (resuming) hides events an interrupted run logged at or after that step.
+    `purge_step` hides events logged before at or after that step: a resume's of an interrupted
+    run after its last.pt, a new start's (0) of an earlier attempt in the same folder.
     """
 
     def __init__(self, run_dir: Path | str, purge_step: int | None = None) -> None:

@@ -184,7 +184,7 @@ class Trainer:
                 state, self.updater, self.schedule, engine, self.plan, self.progress
             )
         engine.from_main(lambda: save_config(cfg, run_dir))  # a start refused above leaves it
-        purge = self.progress.step + 1 if state is not None else None  # hide logs after last.pt
+        purge = self.progress.step + 1 if state is not None else 0  # hide what came after last.pt
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
         self.report = Report(cfg, engine, self.monitor)
         self.validator = Validator(cfg, engine) if engine.is_main else None
