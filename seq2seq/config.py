@@ -50,7 +50,8 @@ class TokenizerConfig:
     # words kept as one piece each, never split (a tag such as back-translation's @bt@)
     user_symbols: list[str] = field(default_factory=list)
     # a run or release folder whose two models to take instead of training them (a student
-    # with its teacher's pieces, a model trained on another corpus with the same vocabulary)
+    # with its teacher's pieces, a model trained on another corpus with the same vocabulary);
+    # taken as they are: the other data.tokenizer keys set otherwise are warned of as unused
     from_folder: Optional[str] = None
 
 

@@ -177,6 +177,8 @@ def test_a_run_can_take_another_folders_tokenizers(smoke_run, data, tmp_path) ->
     assert proc.returncode == 0, proc.stderr
     for name in ("src.model", "tgt.model"):
         assert (run / name).read_bytes() == (smoke_run / name).read_bytes()
+    said = f"from_folder={smoke_run} brings its own models: data.tokenizer.vocab_size=300 not used"
+    assert proc.stderr.count(said) == 1, proc.stderr  # the recipe's other keys: the folder's
     missing = train(tmp_path / "none", data, f"data.tokenizer.from_folder={tmp_path}")
     said = missing.stdout + missing.stderr
     assert missing.returncode == 1 and "data.tokenizer.from_folder" in said, said

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from seq2seq.config import DataConfig
+from omegaconf import OmegaConf
+
+from seq2seq.config import DataConfig, TokenizerConfig
 from seq2seq.data.dataset import TokenizedCorpus, encode_corpus
 from seq2seq.data.readers import CarvingReader, open_reader
 from seq2seq.data.stream import PairStream, available_cores, from_lists
 from seq2seq.data.textstore import SideText, text_store
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizers
 from seq2seq.errors import require_file
-from seq2seq.storage.rundir import SPLITS_DIR, SRC_TOKENIZER, TGT_TOKENIZER, split_file
+from seq2seq.storage.rundir import (
+    CONFIG_FILE,
+    SPLITS_DIR,
+    SRC_TOKENIZER,
+    TGT_TOKENIZER,
+    split_file,
+)
+
+log = logging.getLogger(__name__)
 
 TokenizerSource = Callable[[PairStream], tuple[Tokenizer, Tokenizer]]
 
@@ -61,6 +72,7 @@ def run_tokenizers(
     if resuming and src_model.exists() and tgt_model.exists():
         return Tokenizer.load(src_model), Tokenizer.load(tgt_model)
     if cfg.tokenizer.from_folder:
+        _warn_unused_keys(cfg, Path(cfg.tokenizer.from_folder))
         for name, model in ((SRC_TOKENIZER, src_model), (TGT_TOKENIZER, tgt_model)):
             given = require_file(
                 Path(cfg.tokenizer.from_folder) / name, "data.tokenizer.from_folder"
@@ -68,6 +80,27 @@ def run_tokenizers(
             shutil.copyfile(given, model)
         return Tokenizer.load(src_model), Tokenizer.load(tgt_model)
     return train_tokenizers(cfg, train, run_dir)
+
+
+def _warn_unused_keys(cfg: DataConfig, folder: Path) -> None:
+    """One warning naming the data.tokenizer keys set here (not the schema's default) that the
+    folder's models were not trained with (its config.yaml's): they are taken as they are."""
+    ours = OmegaConf.to_container(cfg.tokenizer, resolve=True, enum_to_str=True)
+    defaults = OmegaConf.to_container(OmegaConf.structured(TokenizerConfig), enum_to_str=True)
+    saved = folder / CONFIG_FILE
+    theirs = OmegaConf.select(OmegaConf.load(saved), "data.tokenizer") if saved.is_file() else None
+    theirs = OmegaConf.to_container(theirs, resolve=True) if theirs is not None else {}
+    unused = [
+        f"data.tokenizer.{key}={value}"
+        for key, value in ours.items()
+        if key != "from_folder" and value != defaults.get(key) and value != theirs.get(key)
+    ]
+    if unused:
+        log.warning(
+            "data.tokenizer.from_folder=%s brings its own models: %s not used",
+            folder,
+            ", ".join(unused),
+        )
 
 
 def write_splits(cfg: DataConfig, run_dir: Path) -> list[Path]:
