@@ -148,3 +148,19 @@ def test_workers_of_a_python_m_command_start_without_warnings(tmp_path: Path) ->
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "3", proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr
+
+
+def test_an_interrupted_worker_pool_stops_its_workers_at_once() -> None:
+    """Ctrl-C during tokenizer training waited for sentencepiece to finish (its C++ loop hears
+    no signal; under torchrun the workers get none): minutes on a large corpus."""
+    import time
+
+    from seq2seq.data.stream import worker_pool
+
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), worker_pool(1) as pool:
+        busy = pool.submit(time.sleep, 60)
+        while not busy.running():
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+    assert time.monotonic() - start < 30

@@ -104,6 +104,15 @@ def test_two_ranks_with_half_the_batch_equal_one_process(tmp_path: Path) -> None
     assert_same_update(two_ranks, one_process)
 
 
+def test_ctrl_c_on_rank_0_inside_from_main_stops_every_rank_at_once(tmp_path: Path) -> None:
+    """Rank 1 waited inside the collective, where no signal reaches it: the group's close then
+    hung for 30 s, until torchrun killed both."""
+    torchrun("tests/distributed_interrupt.py", str(tmp_path))
+    for rank in (0, 1):
+        said, seconds = (tmp_path / f"rank{rank}").read_text().split()
+        assert said == "interrupted" and float(seconds) < 15, (rank, said, seconds)
+
+
 # -- training under torchrun ---------------------------------------------------------------------
 
 

@@ -116,7 +116,8 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
         if refused is not None:
             refused()
     except KeyboardInterrupt:  # Ctrl-C: what each command keeps (chunks, checkpoints) is kept
-        log.error("interrupted")
+        if process_rank() == 0:  # under torchrun every rank hears it: one says it
+            log.error("interrupted")
         sys.exit(130)
     except BrokenPipeError:  # e.g. `... | head`: the reader left, nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -17,14 +17,13 @@ import os
 import shutil
 from collections import deque
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seq2seq.data.stream import PairStream, fingerprint, worker_context
+from seq2seq.data.stream import PairStream, fingerprint, worker_pool
 from seq2seq.errors import DataError
 from seq2seq.storage.manifest import damage
 from seq2seq.storage.staging import cache_entry
@@ -275,9 +274,8 @@ def _encoded_chunks(pairs: PairStream, toks: tuple[Any, Any], workers: int) -> I
         for src, tgt in chain(first, chunks):
             yield _encode_pair_lists(toks, src, tgt, threads=None)
         return
-    context = worker_context()
     protos = tuple(tok.proto for tok in toks)
-    with ProcessPoolExecutor(workers, context, initializer=_start_worker, initargs=protos) as pool:
+    with worker_pool(workers, initializer=_start_worker, initargs=protos) as pool:
         pending: deque = deque()
         for src, tgt in chain(first, chunks):  # one string per side: 10x cheaper to send
             pending.append(pool.submit(_encode_in_worker, "\n".join(src), "\n".join(tgt)))

@@ -8,6 +8,7 @@ reading the text first.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -15,10 +16,11 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from seq2seq_lite import rules
 
@@ -70,6 +72,26 @@ def worker_context() -> BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")  # Windows
     return multiprocessing.get_context("forkserver")
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int, **options: Any) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``worker_context`` processes. An error or Ctrl-C stops them at once: the pool's
+    own exit waits for its work, and sentencepiece's training (C++, deaf to signals) would run
+    on for minutes, as would a worker under torchrun, which signals the ranks alone."""
+    pool = ProcessPoolExecutor(workers, worker_context(), **options)
+    try:
+        yield pool
+    except BaseException:
+        stop = getattr(pool, "terminate_workers", None)  # Python 3.14 on
+        if stop is not None:
+            stop()
+        else:
+            for process in list((pool._processes or {}).values()):
+                process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
 
 
 def preload_workers() -> None:

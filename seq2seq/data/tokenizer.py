@@ -12,14 +12,13 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
 
 from seq2seq.config import DataConfig, SubwordModel, TokenizerConfig
-from seq2seq.data.stream import PairStream, fingerprint, worker_context
+from seq2seq.data.stream import PairStream, fingerprint, worker_pool
 from seq2seq.errors import DataError
 from seq2seq.languages import character_coverage, is_cjk
 from seq2seq.storage.manifest import damage, write_manifest
@@ -203,7 +202,6 @@ def _train(
     sentences, which goes back to the system when that process ends."""
     limit = next(iter(settings.values()))["input_sentence_size"]
     cache.mkdir(parents=True, exist_ok=True)
-    context = worker_context()
     with tempfile.TemporaryDirectory(dir=cache, prefix=".text-") as tmp:
         samples = _sample_files(train, list(settings), limit, Path(tmp))
         for side, (text, lines) in samples.items():
@@ -214,7 +212,7 @@ def _train(
                 settings[side]["vocab_size"],
                 lines,
             )
-            with ProcessPoolExecutor(1, mp_context=context) as trainer:
+            with worker_pool(1) as trainer:
                 model = trainer.submit(_train_one, text, lines, settings[side], side).result()
             pieces = spm.SentencePieceProcessor(model_proto=model).get_piece_size()
             if pieces < settings[side]["vocab_size"]:

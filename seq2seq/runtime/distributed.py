@@ -80,6 +80,9 @@ def follower_argv(argv: Sequence[str]) -> list[str]:
     ]
 
 
+_FINE, _REFUSED, _INTERRUPTED = 0, 1, 2  # how rank 0's part of `from_main` ended
+
+
 class ProcessGroup:
     """This process's place among torchrun's processes and the collectives between them, on host
     objects and numbers (every call is a no-op for one process)."""
@@ -133,20 +136,28 @@ class ProcessGroup:
 
     def from_main(self, produce: Callable[[], T]) -> T:
         """Rank 0's ``produce()`` on every rank. A user error there stops every rank with the
-        same message, instead of leaving the others waiting for rank 0."""
+        same message; Ctrl-C or a failure there stops them too: first comes a one-number
+        collective (a rank waiting inside one hears no signal until it ends), then the value."""
         if not self.distributed:
             return produce()
-        outcome: tuple[bool, Any] = (False, None)
-        error: Seq2SeqError | None = None
+        status, value, error = _FINE, None, None
         if self.is_main:
             try:
-                outcome = (True, produce())
+                value = produce()
             except Seq2SeqError as e:
-                error, outcome = e, (False, str(e))
-        ok, value = self.broadcast(outcome)
+                status, value, error = _REFUSED, str(e), e
+            except KeyboardInterrupt as e:
+                status, error = _INTERRUPTED, e
+            except Exception as e:
+                status, value, error = _REFUSED, f"rank 0 stopped: {type(e).__name__}: {e}", e
+        flag = torch.tensor([status])
+        dist.broadcast(flag, src=0, group=self._host_group)
+        if int(flag) == _INTERRUPTED:
+            raise error or KeyboardInterrupt()
+        value = self.broadcast(value)
         if error is not None:
             raise error
-        if not ok:
+        if int(flag) == _REFUSED:
             raise ReportedByRankZero(value)
         return value
 
