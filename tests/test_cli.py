@@ -103,6 +103,19 @@ def test_train_help_is_its_own() -> None:
     assert "Powered by Hydra" not in proc.stdout  # Hydra's generic text
 
 
+def test_help_with_a_typo_and_help_read_by_head_are_no_tracebacks() -> None:
+    """``train.lrr=1 --help`` ended in Hydra's traceback; so did ``--help | head -1``."""
+    train = [sys.executable, "-m", "seq2seq.commands.train"]
+    proc = subprocess.run([*train, "train.lrr=1", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == "seq2seq-train: train.lrr: no such key; did you mean train.lr?"
+    read, write = os.pipe()
+    os.close(read)  # a reader that has gone, as head's after its line
+    proc = subprocess.run([*train, "--help"], stdout=write, stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.slow
 def test_process_settings_are_debug_lines(smoke_run: Path) -> None:
     """The allocator and oneDNN's kernel cache are the process's settings, not choices a user

@@ -58,7 +58,7 @@ _GROUP_SCHEMAS = (
     ),
 )
 _MAX_COMBINATIONS = 64  # swept groups: the configs composed to look keys up in, at most
-_SKIP_FLAGS = ("help", "hydra_help", "info", "shell_completion", "config_path", "config_dir")
+_SKIP_FLAGS = ("shell_completion", "config_path", "config_dir")  # help composes too: checked
 
 
 def check_command_line(config_name: str, argv: Sequence[str]) -> None:

@@ -26,7 +26,7 @@ from seq2seq.config import Config
 from seq2seq.data.readers import open_reader
 from seq2seq.errors import Seq2SeqError
 from seq2seq.languages import warn_unknown_languages
-from seq2seq.runtime.distributed import follower_argv, process_rank, processes
+from seq2seq.runtime.distributed import follower_argv, process_rank, processes, with_overrides
 from seq2seq.runtime.engine import Engine
 from seq2seq.storage.diskfull import guard_log_files
 from seq2seq.storage.rundir import (
@@ -65,7 +65,7 @@ class _RunFolder:
         self.saved = saved_settings(argv, run_dir)
         argv = [*self.saved, *argv]
         own = _config_flag(argv, "--config-path", "-cp") is not None  # a config of the user's
-        argv += [f"hydra.searchpath=[pkg://{CONFIG_MODULE}]"] if own else []
+        argv = with_overrides(argv, [f"hydra.searchpath=[pkg://{CONFIG_MODULE}]"] if own else [])
         if rank == 0 and run_dir:
             RunLock(Path(run_dir)).check_free()
             if why := start_refusal(Path(run_dir), _resuming(argv)):  # before Hydra writes
@@ -74,8 +74,9 @@ class _RunFolder:
             self.new_parents = _new_parents(run_dir or _default_run_dir())
             if run_dir is None and not {"-m", "--multirun"} & set(argv):
                 self.made = _fresh_folder(_default_run_dir())
-                argv += [f"hydra.run.dir={self.made}"] if self.made else []
-            return argv + (["hydra/job_logging=train", "hydra/hydra_logging=stderr"] if own else [])
+                argv = with_overrides(argv, [f"hydra.run.dir={self.made}"] if self.made else [])
+            logging_of_ours = ["hydra/job_logging=train", "hydra/hydra_logging=stderr"]
+            return with_overrides(argv, logging_of_ours if own else [])
         if {"-m", "--multirun"} & set(argv):
             raise Seq2SeqError("a sweep (-m) cannot run under torchrun; start one per run")
         return follower_argv(argv)

@@ -60,6 +60,8 @@ def hydra_command(
             try:
                 _start(config_name, before)
                 run()
+            except BrokenPipeError:  # --help or --cfg read by `| head`
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             finally:
                 if after is not None:
                     after()

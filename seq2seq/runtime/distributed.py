@@ -71,13 +71,16 @@ def follower_argv(argv: Sequence[str]) -> list[str]:
     """The command line of a rank other than 0: no Hydra output folder or log file of its own
     (rank 0 owns the run folder and tells the others where it is)."""
     kept = [arg for arg in argv if not arg.startswith("hydra.run.dir=")]
-    return [
-        *kept,
-        "hydra.run.dir=.",
-        "hydra.output_subdir=null",
-        "hydra/job_logging=stderr",
-        "hydra/hydra_logging=stderr",
-    ]
+    quiet = ["hydra.run.dir=.", "hydra.output_subdir=null"]
+    return with_overrides(kept, [*quiet, "hydra/job_logging=stderr", "hydra/hydra_logging=stderr"])
+
+
+def with_overrides(argv: Sequence[str], extra: list[str]) -> list[str]:
+    """``argv`` with ``extra`` overrides beside its own, which Hydra reads only as one run of
+    arguments (``x=1 hydra.run.dir=... --cfg job``, not ``x=1 --cfg job hydra.run.dir=...``)."""
+    given = [i for i, arg in enumerate(argv) if "=" in arg and not arg.startswith("-")]
+    at = given[-1] + 1 if given else len(argv)
+    return [*argv[:at], *extra, *argv[at:]]
 
 
 _FINE, _REFUSED, _INTERRUPTED = 0, 1, 2  # how rank 0's part of `from_main` ended
