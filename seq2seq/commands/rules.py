@@ -43,7 +43,7 @@ from seq2seq.config_choices import Backend, Pick, Symmetrize
 from seq2seq.errors import DataError, Seq2SeqError, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
-from seq2seq.storage.rundir import CHECKPOINTS
+from seq2seq.storage.rundir import CHECKPOINTS, own_file
 
 log = logging.getLogger("seq2seq.config")
 
@@ -298,6 +298,8 @@ def _written_apart(cfg: LoadConfig) -> list[str]:
         for other in (*written[:i], *FILES_READ):
             if cfg.get(other) is not None and _same_file(cfg[key], cfg[other]):
                 problems.append(f"{key}={cfg[key]} is also {other}=: write it elsewhere")
+        if cfg.get("run_dir") and (own := own_file(Path(cfg.run_dir), Path(cfg[key]))):
+            problems.append(f"{key}={cfg[key]} would overwrite the run's {own}: write it elsewhere")
     return problems
 
 

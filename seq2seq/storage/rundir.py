@@ -49,6 +49,19 @@ RELEASE_MARKERS = (RELEASE_WEIGHTS, RELEASE_FACTS, str(release.GRAPHS))  # seq2s
 OVERWRITTEN = (CONFIG_FILE, SRC_TOKENIZER, TGT_TOKENIZER, MANIFEST)
 
 
+def own_file(run_dir: Path, path: Path) -> str | None:
+    """Which of the files that make ``run_dir`` a run or a release ``path`` is, or lies in (its
+    config, tokenizers, manifest, checkpoints, release files, lock, log, record of overrides,
+    kept checkpoints, events): no command's output may take their place. None: none."""
+    folder, path = Path(run_dir).resolve(), Path(path).resolve()
+    if folder not in path.parents:
+        return None
+    top = path.relative_to(folder).parts[0]
+    own = {*OVERWRITTEN, *CHECKPOINTS.values(), *RELEASE_MARKERS, MODEL_CARD, LOCK, OVERRIDES}
+    own |= {"train.log", ".hydra", KEPT_DIR, TENSORBOARD_DIR, GRAPHS_DIR}
+    return top if top in own else None
+
+
 def checkpoint_path(run_dir: Path, checkpoint: str) -> Path:
     """``best``, ``last`` and ``averaged`` name the run's own checkpoints; anything else is a
     path."""
