@@ -83,6 +83,7 @@ def _config(schema: type, values: dict[str, Any]) -> Any:
         ),
         (EvaluateConfig, {"ensemble": ["b"], "checkpoint": "a/x.pt"}, "checkpoint=a/x.pt is one"),
         (ScoreConfig, {"ensemble": ["b"], "checkpoint": "x.pt"}, "checkpoint=x.pt is one model"),
+        (TranslateConfig, {"sampling": True, "seed": 2**64}, "seed=18446744073709551616 must be"),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message) -> None:
@@ -96,6 +97,10 @@ def test_a_value_that_cannot_work_is_refused_in_one_line(schema, values, message
     [
         ("train.keep_checkpoints=-1", "train.keep_checkpoints=-1 must not be negative"),
         ("train.seed=-1", "train.seed=-1 must not be negative"),
+        (
+            "train.seed=9223372036854775808",
+            r"train.seed=9223372036854775808 must be below 2\*\*63 \(9,2.*\)",
+        ),
         ("train.scheduler.factor=2", "train.scheduler.factor=2.0 must be above 0 and below 1"),
         ("train.scheduler.patience=-1", "train.scheduler.patience=-1 must not be negative"),
         ("train.betas=[0.9,1.5]", r"train.betas=\[0.9, 1.5\] must each be at least 0 and below 1"),

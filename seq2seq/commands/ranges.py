@@ -104,6 +104,9 @@ def range_problems(cfg: Any) -> list[str]:
     factor = values.get("train.scheduler.factor")  # plateau: the rate is cut, never raised
     if factor is not None and not 0 < factor < 1:
         problems.append(f"train.scheduler.factor={factor} must be above 0 and below 1")
+    for key in ("train.seed", "data.split_seed", "seed"):  # torch's generators: 64 bits
+        if values.get(key, 0) >= 2**63:
+            problems.append(f"{key}={values[key]} must be below 2**63 ({2**63:,})")
     betas = OmegaConf.select(cfg, "train.betas", default=None)
     if betas is not None and not all(0 <= b < 1 for b in betas):  # Adam's decay rates
         problems.append(f"train.betas={list(betas)} must each be at least 0 and below 1")
