@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -298,3 +299,14 @@ def test_inputs_of_one_name_and_a_checkpoint_from_elsewhere_keep_their_own_resul
     configs[0].checkpoint = str(elsewhere)
     foreign = evaluate(OmegaConf.structured(configs[0]))
     assert Path(foreign["hypotheses"]).name.startswith("x.de.best-")
+    steered = []
+    for folder, term in (("a", "puppy"), ("b", "hound")):  # two glossaries of one name
+        (tmp_path / folder / "g.tsv").write_text(f"Hund\t{term}\n", encoding="utf-8")
+        glossary = str(tmp_path / folder / "g.tsv")
+        cfg = replace(configs[0], checkpoint="best", beam_size=2, terms=glossary)
+        steered.append(evaluate(OmegaConf.structured(cfg)))
+    names = [Path(result["hypotheses"]).name for result in steered]
+    assert names[0] == "x.de.best.beam2.terms-g.tsv.hyp" and names[1].startswith("x.de-")
+    assert steered[0]["terms"] != steered[1]["terms"]
+    kept = json.loads((out / "x.de.best.beam2.terms-g.tsv.json").read_text())
+    assert kept["terms"] == steered[0]["terms"]

@@ -202,20 +202,21 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:6]
 
 
-def _unclaimed(out_dir: Path, stem: str, source: Path) -> str:
-    """``stem`` (which starts with the input's file name), unless the result of that stem is
-    another file's of the same name: then ``<name>-<digest of its path>...``, never overwriting
-    it."""
-    name = source.name
+def _unclaimed(out_dir: Path, stem: str, name: str, files: dict[str, str]) -> str:
+    """``stem`` (which starts with ``name``), unless the result of that stem is of other files
+    of the same names (its JSON's ``source``, ``terms``, ... differ from ``files``): then
+    ``<name>-<digest of these files' paths>...``, never overwriting it."""
     try:
         result = json.loads((out_dir / f"{stem}.json").read_text(encoding="utf-8"))
-        claimed = result.get("source")
-    except (OSError, ValueError, AttributeError):  # none there, or not a result
+        others = {k: result[k] for k, path in files.items() if result.get(k) not in (None, path)}
+    except (OSError, ValueError, AttributeError, TypeError):  # none there, or not a result
         return stem
-    if claimed in (None, str(source.resolve())):
+    if not others:
         return stem
-    apart = f"{name}-{_digest(source)}{stem.removeprefix(name)}"
-    log.warning("%s.json is of %s: the results of %s are %s.*", stem, claimed, source, apart)
+    digest = hashlib.sha256("\n".join(files.values()).encode()).hexdigest()[:6]
+    apart = f"{name}-{digest}{stem.removeprefix(name)}"
+    said = ", ".join(f"{key}={path}" for key, path in others.items())
+    log.warning("%s.json is of %s: these results are %s.*", stem, said, apart)
     return apart
 
 
@@ -275,7 +276,9 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
         name = f"{name}.ensemble{len(members)}"
     stem = f"{name}.{settings}"
-    stem = _unclaimed(out_dir, stem, src_path) if cfg.input is not None else stem
+    files = {k: v for k, v in facts.items() if k in STEERING_FILES}
+    files = {"source": str(src_path.resolve()), **files} if cfg.input is not None else files
+    stem = _unclaimed(out_dir, stem, name, files)
     paths = _write_outputs(out_dir, stem, translator, translations)
     if steer is not None:  # how far the outputs kept it, and the glossary's hits per line
         facts["steering"] = steering_report(texts, steer)
