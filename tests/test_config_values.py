@@ -268,6 +268,9 @@ def test_a_file_training_reads_is_there_before_the_tokenizers_train(tmp_path, mo
         (TranslateConfig, {"sampling": True, "beam_size": 7}, "beam_size=7 has no effect"),
         (BacktranslateConfig, {"nbest": 3, "beam_size": 5}, "nbest=3 has no effect"),
         (EvaluateConfig, {"coverage_penalty": 0.2, "beam_size": 1}, "coverage_penalty=0.2 has"),
+        (AlignConfig, {"input": "p", "threshold": 0.5}, "threshold=0.5 has no effect: it is me"),
+        (AlignConfig, {"input": "p", "reverse_shift": 1}, "reverse_shift=1 has no effect: add "),
+        (AlignConfig, {"input": "p", "gold_one_based": False}, "gold_one_based=False has no"),
     ],
 )
 def test_a_setting_that_does_nothing_is_warned_of(schema, values, warned, caplog) -> None:
@@ -279,4 +282,5 @@ def test_settings_that_act_are_not_warned_of(caplog) -> None:
     check_config(_config(TranslateConfig, {"sampling": True, "temperature": 0.5, "seed": 2}))
     check_config(_config(TranslateConfig, {"beam_size": 7}))
     check_config(_config(EvaluateConfig, {"beam_size": 2, "coverage_penalty": 0.2}))
+    check_config(_config(AlignConfig, {"input": "p", "method": "threshold", "threshold": 0.5}))
     assert "has no effect" not in caplog.text

@@ -39,7 +39,7 @@ from seq2seq.config import (
     Precision,
     ScheduleName,
 )
-from seq2seq.config_choices import Backend, Pick, Symmetrize
+from seq2seq.config_choices import AlignMethod, Backend, Pick, Symmetrize
 from seq2seq.errors import DataError, Seq2SeqError, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
@@ -286,6 +286,16 @@ def _aligned(cfg: AlignConfig) -> list[str]:
             f"symmetrize={Symmetrize(cfg.symmetrize).value} combines two runs' links: add "
             "reverse_run_dir=<a run of the other direction>"
         )
+    default, inert = AlignConfig(run_dir=""), {}
+    if AlignMethod(cfg.method) is not AlignMethod.threshold:
+        inert["threshold"] = "it is method=threshold's least weight"
+    if cfg.reverse_run_dir is None:
+        inert |= dict.fromkeys(("reverse_checkpoint", "reverse_shift"), "add reverse_run_dir=")
+    if cfg.gold is None:
+        inert["gold_one_based"] = "it reads gold=<human links>"
+    for key, why in inert.items():
+        if cfg[key] != getattr(default, key):
+            log.warning("%s=%s has no effect: %s", key, cfg[key], why)
     return problems
 
 
