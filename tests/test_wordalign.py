@@ -174,6 +174,11 @@ def test_symmetrization() -> None:
     forward, backward = {(0, 0), (0, 4)}, {(0, 0), (3, 2)}
     assert symmetrize(forward, backward, Symmetrize.grow_diag_final) == {(0, 0), (0, 4), (3, 2)}
     assert symmetrize(forward, backward, Symmetrize.grow_diag_final_and) == {(0, 0), (3, 2)}
+    # Koehn's final(-and) takes the forward links before the backward ones: (0, 1), then
+    # (0, 0) finds source 0 aligned (taken in sorted order over the union, (0, 0) came first)
+    forward, backward = {(0, 1)}, {(0, 0)}
+    assert symmetrize(forward, backward, Symmetrize.grow_diag_final_and) == {(0, 1)}
+    assert symmetrize(backward, forward, Symmetrize.grow_diag_final_and) == {(0, 0)}
 
 
 def test_pharaoh_lines_are_sorted_and_reverse_links_flip() -> None:

@@ -121,10 +121,11 @@ def symmetrize(forward: Links, backward: Links, how: Symmetrize) -> Links:
                     add(*point)
                     grown = True
     both = how == Symmetrize.grow_diag_final_and
-    for i, j in sorted(union - links):  # final(-and): words still unaligned
-        free = (i not in src_done, j not in tgt_done)
-        if all(free) if both else any(free):
-            add(i, j)
+    for direction in (forward, backward):  # final(-and): words still unaligned, as Koehn's
+        for i, j in sorted(direction - links):  # steps take them: one direction, then the other
+            free = (i not in src_done, j not in tgt_done)
+            if all(free) if both else any(free):
+                add(i, j)
     return links
 
 
