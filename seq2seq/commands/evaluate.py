@@ -202,10 +202,14 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:6]
 
 
-def _unclaimed(out_dir: Path, stem: str, name: str, files: dict[str, str]) -> str:
+def _unclaimed(
+    out_dir: Path, stem: str, name: str, facts: dict[str, Any], source: Path | None
+) -> str:
     """``stem`` (which starts with ``name``), unless the result of that stem is of other files
-    of the same names (its JSON's ``source``, ``terms``, ... differ from ``files``): then
-    ``<name>-<digest of these files' paths>...``, never overwriting it."""
+    of the same names (its JSON's ``source`` where one was given, ``terms``, ... differ from
+    these): then ``<name>-<digest of these files' paths>...``, never overwriting it."""
+    files = {k: v for k, v in facts.items() if k in STEERING_FILES}
+    files = {"source": str(source.resolve()), **files} if source is not None else files
     try:
         result = json.loads((out_dir / f"{stem}.json").read_text(encoding="utf-8"))
         others = {k: result[k] for k, path in files.items() if result.get(k) not in (None, path)}
@@ -276,9 +280,7 @@ def evaluate(cfg: EvaluateConfig) -> dict[str, Any]:
     if cfg.ensemble:  # its own files and tags: a single model's result stays as it was
         name = f"{name}.ensemble{len(members)}"
     stem = f"{name}.{settings}"
-    files = {k: v for k, v in facts.items() if k in STEERING_FILES}
-    files = {"source": str(src_path.resolve()), **files} if cfg.input is not None else files
-    stem = _unclaimed(out_dir, stem, name, files)
+    stem = _unclaimed(out_dir, stem, name, facts, src_path if cfg.input is not None else None)
     paths = _write_outputs(out_dir, stem, translator, translations)
     if steer is not None:  # how far the outputs kept it, and the glossary's hits per line
         facts["steering"] = steering_report(texts, steer)
