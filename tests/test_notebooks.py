@@ -4,10 +4,12 @@ runs headless (nbclient), training a tiny model (25 updates, 64 units) and drawi
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
 import pytest
+from run_helpers import composed
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -45,3 +47,27 @@ def test_the_notebook_runs_and_draws_the_heatmap(
     assert [o for o in outputs if o.output_type == "error"] == []
     assert (tmp_path / "heatmap.png").stat().st_size > 1000
     assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def training_overrides(name: str, steps: int, work: Path) -> list[str]:
+    """The overrides the notebook's training cell passes, with ``STEPS = steps``."""
+    cells = json.loads((NOTEBOOKS / name).read_text(encoding="utf-8"))["cells"]
+    source = next("".join(c["source"]) for c in cells if "command += [" in "".join(c["source"]))
+    listed = next(
+        node.value
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.AugAssign) and isinstance(node.value, ast.List)
+    )
+    names = {"STEPS": steps, "WORK": work, "run": work / "run"}
+    return [eval(compile(ast.Expression(item), name, "eval"), names) for item in listed.elts]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_raising_steps_trains_that_many_updates(name: str, tmp_path: Path) -> None:
+    """STEPS = 300 means 300 updates: neither the smoke recipe's epochs (an epoch has at least
+    one update) nor early stopping (at most one validation per epoch here) stops it sooner."""
+    overrides = training_overrides(name, 300, tmp_path)
+    cfg = composed(*(o for o in overrides if not o.startswith("hydra.")))
+    assert cfg.train.max_steps == 300
+    assert cfg.train.validate_every is None
+    assert cfg.train.max_epochs >= 300 and cfg.train.patience >= 300
