@@ -96,3 +96,17 @@ def test_the_chinese_page_stands_on_its_own() -> None:
         assert term in text, term
     # 键 is the attention's key; a config key is a 配置项
     assert re.search(r"`[\w.]+` ?键|的键[（(]`|其余的键|没有的键", text) is None
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_the_exercises_train_in_the_tables_precision(page: Path) -> None:
+    """The table's runs were fp32 ("What was measured"); precision=auto would train the
+    exercises in bf16 on a CPU with native bf16, so every exercise's comparison run pins fp32."""
+    exercises = read(page).split(
+        '<a id="exercises"></a>' if ".zh." in page.name else "## Exercises"
+    )
+    commands = re.findall(
+        r"^ *seq2seq-train experiment=attention_comparison .*$", exercises[1], re.M
+    )
+    assert len(commands) >= 8
+    assert [c for c in commands if " precision=fp32" not in c] == []
