@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_helpers import composed
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -110,3 +111,18 @@ def test_the_exercises_train_in_the_tables_precision(page: Path) -> None:
     )
     assert len(commands) >= 8
     assert [c for c in commands if " precision=fp32" not in c] == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_exercise_6s_quick_alternative_trains_the_attention_of_its_answer(page: Path) -> None:
+    """The reference answer is the Chinese recipe's Luong general; the smoke recipe it offers as
+    the three-minute version inherits Bahdanau unless the command says otherwise."""
+    quick = re.search(r"`(experiment=tatoeba_zh_en_smoke[^`]*)`", read(page))
+    assert quick is not None
+    answer = composed("experiment=tatoeba_zh_en_cpu").model.attention
+    tried = composed(*quick.group(1).split()).model.attention
+    assert (
+        (tried.name, tried.get("score"))
+        == (answer.name, answer.get("score"))
+        == ("luong", "general")
+    )
