@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,33 @@ def test_raising_steps_trains_that_many_updates(name: str, tmp_path: Path) -> No
     assert cfg.train.max_steps == 300
     assert cfg.train.validate_every is None
     assert cfg.train.max_epochs >= 300 and cfg.train.patience >= 300
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_notebook_trains_on_the_local_multi30k_it_is_given(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SEQ2SEQ_MULTI30K, a folder of the official files as data.source takes them (no
+    SHA256SUMS needed), becomes the training's data.source; the lessons say how to open the
+    notebook and set it."""
+    local = tmp_path / "m30k"
+    local.mkdir()
+    (local / "train.de.gz").write_bytes(b"")
+    monkeypatch.setenv("SEQ2SEQ_MULTI30K", str(local))
+    monkeypatch.setenv("SEQ2SEQ_NOTEBOOK_DIR", str(tmp_path / "work"))
+    ran = []
+
+    def training(command: list[str], **_: object) -> subprocess.CompletedProcess:
+        ran.append(command)
+        return subprocess.CompletedProcess(command, 0, "trained\n", "")
+
+    monkeypatch.setattr(subprocess, "run", training)
+    cells = json.loads((NOTEBOOKS / name).read_text(encoding="utf-8"))["cells"]
+    namespace: dict = {}
+    for index in (1, 6):  # the settings, then the training
+        exec("".join(cells[index]["source"]), namespace)
+    assert f"data.source={local}" in ran[0]
+    lessons = "attention_lessons.zh.md" if ".zh." in name else "attention_lessons.md"
+    page = (REPO / "docs" / lessons).read_text(encoding="utf-8")
+    assert "pip install jupyterlab" in page and "SEQ2SEQ_MULTI30K" in page
+    assert f"`jupyter lab notebooks/{name}`" in page
