@@ -5,8 +5,11 @@ runs headless (nbclient), training a tiny model (25 updates, 64 units) and drawi
 from __future__ import annotations
 
 import ast
+import io
 import json
+import re
 import subprocess
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,16 @@ def test_the_notebook_trains_on_the_local_multi30k_it_is_given(
     page = (REPO / "docs" / lessons).read_text(encoding="utf-8")
     assert "pip install jupyterlab" in page and "SEQ2SEQ_MULTI30K" in page
     assert f"`jupyter lab notebooks/{name}`" in page
+
+
+def test_the_chinese_notebook_speaks_chinese_in_its_comments_and_title() -> None:
+    """Every comment of its code with an English word (of four letters or more, paths and
+    $VARIABLES aside) has Chinese too, and the heatmap's title is Chinese."""
+    cells = json.loads((NOTEBOOKS / "attention.zh.ipynb").read_text(encoding="utf-8"))["cells"]
+    source = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    comments = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)]
+    comments = [c for c in comments if c.startswith("#")]
+    english = [c for c in comments if re.search(r"(?<![\w/.$<])[A-Za-z]{4,}(?![\w/.>])", c)]
+    assert [c for c in english if not re.search(r"[\u4e00-\u9fff]", c)] == []
+    title = re.search(r'attention_figure\(weights, source, target, "([^"]*)"\)', source)
+    assert title is not None and re.search(r"[\u4e00-\u9fff]", title.group(1))
