@@ -3,6 +3,7 @@ curves by row, and every row's attention on the same test sentence."""
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,8 @@ def picture_heatmaps(grouped: Groups, path: Path) -> None:
         title = f"{direction} {row} (seed {run.seed}, test sentence {h['sentence']})"
         chosen[title] = attention_figure(np.asarray(h["weights"]), h["source"], h["target"], title)
         pair = direction.replace("→", "-")
-        imsave(path.with_name(f"attention_{row}.{pair}.png"), chosen[title])
+        name = re.sub(r"[^\w.-]+", "_", row)  # "luong model.x=y" -> "luong_model.x_y"
+        imsave(path.with_name(f"attention_{name}.{pair}.png"), chosen[title])
     columns = min(3, len(chosen))
     rows = -(-len(chosen) // columns)
     fig = Figure(figsize=(6 * columns, 5 * rows), dpi=100)

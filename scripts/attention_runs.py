@@ -61,13 +61,25 @@ class Run:
         return cls(**record)
 
 
+# overrides that say where a run reads, writes or runs (or that it resumed), not what it trains:
+# left out of a row's name, as are the seed and the comparison's own experiments
+PLACES = re.compile(
+    r"(hydra\.|train\.(seed|threads|resume)=|log\.progress=|device=|experiment=attention_comparison"
+    r"(_en_fr)?$|data\.(source|root|cache_dir|train|valid|test|file)=|log\.alignment_(pairs|links)=)"
+)
+
+
 def row_name(folder: Path, cfg: Any) -> str:
-    """The comparison row (``+compare=<row>`` in Hydra's record), else the attention's name."""
+    """The comparison row (``+compare=<row>`` in Hydra's record, else the attention's name) and
+    every other override that changes what trains, so that runs of one row with other settings
+    (``model.attention.scale=false``, another experiment) make rows of their own."""
     overrides = folder / ".hydra" / "overrides.yaml"
-    for item in OmegaConf.load(overrides) if overrides.is_file() else []:
-        if str(item).startswith("+compare="):
-            return str(item).split("=", 1)[1]
-    return str(cfg.model.attention.name)
+    items = [str(i) for i in OmegaConf.load(overrides)] if overrides.is_file() else []
+    compare = [i.split("=", 1)[1] for i in items if i.startswith("+compare=")]
+    row = compare[0] if compare else str(cfg.model.attention.name)
+    own = ("+compare=",) if compare else ("+compare=", "model/attention=")
+    settings = sorted(i for i in items if not i.startswith(own) and not PLACES.match(i))
+    return " ".join([row, *settings])
 
 
 def run_command(args: Sequence[str]) -> dict[str, Any]:

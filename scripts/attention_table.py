@@ -17,13 +17,15 @@ sessions or machines makes one table; the table and pictures are made from every
 Every run folder under the arguments is evaluated on its test split where it has no result yet
 (``seq2seq-evaluate``, beam 5; with ``--coverage-penalty B`` also with that penalty), and runs
 trained with gold links (``log.alignment_pairs``) are aligned against them (``seq2seq-align``).
-Runs of one comparison row (``+compare=<row>``) and direction form one line: the mean and spread
-over their seeds of test BLEU and chrF, validation BLEU over updates, AER, attention entropy,
-repeated bigrams, unattended source words and parameters; with ``--speed``, the printed table
-adds training speed (of the runs with the most threads) and decoding speed, which the pages
-leave out: the records do not say which runs shared the machine with other jobs. A row whose
-BLEU is within the seeds' spread of the best row's is marked so. ``--pictures`` writes the
-validation curves and the heatmaps of every row on the same test sentence.
+Runs of one comparison row (``+compare=<row>``, with any other override that changes what trains
+appended, e.g. ``luong model.attention.scale=false``; seeds, paths and threads aside) and direction
+form one line: the mean and spread over their seeds of test BLEU and chrF, validation BLEU over
+updates, AER, attention entropy, repeated bigrams, unattended source words and parameters; with
+``--speed``, the printed table adds training speed (of the runs with the most threads) and
+decoding speed, which the pages leave out: the records do not say which runs shared the machine
+with other jobs. A row whose BLEU is within the seeds' spread of the best row's is marked so.
+``--pictures`` writes the validation curves and the heatmaps of every row on the same test
+sentence.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_helpers import composed
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -96,3 +97,32 @@ def test_the_chinese_page_stands_on_its_own() -> None:
         assert term in text, term
     # 键 is the attention's key; a config key is a 配置项
     assert re.search(r"`[\w.]+` ?键|的键[（(]`|其余的键|没有的键", text) is None
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_the_exercises_train_in_the_tables_precision(page: Path) -> None:
+    """The table's runs were fp32 ("What was measured"); precision=auto would train the
+    exercises in bf16 on a CPU with native bf16, so every exercise's comparison run pins fp32."""
+    exercises = read(page).split(
+        '<a id="exercises"></a>' if ".zh." in page.name else "## Exercises"
+    )
+    commands = re.findall(
+        r"^ *seq2seq-train experiment=attention_comparison .*$", exercises[1], re.M
+    )
+    assert len(commands) >= 8
+    assert [c for c in commands if " precision=fp32" not in c] == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_exercise_6s_quick_alternative_trains_the_attention_of_its_answer(page: Path) -> None:
+    """The reference answer is the Chinese recipe's Luong general; the smoke recipe it offers as
+    the three-minute version inherits Bahdanau unless the command says otherwise."""
+    quick = re.search(r"`(experiment=tatoeba_zh_en_smoke[^`]*)`", read(page))
+    assert quick is not None
+    answer = composed("experiment=tatoeba_zh_en_cpu").model.attention
+    tried = composed(*quick.group(1).split()).model.attention
+    assert (
+        (tried.name, tried.get("score"))
+        == (answer.name, answer.get("score"))
+        == ("luong", "general")
+    )

@@ -1,5 +1,6 @@
 """docs/attention_lessons.md and docs/attention_lessons.zh.md: every ```python block runs, in
-order and in one namespace per page, and prints exactly the ```text block that follows it.
+order and in one namespace per page, and prints exactly the ```text block that follows it, also
+when pasted line by line into the classic `python` prompt.
 
 A block preceded by ``<!-- needs MODULE -->`` runs only where MODULE can be imported (its output
 is then checked like any other). The pages print shapes and True/False, never raw floats, so the
@@ -9,6 +10,7 @@ same text is right on every CPU. Both pages run in about 2 seconds.
 from __future__ import annotations
 
 import ast
+import code
 import contextlib
 import importlib.util
 import io
@@ -71,6 +73,27 @@ def test_every_lesson_prints_its_expected_output(page: Path) -> None:
         )
         ran += 1
     assert ran >= 10
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_lesson_pastes_into_the_plain_python_prompt(page: Path) -> None:
+    """The page says to paste the blocks into Python: fed line by line to the classic >>> prompt
+    (plus the Enter a paste ending at ... needs), every block runs without an error and prints
+    just its expected output (no echoed values)."""
+    errors: list[str] = []
+    console = code.InteractiveConsole({"__name__": "__console__"})
+    console.write = errors.append  # tracebacks and syntax errors
+    for lesson in lessons(page):
+        if lesson.needs and importlib.util.find_spec(lesson.needs) is None:
+            continue
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            for line in [*lesson.code.splitlines(), ""]:
+                console.push(line)
+        assert not errors, f"{page.name}, the block at line {lesson.line}: {''.join(errors)}"
+        assert normalized(printed.getvalue()) == normalized(lesson.expected), (
+            f"{page.name}, the block at line {lesson.line}"
+        )
 
 
 def test_the_chinese_page_runs_the_same_lessons() -> None:

@@ -241,3 +241,38 @@ def test_the_pages_leave_the_speeds_out_and_each_page_gets_its_language(tmp_path
     assert "汇总所用的机器：AMD EPYC" in chinese
     for text in (english, chinese):
         assert "tok/s" not in text and "sent/s" not in text
+
+
+def test_runs_of_one_row_with_other_settings_are_rows_of_their_own(tmp_path: Path) -> None:
+    """An exercise's runs in one folder: an override beyond the row, seed and locations (scale,
+    normalizer, another experiment) names its own row instead of passing for another seed or
+    for the row it started from."""
+    cfg = OmegaConf.create({"model": {"attention": {"name": "luong"}}})
+    places = ["train.seed=1", "data.source=/data/m30k", "train.threads=1", "hydra.run.dir=x/y"]
+
+    def name(*overrides: str) -> str:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        (folder / ".hydra").mkdir(parents=True)
+        OmegaConf.save(OmegaConf.create(list(overrides)), folder / ".hydra" / "overrides.yaml")
+        return attention_runs.row_name(folder, cfg)
+
+    comparison = ("experiment=attention_comparison", "+compare=luong")
+    assert name(*comparison, *places) == "luong"
+    assert name(*comparison, "model.attention.scale=false", *places) == (
+        "luong model.attention.scale=false"
+    )
+    assert (
+        name(
+            "experiment=attention_comparison",
+            "+compare=bahdanau",
+            *places,
+            "model.attention.normalizer=entmax15",
+        )
+        == "bahdanau model.attention.normalizer=entmax15"
+    )
+    assert name("experiment=smoke", "+compare=luong", *places) == "luong experiment=smoke"
+    assert (
+        name("model/attention=luong", "model.attention.score=dot")
+        == "luong model.attention.score=dot"
+    )
+    assert attention_runs.row_name(tmp_path / "none", cfg) == "luong"  # no Hydra record

@@ -73,6 +73,21 @@ def test_a_group_given_as_a_key_and_an_unknown_option() -> None:
     assert refusal("config", "+compare=luongx").startswith("compare=luongx: no such option; did")
 
 
+def test_a_comparison_row_or_a_normalizer_given_as_an_attention_says_how_to_choose_it() -> None:
+    """The docs' tables name rows (luong_concat) and normalizers (sparsemax) beside attentions."""
+    message = refusal("config", "model/attention=luong_concat")
+    assert message.endswith(
+        "; luong_concat is a row of the attention comparison: "
+        "+compare=luong_concat experiment=attention_comparison"
+    )
+    assert refusal("config", "model/attention=sparsemax").endswith(
+        "+compare=sparsemax experiment=attention_comparison, and a normalizer of every "
+        "attention: model.attention.normalizer=sparsemax"
+    )
+    assert "is a row" not in refusal("config", "model/attention=luongg")
+    assert "is a row" not in refusal("config", "experiment=luong_concat")
+
+
 def test_two_options_that_do_not_fit_are_one_line() -> None:
     """A recipe of one data kind with another kind chosen: not Hydra's five-line error."""
     assert refusal("config", "experiment=tatoeba_de_en_cpu", "data=custom") == (

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
+from run_helpers import command
 
 from seq2seq.commands.configs import (
     SCHEMAS,
@@ -284,3 +285,20 @@ def test_settings_that_act_are_not_warned_of(caplog) -> None:
     check_config(_config(EvaluateConfig, {"beam_size": 2, "coverage_penalty": 0.2}))
     check_config(_config(AlignConfig, {"input": "p", "method": "threshold", "threshold": 0.5}))
     assert "has no effect" not in caplog.text
+
+
+def test_heads_that_do_not_divide_the_attention_size_are_refused_before_any_work(
+    tmp_path: Path,
+) -> None:
+    """A rule, not the model's constructor: nothing is loaded and no run folder is left (a
+    left folder made evaluate report the model's error instead of 'no checkpoint')."""
+    with initialize_config_module("seq2seq.configs", version_base=None):
+        cfg = compose("config", ["model/attention=multihead", "model.attention.heads=3"])
+    message = "model.attention.size=512 is not divisible by model.attention.heads=3"
+    with pytest.raises(Seq2SeqError, match=f"^{message}$"):
+        check_config(cfg)
+    folder = tmp_path / "mistake"
+    args = ["model/attention=multihead", "model.attention.heads=3", f"hydra.run.dir={folder}"]
+    done = command("train", *args, "data.source=/nonexistent")
+    assert done.returncode != 0 and message in done.stderr
+    assert not folder.exists()

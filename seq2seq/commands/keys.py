@@ -30,7 +30,7 @@ from omegaconf.nodes import BooleanNode, EnumNode, FloatNode, IntegerNode, Strin
 
 from seq2seq.config import CustomDataConfig, HfDataConfig, Multi30kConfig, TsvDataConfig
 from seq2seq.errors import Seq2SeqError
-from seq2seq.model.config import ATTENTION_CONFIGS
+from seq2seq.model.config import ATTENTION_CONFIGS, Normalizer
 
 CONFIG_MODULE = "seq2seq.configs"
 # keys taken out or renamed, and what to use instead: refused in one line where given (a saved
@@ -144,8 +144,23 @@ def _check_option(override: Override, options_of: Any) -> None:
         if isinstance(option, str) and option not in options:
             raise Seq2SeqError(
                 f"{group}={option}: no such option{_did_you_mean(option, options)} "
-                f"(options: {', '.join(options)})"
+                f"(options: {', '.join(options)}){_named_elsewhere(group, option, options_of)}"
             )
+
+
+def _named_elsewhere(group: str, option: str, options_of: Any) -> str:
+    """Where the docs' other attention names are chosen: a comparison row (``luong_concat``,
+    configs/compare/) or a normalizer (``sparsemax``) given as ``model/attention=<name>``."""
+    if group != "model/attention":
+        return ""
+    hints = []
+    if option in options_of("compare"):
+        hints.append(
+            f"a row of the attention comparison: +compare={option} experiment=attention_comparison"
+        )
+    if option in Normalizer.__members__:
+        hints.append(f"a normalizer of every attention: model.attention.normalizer={option}")
+    return f"; {option} is " + ", and ".join(hints) if hints else ""
 
 
 def _composed(config_name: str, groups: list[Override]) -> Iterator[DictConfig]:

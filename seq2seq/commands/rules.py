@@ -169,6 +169,11 @@ def _training(cfg: Config) -> list[str]:
         problems.append(
             "log.alignment_pairs=<pairs> and log.alignment_links=<gold links> go together"
         )
+    heads, size = at("model.attention.heads"), at("model.attention.size")
+    if heads and size and size % heads:  # multi-head: each head takes size / heads components
+        problems.append(
+            f"model.attention.size={size} is not divisible by model.attention.heads={heads}"
+        )
     return problems
 
 
