@@ -57,11 +57,19 @@ class SteeringIds:
     prefix: list[int] = field(default_factory=list)
     phrases: list[list[int]] = field(default_factory=list)
     terms: list[list[int]] = field(default_factory=list)
+    joins: np.ndarray | None = field(default=None, compare=False)  # `word_continuations`
 
     def forced(self) -> SteeringIds:
         """The glossary's terms as phrases too."""
         extra = [t for t in self.terms if t not in self.phrases]
-        return SteeringIds(self.prefix, [*self.phrases, *extra])
+        return SteeringIds(self.prefix, [*self.phrases, *extra], joins=self.joins)
+
+
+def word_continuations(pieces: Sequence[str]) -> np.ndarray:
+    """[V] bool: the target pieces that go on with the word before them (no word-start mark,
+    a letter or digit first). None may follow a placed phrase: "cat" must not become "cate";
+    punctuation and EOS may."""
+    return np.array([p[:1].isalnum() for p in pieces], dtype=bool)
 
 
 def clean(text: str) -> str:
@@ -70,12 +78,12 @@ def clean(text: str) -> str:
 
 
 def encode_steering(
-    encode: Encode, steer: Sequence[LineSteering | None] | None
+    encode: Encode, steer: Sequence[LineSteering | None] | None, joins: np.ndarray | None = None
 ) -> list[SteeringIds] | None:
     """Each line's steering in target ids by ``encode``: the prefix and each constraint encoded
     alone, as the target is cut into pieces (pieces of "A dog" alone decode to "A dog"; a word alone
     begins a word, so "dog" matches " dog" inside a sentence); None where no line asks anything,
-    so that the search does no work."""
+    so that the search does no work. ``joins``: the vocabulary's `word_continuations`."""
     if steer is None or not any(
         g and (g.prefix.strip() or g.constraints or g.terms) for g in steer
     ):
@@ -89,19 +97,25 @@ def encode_steering(
     encoded = []
     for g in steer:
         if g is None:
-            encoded.append(SteeringIds())
+            encoded.append(SteeringIds(joins=joins))
             continue
         prefix = list(next(pieces)) if clean(g.prefix) else list(next(pieces))[:0]  # "": []
         phrases = [list(next(pieces)) for _ in g.constraints]
         terms = [list(next(pieces)) for _ in g.terms]
-        encoded.append(SteeringIds(prefix, [p for p in phrases if p], [t for t in terms if t]))
+        kept = [p for p in phrases if p], [t for t in terms if t]
+        encoded.append(SteeringIds(prefix, *kept, joins=joins))
     return encoded
 
 
-def holds(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
-    """Whether ``phrase`` occurs in ``tokens`` (target ids)."""
+def holds(tokens: Sequence[int], phrase: Sequence[int], joins: np.ndarray | None = None) -> bool:
+    """Whether ``phrase`` occurs in ``tokens`` (target ids) and, by ``joins``
+    (`word_continuations`; None: any), ends a word there."""
     n, tokens = len(phrase), list(tokens)
-    return any(tokens[i : i + n] == list(phrase) for i in range(len(tokens) - n + 1))
+    return any(
+        tokens[i : i + n] == list(phrase)
+        and (joins is None or i + n == len(tokens) or not joins[tokens[i + n]])
+        for i in range(len(tokens) - n + 1)
+    )
 
 
 def decode_steered(
@@ -115,12 +129,12 @@ def decode_steered(
     already holds its terms keeps the translation it had."""
     if steer is None or not any(s.terms for s in steer):
         return decode(lines, steer)
-    plain = [SteeringIds(s.prefix, s.phrases) for s in steer]
+    plain = [SteeringIds(s.prefix, s.phrases, joins=s.joins) for s in steer]
     found = decode(lines, plain if any(s.prefix or s.phrases for s in plain) else None)
     again = [
         (at, i)
         for at, (i, hyps) in enumerate(zip(lines, found, strict=True))
-        if hyps and not all(holds(hyps[0].tokens, t) for t in steer[i].terms)
+        if hyps and not all(holds(hyps[0].tokens, t, steer[i].joins) for t in steer[i].terms)
     ]
     if again:
         forced = [s.forced() for s in steer]
@@ -151,6 +165,12 @@ def steering_arrays(
         for c, ids in enumerate(g.phrases):
             phrases[row, c, : len(ids)] = ids
     return prefix, phrases
+
+
+def steering_joins(steer: Sequence[SteeringIds] | None, chunk: Sequence[int]) -> np.ndarray | None:
+    """The `word_continuations` the lines ``chunk`` were encoded with (None: not given)."""
+    found = (steer[i].joins for i in chunk if steer[i].joins is not None) if steer else ()
+    return next(iter(found), None)
 
 
 def forced_max_lengths(
@@ -267,10 +287,16 @@ class SteeringLines:
         return steer_lines(lines, self.prefixes, self.constraints, self.glossary, start)
 
 
+def as_words(phrase: str, text: str) -> bool:
+    """Whether ``phrase`` occurs in ``text`` with no letter or digit right before or after it."""
+    return re.search(r"(?<![^\W_])" + re.escape(phrase) + r"(?![^\W_])", text) is not None
+
+
 def steering_report(texts: Sequence[str], steer: Sequence[LineSteering]) -> dict[str, int]:
     """How far outputs ``texts`` (detokenised) kept their lines' steering: prefixes asked and
     kept (the output starts with the prefix's text), constraints asked and placed (the phrase's
-    text occurs in the output), glossary terms hit and placed, and the lines with a hit."""
+    text occurs in the output as whole words: "man" is not in "woman"), glossary terms hit and
+    placed, and the lines with a hit."""
     asked = [(t, s) for t, s in zip(texts, steer, strict=True)]
     prefixed = [(t, s.prefix.strip()) for t, s in asked if s.prefix.strip()]
     phrases = [(t, c.strip()) for t, s in asked for c in s.constraints if c.strip()]
@@ -279,8 +305,8 @@ def steering_report(texts: Sequence[str], steer: Sequence[LineSteering]) -> dict
         "prefixes": len(prefixed),
         "prefixes_kept": sum(t.startswith(p) for t, p in prefixed),
         "constraints": len(phrases),
-        "constraints_placed": sum(c in t for t, c in phrases),
+        "constraints_placed": sum(as_words(c, t) for t, c in phrases),
         "terms": len(terms),
-        "terms_placed": sum(target in t for t, target in terms),
+        "terms_placed": sum(as_words(target, t) for t, target in terms),
         "terms_lines": sum(bool(s.terms) for _, s in asked),
     }
