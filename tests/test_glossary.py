@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,17 @@ def test_evaluate_places_constraints_and_glossary_terms(smoke_run, tmp_path) -> 
     assert "smiling woman" in hyps[2]
     terms = [json.loads(line) for line in Path(result["term_hits"]).read_text().splitlines()]
     assert terms == [[["Hund", "puppy"]], [["Fußball", "football"]], []]
+
+
+def test_a_glossary_matches_text_in_another_unicode_form_or_spacing() -> None:
+    """Report #4: an NFD line (as macOS saves), an NFD glossary and a doubled space match as
+    the model reads them: both sides are normalised (NFC, runs of spaces as one)."""
+    nfc, nfd = "Zwei Männer stehen.", unicodedata.normalize("NFD", "Zwei Männer stehen.")
+    assert nfc != nfd
+    entries = read_glossary("Männer\tboys\n", "g.tsv")
+    assert glossary_hits(nfd, entries) == [("Männer", "boys")]
+    decomposed = read_glossary(unicodedata.normalize("NFD", "Männer\tboys\n"), "g.tsv")
+    assert glossary_hits(nfc, decomposed) == [("Männer", "boys")]
+    spaced = read_glossary("Gruppe  von\tgroup of\n", "g.tsv")
+    assert glossary_hits("Eine Gruppe von Menschen.", spaced) == [("Gruppe von", "group of")]
+    assert glossary_hits("Eine Gruppe   von Menschen.", spaced) == [("Gruppe von", "group of")]

@@ -6,6 +6,7 @@ numpy, like rules.py: seq2seq's torch search and this package's numpy search bot
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,6 +190,12 @@ def forced_max_lengths(
 # -- the glossary --------------------------------------------------------------------------------
 
 
+def matchable(text: str) -> str:
+    """``text`` as a glossary matches it: NFC, each run of white space one space; its sources
+    and the lines alike, so a file saved in NFD (macOS) or a doubled space still matches."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
 def read_glossary(text: str, where: str) -> list[tuple[str, str]]:
     """A glossary's entries, one ``source phrase<TAB>target phrase`` a line ("#" lines and blank
     ones skipped), longest source phrase first; ValueError naming the line of a bad one. A
@@ -200,7 +207,7 @@ def read_glossary(text: str, where: str) -> list[tuple[str, str]]:
         fields = [f.strip() for f in line.split("\t")]
         if len(fields) != 2 or not all(fields):
             raise ValueError(f"{where}, line {number}: want 'source phrase<TAB>target phrase'")
-        entries.append((fields[0], fields[1]))
+        entries.append((matchable(fields[0]), fields[1]))
     return sorted(entries, key=lambda e: -len(e[0]))
 
 
@@ -209,10 +216,10 @@ def glossary_hits(line: str, glossary: Sequence[tuple[str, str]]) -> list[tuple[
     matches "Hund," not "Hundehütte"; "junge" not the noun "Junge"), but for the first letter of
     the line's first word; in the order they occur; a longer phrase wins over a shorter one
     inside it, and each entry counts once. At the line's start the target's first letter is a
-    capital ("zwei -> two": "Zwei Hunde" gives "Two")."""
+    capital ("zwei -> two": "Zwei Hunde" gives "Two"). Both sides are `matchable` first."""
     taken: list[tuple[int, int]] = []
-    hits = []
-    for source, target in glossary:  # longest first
+    hits, line = [], matchable(line)
+    for source, target in ((matchable(s), t) for s, t in glossary):  # longest first
         first = "(?:" + "|".join(re.escape(c) for c in {source[:1].lower(), source[:1].upper()})
         pattern = r"(?<!\w)" + first + ")" + re.escape(source[1:]) + r"(?!\w)"
         for m in re.finditer(pattern, line):
