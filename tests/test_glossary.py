@@ -148,3 +148,13 @@ def test_a_glossary_matches_text_in_another_unicode_form_or_spacing() -> None:
     spaced = read_glossary("Gruppe  von\tgroup of\n", "g.tsv")
     assert glossary_hits("Eine Gruppe von Menschen.", spaced) == [("Gruppe von", "group of")]
     assert glossary_hits("Eine Gruppe   von Menschen.", spaced) == [("Gruppe von", "group of")]
+
+
+def test_a_source_phrase_given_twice_is_warned_of_naming_both_lines() -> None:
+    """Report #9: the first entry wins, and one warning names both lines."""
+    told: list[str] = []
+    entries = read_glossary("Gruppe\tcrowd\nHund\tdog\nGruppe\tteam\n", "g.tsv", told.append)
+    assert entries == [("Gruppe", "crowd"), ("Hund", "dog")]
+    assert told == [
+        "g.tsv, lines 1 and 3: the source phrase 'Gruppe' twice; line 1's target is used"
+    ]

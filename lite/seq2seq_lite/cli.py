@@ -74,6 +74,10 @@ def _as_flags(message: str) -> str:
     return re.sub(rf"\b({'|'.join(SEARCH)})=", lambda m: f"{flag[m.group(1)]} ", message)
 
 
+def _warn(message: str) -> None:
+    print(f"seq2seq-lite: {message}", file=sys.stderr)
+
+
 def _read(path: str) -> list[str]:
     with open(path, "rb") as f:
         return decode_lines(f.read(), path)
@@ -88,7 +92,7 @@ def _steering(args: argparse.Namespace) -> SteeringLines | None:
     read = {key: _read(path) for key, path in given.items()}  # every file before any input
     phrases = constraint_lines(read["constraints"]) if "constraints" in read else None
     terms = given.get("terms")
-    glossary = read_glossary("\n".join(read["terms"]), terms) if terms else []
+    glossary = read_glossary("\n".join(read["terms"]), terms, _warn) if terms else []
     names = {key: f"--{key} {path}" for key, path in given.items()}
     return SteeringLines(read.get("prefix"), phrases, glossary, names)
 

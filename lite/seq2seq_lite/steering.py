@@ -196,18 +196,30 @@ def matchable(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).split())
 
 
-def read_glossary(text: str, where: str) -> list[tuple[str, str]]:
+def read_glossary(
+    text: str, where: str, warn: Callable[[str], None] | None = None
+) -> list[tuple[str, str]]:
     """A glossary's entries, one ``source phrase<TAB>target phrase`` a line ("#" lines and blank
     ones skipped), longest source phrase first; ValueError naming the line of a bad one. A
-    UTF-8 byte order mark (as some editors save) is not part of the first phrase."""
-    entries = []
+    UTF-8 byte order mark (as some editors save) is not part of the first phrase. ``warn`` is
+    told, in a line, of a source phrase given twice (the first line wins)."""
+    entries, first = [], {}
     for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         fields = [f.strip() for f in line.split("\t")]
         if len(fields) != 2 or not all(fields):
             raise ValueError(f"{where}, line {number}: want 'source phrase<TAB>target phrase'")
-        entries.append((matchable(fields[0]), fields[1]))
+        source = matchable(fields[0])
+        if source in first:
+            if warn is not None:
+                warn(
+                    f"{where}, lines {first[source]} and {number}: the source phrase '{source}' "
+                    f"twice; line {first[source]}'s target is used"
+                )
+            continue
+        first[source] = number
+        entries.append((source, fields[1]))
     return sorted(entries, key=lambda e: -len(e[0]))
 
 
