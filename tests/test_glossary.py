@@ -158,3 +158,15 @@ def test_a_source_phrase_given_twice_is_warned_of_naming_both_lines() -> None:
     assert told == [
         "g.tsv, lines 1 and 3: the source phrase 'Gruppe' twice; line 1's target is used"
     ]
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n"])
+def test_an_empty_glossary_is_warned_of(tmp_path: Path, caplog, text: str) -> None:
+    """Report #10: a glossary with no entries changes nothing: one warning says so."""
+    told: list[str] = []
+    assert read_glossary(text, "g.tsv", told.append) == []
+    assert told == ["g.tsv has no entries (blank or '#' lines only): it changes nothing"]
+    (tmp_path / "g.tsv").write_text(text)
+    files = SteeringFiles.read(None, None, str(tmp_path / "g.tsv"))  # every command's reader
+    assert files is not None and files.glossary == []
+    assert [r.getMessage() for r in caplog.records] == [f"{tmp_path / 'g.tsv'} {told[0][6:]}"]

@@ -254,3 +254,18 @@ def test_the_first_step_cannot_end_a_translation_unless_at_the_limit() -> None:
     assert log_probs[1, 3] == 0.0 and (np.delete(log_probs[1], 3) == NEG_INF).all()  # limit 0
     later = restrict(np.zeros((1, 6), dtype=np.float32), np.array([False]), ids, False)
     assert later[0, 3] == 0.0
+
+
+@pytest.mark.slow
+def test_lite_refuses_an_empty_glossary_at_beam_1_as_translate_does(onnx_release, tmp_path) -> None:
+    """Report #10: --terms given at --beam 1 is refused, entries or not (translate and serve
+    refuse terms= so), and a glossary with no entries is warned of."""
+    empty = tmp_path / "g.tsv"
+    empty.write_text("# nothing yet\n")
+    proc = lite(onnx_release, "--beam", 1, "--terms", empty, text="Ein Hund.\n")
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"seq2seq-lite: {empty} has no entries (blank or '#' lines only): it changes nothing",
+        f"seq2seq-lite: the glossary's terms (--terms {empty}) need beam search: beam_size of 2 "
+        "or more, no sampling",
+    ]

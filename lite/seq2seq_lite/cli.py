@@ -98,8 +98,9 @@ def _steering(args: argparse.Namespace) -> SteeringLines | None:
 
 
 def _check_beam(steering: SteeringLines | None, beam_size: int) -> None:
-    """Constraints and a glossary's terms need beam search: refused before any input."""
-    if steering is None or not (steering.constraints is not None or steering.glossary):
+    """Constraints and a glossary (given, entries or not, as seq2seq's commands take it) need
+    beam search: refused before any input."""
+    if steering is None or not (steering.constraints is not None or "terms" in steering.names):
         return
     given = steering.names
     what = "constraints" if "constraints" in given else glossary_terms(given["terms"])

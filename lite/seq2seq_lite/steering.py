@@ -202,7 +202,7 @@ def read_glossary(
     """A glossary's entries, one ``source phrase<TAB>target phrase`` a line ("#" lines and blank
     ones skipped), longest source phrase first; ValueError naming the line of a bad one. A
     UTF-8 byte order mark (as some editors save) is not part of the first phrase. ``warn`` is
-    told, in a line, of a source phrase given twice (the first line wins)."""
+    told, a line each, of a source phrase given twice (the first line wins) and of no entries."""
     entries, first = [], {}
     for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
@@ -220,6 +220,8 @@ def read_glossary(
             continue
         first[source] = number
         entries.append((source, fields[1]))
+    if not entries and warn is not None:
+        warn(f"{where} has no entries (blank or '#' lines only): it changes nothing")
     return sorted(entries, key=lambda e: -len(e[0]))
 
 
