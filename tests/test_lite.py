@@ -269,3 +269,25 @@ def test_lite_refuses_an_empty_glossary_at_beam_1_as_translate_does(onnx_release
         f"seq2seq-lite: the glossary's terms (--terms {empty}) need beam search: beam_size of 2 "
         "or more, no sampling",
     ]
+
+
+def test_lite_messages_name_its_flags_and_a_missing_file_in_one_line(tmp_path: Path) -> None:
+    """Report #17: a setting's key alone is said as its flag, and a --terms, --prefix or
+    --constraints file that cannot be read is one line naming the flag and the file."""
+    from argparse import Namespace
+
+    from seq2seq_lite import ReleaseError
+    from seq2seq_lite.cli import _as_flags, _steering
+
+    assert _as_flags("no_repeat_ngram must not be negative, not -1") == (
+        "--no-repeat-ngram must not be negative, not -1"
+    )
+    assert _as_flags("beam_size must be at least 1, not 0") == "--beam must be at least 1, not 0"
+    assert _as_flags("batch_size must be at least 1") == "--batch-size must be at least 1"
+    assert _as_flags("nbest=3 needs more: add beam_size=3") == "--nbest 3 needs more: add --beam 3"
+    missing, folder = tmp_path / "nope.tsv", tmp_path
+    for path, said in ((missing, "does not exist"), (folder, "is a folder, not a file")):
+        args = Namespace(prefix=None, constraints=None, terms=str(path))
+        with pytest.raises(ReleaseError) as e:
+            _steering(args)
+        assert str(e.value) == f"--terms {path} {said}"
