@@ -11,7 +11,14 @@ import pytest
 import torch
 from model_helpers import forced_log_prob, peaky_model, settings, sources
 from seq2seq_lite import rules
-from seq2seq_lite.steering import SteeringIds, decode_steered
+from seq2seq_lite.steering import (
+    LineSteering,
+    SteeringIds,
+    decode_steered,
+    holds,
+    steering_report,
+    word_continuations,
+)
 
 from seq2seq.decoding.beam import beam_search
 from seq2seq.decoding.constraints import Constraints, allocate
@@ -189,3 +196,55 @@ def test_glossary_terms_are_forced_only_where_the_translation_lacks_one() -> Non
     assert found[0][0].tokens == plain[0][0].tokens
     assert _holds(found[2][0].tokens, absent) and found[2][0].tokens != plain[2][0].tokens
     assert [h.tokens for h in found[1]] == [h.tokens for h in plain[1]]
+
+
+# pieces that go on with a word (no word-start mark): every odd id of the peaky model's
+JOINS = torch.tensor([t >= 4 and t % 2 == 1 for t in range(25)])
+
+
+def _joined(tokens: list[int], phrase: list[int]) -> bool:
+    """Whether every occurrence of ``phrase`` in ``tokens`` goes on with a word's piece (without
+    the rule, the bahdanau and multihead models' outputs have such phrases)."""
+    n = len(phrase)
+    ends = [i + n for i in range(len(tokens) - n + 1) if tokens[i : i + n] == phrase]
+    return bool(ends) and all(e < len(tokens) and bool(JOINS[tokens[e]]) for e in ends)
+
+
+@pytest.mark.parametrize("beam_size", [2, 4])
+def test_a_placed_phrase_ends_a_word_in_torch_and_lite(peaky_graphs, beam_size: int) -> None:
+    """Report #3: "cat" placed must not go on as "cate": the piece after a placed phrase is
+    never one that continues its word (EOS and word starts are); torch and lite agree."""
+    from seq2seq_lite import search as lite_search
+
+    model, graphs = peaky_graphs
+    src, lengths = sources()
+    cfg = settings(beam_size, 0.6, beam_size)
+    # each phrase begins a word (even ids), as a phrase encoded alone does
+    phrases = [[[8], [12, 13]], [[20, 21, 22]], [[6], [10], [4, 9]], [], [[12, 14], [4]]]
+    plain = BatchSteering.of(_steer(phrases), range(5))
+    steer = replace(plain, joins=JOINS)
+    found = decode(model, src, lengths, cfg, steer)
+    for hyps, ps in zip(found, phrases, strict=True):
+        assert hyps
+        for h in hyps:
+            assert all(_holds(h.tokens, p) and not _joined(h.tokens, p) for p in ps), (h.tokens, ps)
+    search = {k: getattr(cfg, k) for k in ("beam_size", "nbest", "alpha", "max_len_a", "max_len_b")}
+    arrays = None, steer.phrases.numpy(), JOINS.numpy()
+    lite = lite_search.beam(graphs, src.numpy(), lengths.numpy(), search, *arrays)
+    assert [[h.tokens for h in hyps] for hyps in lite] == [
+        [h.tokens for h in hyps] for hyps in found
+    ]
+
+
+def test_a_term_is_held_and_counted_as_whole_words_only() -> None:
+    """Report #3: a term's pieces followed by a piece of the same word are not the term, in
+    the glossary's check and in evaluate's counts ("man" is not placed in "woman")."""
+    joins = word_continuations(["<unk>", "<s>", "</s>", "<pad>", "▁cat", "e", ".", "▁a", "1"])
+    assert joins.tolist() == [False] * 4 + [False, True, False, False, True]
+    assert holds([7, 4, 6], [4], joins) and holds([7, 4], [4], joins)
+    assert not holds([7, 4, 5], [4], joins) and not holds([4, 8], [4], joins)
+    steer = [LineSteering(constraints=["man", "cat"], terms=[("Hund", "dog")])]
+    report = steering_report(["A woman and a cate with a hotdog."], steer)
+    assert (report["constraints_placed"], report["terms_placed"]) == (0, 0)
+    report = steering_report(["A man, a cat (dog)."], steer)
+    assert (report["constraints_placed"], report["terms_placed"]) == (2, 1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,39 @@ def test_evaluate_places_constraints_and_glossary_terms(smoke_run, tmp_path) -> 
     assert "smiling woman" in hyps[2]
     terms = [json.loads(line) for line in Path(result["term_hits"]).read_text().splitlines()]
     assert terms == [[["Hund", "puppy"]], [["Fußball", "football"]], []]
+
+
+def test_a_glossary_matches_text_in_another_unicode_form_or_spacing() -> None:
+    """Report #4: an NFD line (as macOS saves), an NFD glossary and a doubled space match as
+    the model reads them: both sides are normalised (NFC, runs of spaces as one)."""
+    nfc, nfd = "Zwei Männer stehen.", unicodedata.normalize("NFD", "Zwei Männer stehen.")
+    assert nfc != nfd
+    entries = read_glossary("Männer\tboys\n", "g.tsv")
+    assert glossary_hits(nfd, entries) == [("Männer", "boys")]
+    decomposed = read_glossary(unicodedata.normalize("NFD", "Männer\tboys\n"), "g.tsv")
+    assert glossary_hits(nfc, decomposed) == [("Männer", "boys")]
+    spaced = read_glossary("Gruppe  von\tgroup of\n", "g.tsv")
+    assert glossary_hits("Eine Gruppe von Menschen.", spaced) == [("Gruppe von", "group of")]
+    assert glossary_hits("Eine Gruppe   von Menschen.", spaced) == [("Gruppe von", "group of")]
+
+
+def test_a_source_phrase_given_twice_is_warned_of_naming_both_lines() -> None:
+    """Report #9: the first entry wins, and one warning names both lines."""
+    told: list[str] = []
+    entries = read_glossary("Gruppe\tcrowd\nHund\tdog\nGruppe\tteam\n", "g.tsv", told.append)
+    assert entries == [("Gruppe", "crowd"), ("Hund", "dog")]
+    assert told == [
+        "g.tsv, lines 1 and 3: the source phrase 'Gruppe' twice; line 1's target is used"
+    ]
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n"])
+def test_an_empty_glossary_is_warned_of(tmp_path: Path, caplog, text: str) -> None:
+    """Report #10: a glossary with no entries changes nothing: one warning says so."""
+    told: list[str] = []
+    assert read_glossary(text, "g.tsv", told.append) == []
+    assert told == ["g.tsv has no entries (blank or '#' lines only): it changes nothing"]
+    (tmp_path / "g.tsv").write_text(text)
+    files = SteeringFiles.read(None, None, str(tmp_path / "g.tsv"))  # every command's reader
+    assert files is not None and files.glossary == []
+    assert [r.getMessage() for r in caplog.records] == [f"{tmp_path / 'g.tsv'} {told[0][6:]}"]

@@ -254,3 +254,40 @@ def test_the_first_step_cannot_end_a_translation_unless_at_the_limit() -> None:
     assert log_probs[1, 3] == 0.0 and (np.delete(log_probs[1], 3) == NEG_INF).all()  # limit 0
     later = restrict(np.zeros((1, 6), dtype=np.float32), np.array([False]), ids, False)
     assert later[0, 3] == 0.0
+
+
+@pytest.mark.slow
+def test_lite_refuses_an_empty_glossary_at_beam_1_as_translate_does(onnx_release, tmp_path) -> None:
+    """Report #10: --terms given at --beam 1 is refused, entries or not (translate and serve
+    refuse terms= so), and a glossary with no entries is warned of."""
+    empty = tmp_path / "g.tsv"
+    empty.write_text("# nothing yet\n")
+    proc = lite(onnx_release, "--beam", 1, "--terms", empty, text="Ein Hund.\n")
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"seq2seq-lite: {empty} has no entries (blank or '#' lines only): it changes nothing",
+        f"seq2seq-lite: the glossary's terms (--terms {empty}) need beam search: beam_size of 2 "
+        "or more, no sampling",
+    ]
+
+
+def test_lite_messages_name_its_flags_and_a_missing_file_in_one_line(tmp_path: Path) -> None:
+    """Report #17: a setting's key alone is said as its flag, and a --terms, --prefix or
+    --constraints file that cannot be read is one line naming the flag and the file."""
+    from argparse import Namespace
+
+    from seq2seq_lite import ReleaseError
+    from seq2seq_lite.cli import _as_flags, _steering
+
+    assert _as_flags("no_repeat_ngram must not be negative, not -1") == (
+        "--no-repeat-ngram must not be negative, not -1"
+    )
+    assert _as_flags("beam_size must be at least 1, not 0") == "--beam must be at least 1, not 0"
+    assert _as_flags("batch_size must be at least 1") == "--batch-size must be at least 1"
+    assert _as_flags("nbest=3 needs more: add beam_size=3") == "--nbest 3 needs more: add --beam 3"
+    missing, folder = tmp_path / "nope.tsv", tmp_path
+    for path, said in ((missing, "does not exist"), (folder, "is a folder, not a file")):
+        args = Namespace(prefix=None, constraints=None, terms=str(path))
+        with pytest.raises(ReleaseError) as e:
+            _steering(args)
+        assert str(e.value) == f"--terms {path} {said}"

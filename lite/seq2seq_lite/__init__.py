@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,8 @@ from seq2seq_lite.steering import (
     decode_steered,
     encode_steering,
     steering_arrays,
+    steering_joins,
+    word_continuations,
 )
 
 __all__ = ["Hypothesis", "InputTooLong", "ReleaseError", "Translation", "Translator"]
@@ -63,6 +66,12 @@ class Translator:
         if problem := rules.search_problem(**settings, vocab_size=vocab, **others):
             raise ReleaseError(problem)
 
+    @functools.cached_property
+    def joins(self) -> np.ndarray:
+        """The target pieces that go on with a word (`word_continuations`)."""
+        pieces = self.tgt_tok.id_to_piece(list(range(self.tgt_tok.get_piece_size())))
+        return word_continuations(pieces)
+
     @classmethod
     def load(
         cls, folder: str | Path, int8: bool = False, threads: int | None = None, **search
@@ -104,7 +113,8 @@ class Translator:
             if self.search["beam_size"] == 1:
                 found += [[h] for h in greedy(self.graphs, src, lengths, self.search, prefix)]
             else:
-                found += beam(self.graphs, src, lengths, self.search, prefix, phrases)
+                joins = steering_joins(steer, chunk)
+                found += beam(self.graphs, src, lengths, self.search, prefix, phrases, joins)
         return found
 
     def translate(
@@ -118,7 +128,7 @@ class Translator:
         sources = [[*ids, eos] if ids else [] for ids in self.encode(lines)]
         if steer is not None and len(steer) != len(lines):
             raise ValueError(f"steering for {len(steer)} lines, {len(lines)} lines to translate")
-        targets = encode_steering(self.tgt_tok.encode, steer)
+        targets = encode_steering(self.tgt_tok.encode, steer, self.joins)
         results = [Translation(s, [], []) for s in sources]
         todo = sorted((i for i, s in enumerate(sources) if s), key=lambda i: -len(sources[i]))
 

@@ -69,14 +69,28 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def _as_flags(message: str) -> str:
     """The shared rules name settings as seq2seq's keys (``beam_size=300``): here, as the flags
-    typed (``--beam 300``)."""
+    typed (``--beam 300``; a key alone, ``no_repeat_ngram must not be negative``, as its flag)."""
     flag = {key: "--" + key.replace("_", "-") for key in SEARCH} | {"beam_size": "--beam"}
-    return re.sub(rf"\b({'|'.join(SEARCH)})=", lambda m: f"{flag[m.group(1)]} ", message)
+    keys = "|".join(SEARCH)
+    message = re.sub(rf"\b({keys})=", lambda m: f"{flag[m.group(1)]} ", message)
+    return re.sub(rf"(?<![\w-])({keys})\b(?! of)", lambda m: flag[m.group(1)], message)
 
 
-def _read(path: str) -> list[str]:
-    with open(path, "rb") as f:
-        return decode_lines(f.read(), path)
+def _warn(message: str) -> None:
+    print(f"seq2seq-lite: {message}", file=sys.stderr)
+
+
+def _read(key: str, path: str) -> list[str]:
+    """The lines of the file given as ``--key path``; one that cannot be read is one line."""
+    try:
+        with open(path, "rb") as f:
+            return decode_lines(f.read(), path)
+    except FileNotFoundError:
+        raise ReleaseError(f"--{key} {path} does not exist") from None
+    except IsADirectoryError:
+        raise ReleaseError(f"--{key} {path} is a folder, not a file") from None
+    except OSError as e:
+        raise ReleaseError(f"cannot read --{key} {path}: {e.strerror or e}") from None
 
 
 def _steering(args: argparse.Namespace) -> SteeringLines | None:
@@ -85,17 +99,18 @@ def _steering(args: argparse.Namespace) -> SteeringLines | None:
     given = {k: getattr(args, k) for k in ("prefix", "constraints", "terms") if getattr(args, k)}
     if not given:
         return None
-    read = {key: _read(path) for key, path in given.items()}  # every file before any input
+    read = {key: _read(key, path) for key, path in given.items()}  # every file before any input
     phrases = constraint_lines(read["constraints"]) if "constraints" in read else None
     terms = given.get("terms")
-    glossary = read_glossary("\n".join(read["terms"]), terms) if terms else []
+    glossary = read_glossary("\n".join(read["terms"]), terms, _warn) if terms else []
     names = {key: f"--{key} {path}" for key, path in given.items()}
     return SteeringLines(read.get("prefix"), phrases, glossary, names)
 
 
 def _check_beam(steering: SteeringLines | None, beam_size: int) -> None:
-    """Constraints and a glossary's terms need beam search: refused before any input."""
-    if steering is None or not (steering.constraints is not None or steering.glossary):
+    """Constraints and a glossary (given, entries or not, as seq2seq's commands take it) need
+    beam search: refused before any input."""
+    if steering is None or not (steering.constraints is not None or "terms" in steering.names):
         return
     given = steering.names
     what = "constraints" if "constraints" in given else glossary_terms(given["terms"])

@@ -1,6 +1,7 @@
 """Lexically constrained beam search in numpy, as seq2seq.decoding.constraints does it in torch
 (the tests hold the two equal): each beam's progress through its sentence's phrases, and dynamic
-beam allocation over banks of met constraint tokens, fullest bank first."""
+beam allocation over banks of met constraint tokens, fullest bank first. A placed phrase ends a
+word: the token after it may not go on with that word (`steering.word_continuations`)."""
 
 from __future__ import annotations
 
@@ -16,25 +17,28 @@ class PhraseProgress:
     current: np.ndarray  # [rows] the phrase being placed, -1: none
     matched: np.ndarray  # [rows] its tokens placed so far
     placed: np.ndarray  # [rows, C] bool: phrases placed whole
+    ended: np.ndarray  # [rows] bool: the last token placed a phrase whole
 
     def index(self, rows: np.ndarray) -> PhraseProgress:
-        return PhraseProgress(self.current[rows], self.matched[rows], self.placed[rows])
+        return PhraseProgress(
+            self.current[rows], self.matched[rows], self.placed[rows], self.ended[rows]
+        )
 
 
 class Constraints:
-    """One batch's phrases [B, C, L] (``pad`` after each; an all-``pad`` phrase is none)."""
+    """One batch's phrases [B, C, L] (``pad`` after each; an all-``pad`` phrase is none) and the
+    target pieces that go on with a word, ``joins`` [V] (None: no such rule)."""
 
-    def __init__(self, phrases: np.ndarray, pad: int) -> None:
-        self.phrases, self.pad = phrases, pad
+    def __init__(self, phrases: np.ndarray, pad: int, joins: np.ndarray | None = None) -> None:
+        self.phrases, self.pad, self.joins = phrases, pad, joins
         self.lengths = (phrases != pad).sum(2)  # [B, C]
         self.total = self.lengths.sum(1)  # [B]
         self.banks = phrases.shape[1] * phrases.shape[2] + 1
 
     def start(self, rows: int) -> PhraseProgress:
         none = np.full(rows, -1, dtype=np.int64)
-        return PhraseProgress(
-            none, np.zeros_like(none), np.zeros((rows, self.phrases.shape[1]), bool)
-        )
+        placed = np.zeros((rows, self.phrases.shape[1]), bool)
+        return PhraseProgress(none, np.zeros_like(none), placed, np.zeros(rows, bool))
 
     def met(self, sent: np.ndarray, progress: PhraseProgress) -> np.ndarray:
         """[rows] constraint tokens met: those of placed phrases and of the one in progress."""
@@ -42,6 +46,25 @@ class Constraints:
 
     def complete(self, sent: np.ndarray, progress: PhraseProgress) -> np.ndarray:
         return self.met(sent, progress) == self.total[sent]
+
+    def ban(
+        self,
+        log_probs: np.ndarray,
+        sent: np.ndarray,
+        progress: PhraseProgress,
+        eos: int,
+        free: tuple[np.ndarray, np.ndarray | None],
+    ) -> np.ndarray:
+        """The rows [rows] short of a phrase, whose EOS is banned but at their limit (``free``:
+        rows at it, and rows whose prefix forces the token, None: none), as torch's `ban`; a
+        row that just placed a phrase may not go on with its word (`joins`) unless forced."""
+        at_limit, forced = free
+        short = ~self.complete(sent, progress)
+        log_probs[short & ~at_limit, eos] = -np.inf
+        if self.joins is not None:
+            ended = progress.ended if forced is None else progress.ended & ~forced
+            log_probs[ended[:, None] & self.joins[None, :]] = -np.inf
+        return short
 
     def _next(self, phrases: np.ndarray, progress: PhraseProgress) -> np.ndarray:
         """[rows] the next token of each row's phrase in progress (any value where none)."""
@@ -71,7 +94,8 @@ class Constraints:
         whole = (current >= 0) & (matched == lengths[rows, np.maximum(current, 0)])
         column = np.arange(phrases.shape[1])[None, :] == current[:, None]
         placed = progress.placed | (column & whole[:, None])
-        return PhraseProgress(np.where(whole, -1, current), np.where(whole, 0, matched), placed)
+        current, matched = np.where(whole, -1, current), np.where(whole, 0, matched)
+        return PhraseProgress(current, matched, placed, whole)
 
     def candidates(
         self,

@@ -96,6 +96,12 @@ class UserBans:
             np.put_along_axis(log_probs, forced, kept, 1)
         return log_probs
 
+    def forced_rows(self, t: int, sent: np.ndarray) -> np.ndarray | None:
+        """[rows] bool: the rows whose prefix forces their token at step ``t`` (None: none)."""
+        if self.prefix is None or t >= self.prefix.shape[1]:
+            return None
+        return self.prefix[sent, t] != self.pad
+
 
 def user_bans(
     cfg: dict, src_lengths: np.ndarray, limit: np.ndarray, ids: dict, prefix: np.ndarray | None
@@ -197,6 +203,7 @@ class _Beam:
         cfg: dict,
         prefix: np.ndarray | None,
         phrases: np.ndarray | None,
+        joins: np.ndarray | None = None,
     ) -> None:
         self.graphs, self.ids = graphs, graphs.ids
         self.k, self.alpha = cfg["beam_size"], cfg["alpha"]
@@ -205,7 +212,8 @@ class _Beam:
         limit = limits(cfg, src_lengths, prefix, self.ids["pad"], phrases)
         self.limit, self.steps = limit, int(limit.max()) + 1
         self.user_bans = user_bans(cfg, src_lengths, limit, self.ids, prefix)
-        self.constraints = None if phrases is None else Constraints(phrases, self.ids["pad"])
+        pad = self.ids["pad"]
+        self.constraints = None if phrases is None else Constraints(phrases, pad, joins)
         self.progress = None if phrases is None else self.constraints.start(batch)
         repeats = self.user_bans is not None and self.user_bans.n > 0
         # [rows, t] each row's tokens so far (no_repeat_ngram only)
@@ -241,8 +249,9 @@ class _Beam:
             log_probs = self.user_bans.apply(log_probs, t, sent, self.seqs)
         short = None  # with constraints: rows that cannot end before their limit
         if self.constraints is not None:
-            short = ~self.constraints.complete(sent, self.progress)
-            log_probs[short & ~row_limit, eos] = NEG_INF
+            forced = None if self.user_bans is None else self.user_bans.forced_rows(t, sent)
+            free = row_limit, forced
+            short = self.constraints.ban(log_probs, sent, self.progress, eos, free)
         vocab = log_probs.shape[1]
         candidates = (self.scores[:, :, None] + log_probs.reshape(n, width, vocab)).reshape(n, -1)
         top_idx = _top(candidates, 2 * k)  # [n, 2k]
@@ -363,11 +372,13 @@ def beam(
     cfg: dict,
     prefix: np.ndarray | None = None,
     phrases: np.ndarray | None = None,
+    joins: np.ndarray | None = None,
 ) -> list[list[Hypothesis]]:
     """n-best lists (at most ``beam_size`` each) for a padded batch src [B, S], each sentence's
     ``prefix`` row ([B, P], pad after it; None: none) forced in all its beams first, and its
-    ``phrases`` ([B, C, L], pad after each; None: none) in every hypothesis (constraints)."""
-    search = _Beam(graphs, src, src_lengths, cfg, prefix, phrases)
+    ``phrases`` ([B, C, L], pad after each; None: none) in every hypothesis (constraints), each
+    ending a word: no piece of ``joins`` [V] (`word_continuations`; None: any) right after."""
+    search = _Beam(graphs, src, src_lengths, cfg, prefix, phrases, joins)
     for t in range(search.steps):
         search.step(t)
         if search.done.all():

@@ -6,6 +6,7 @@ numpy, like rules.py: seq2seq's torch search and this package's numpy search bot
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,11 +58,19 @@ class SteeringIds:
     prefix: list[int] = field(default_factory=list)
     phrases: list[list[int]] = field(default_factory=list)
     terms: list[list[int]] = field(default_factory=list)
+    joins: np.ndarray | None = field(default=None, compare=False)  # `word_continuations`
 
     def forced(self) -> SteeringIds:
         """The glossary's terms as phrases too."""
         extra = [t for t in self.terms if t not in self.phrases]
-        return SteeringIds(self.prefix, [*self.phrases, *extra])
+        return SteeringIds(self.prefix, [*self.phrases, *extra], joins=self.joins)
+
+
+def word_continuations(pieces: Sequence[str]) -> np.ndarray:
+    """[V] bool: the target pieces that go on with the word before them (no word-start mark,
+    a letter or digit first). None may follow a placed phrase: "cat" must not become "cate";
+    punctuation and EOS may."""
+    return np.array([p[:1].isalnum() for p in pieces], dtype=bool)
 
 
 def clean(text: str) -> str:
@@ -70,12 +79,12 @@ def clean(text: str) -> str:
 
 
 def encode_steering(
-    encode: Encode, steer: Sequence[LineSteering | None] | None
+    encode: Encode, steer: Sequence[LineSteering | None] | None, joins: np.ndarray | None = None
 ) -> list[SteeringIds] | None:
     """Each line's steering in target ids by ``encode``: the prefix and each constraint encoded
     alone, as the target is cut into pieces (pieces of "A dog" alone decode to "A dog"; a word alone
     begins a word, so "dog" matches " dog" inside a sentence); None where no line asks anything,
-    so that the search does no work."""
+    so that the search does no work. ``joins``: the vocabulary's `word_continuations`."""
     if steer is None or not any(
         g and (g.prefix.strip() or g.constraints or g.terms) for g in steer
     ):
@@ -89,19 +98,25 @@ def encode_steering(
     encoded = []
     for g in steer:
         if g is None:
-            encoded.append(SteeringIds())
+            encoded.append(SteeringIds(joins=joins))
             continue
         prefix = list(next(pieces)) if clean(g.prefix) else list(next(pieces))[:0]  # "": []
         phrases = [list(next(pieces)) for _ in g.constraints]
         terms = [list(next(pieces)) for _ in g.terms]
-        encoded.append(SteeringIds(prefix, [p for p in phrases if p], [t for t in terms if t]))
+        kept = [p for p in phrases if p], [t for t in terms if t]
+        encoded.append(SteeringIds(prefix, *kept, joins=joins))
     return encoded
 
 
-def holds(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
-    """Whether ``phrase`` occurs in ``tokens`` (target ids)."""
+def holds(tokens: Sequence[int], phrase: Sequence[int], joins: np.ndarray | None = None) -> bool:
+    """Whether ``phrase`` occurs in ``tokens`` (target ids) and, by ``joins``
+    (`word_continuations`; None: any), ends a word there."""
     n, tokens = len(phrase), list(tokens)
-    return any(tokens[i : i + n] == list(phrase) for i in range(len(tokens) - n + 1))
+    return any(
+        tokens[i : i + n] == list(phrase)
+        and (joins is None or i + n == len(tokens) or not joins[tokens[i + n]])
+        for i in range(len(tokens) - n + 1)
+    )
 
 
 def decode_steered(
@@ -115,12 +130,12 @@ def decode_steered(
     already holds its terms keeps the translation it had."""
     if steer is None or not any(s.terms for s in steer):
         return decode(lines, steer)
-    plain = [SteeringIds(s.prefix, s.phrases) for s in steer]
+    plain = [SteeringIds(s.prefix, s.phrases, joins=s.joins) for s in steer]
     found = decode(lines, plain if any(s.prefix or s.phrases for s in plain) else None)
     again = [
         (at, i)
         for at, (i, hyps) in enumerate(zip(lines, found, strict=True))
-        if hyps and not all(holds(hyps[0].tokens, t) for t in steer[i].terms)
+        if hyps and not all(holds(hyps[0].tokens, t, steer[i].joins) for t in steer[i].terms)
     ]
     if again:
         forced = [s.forced() for s in steer]
@@ -153,6 +168,12 @@ def steering_arrays(
     return prefix, phrases
 
 
+def steering_joins(steer: Sequence[SteeringIds] | None, chunk: Sequence[int]) -> np.ndarray | None:
+    """The `word_continuations` the lines ``chunk`` were encoded with (None: not given)."""
+    found = (steer[i].joins for i in chunk if steer[i].joins is not None) if steer else ()
+    return next(iter(found), None)
+
+
 def forced_max_lengths(
     limits: np.ndarray, prefix: np.ndarray | None, phrases: np.ndarray | None, pad: int
 ) -> np.ndarray:
@@ -169,18 +190,38 @@ def forced_max_lengths(
 # -- the glossary --------------------------------------------------------------------------------
 
 
-def read_glossary(text: str, where: str) -> list[tuple[str, str]]:
+def matchable(text: str) -> str:
+    """``text`` as a glossary matches it: NFC, each run of white space one space; its sources
+    and the lines alike, so a file saved in NFD (macOS) or a doubled space still matches."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def read_glossary(
+    text: str, where: str, warn: Callable[[str], None] | None = None
+) -> list[tuple[str, str]]:
     """A glossary's entries, one ``source phrase<TAB>target phrase`` a line ("#" lines and blank
     ones skipped), longest source phrase first; ValueError naming the line of a bad one. A
-    UTF-8 byte order mark (as some editors save) is not part of the first phrase."""
-    entries = []
+    UTF-8 byte order mark (as some editors save) is not part of the first phrase. ``warn`` is
+    told, a line each, of a source phrase given twice (the first line wins) and of no entries."""
+    entries, first = [], {}
     for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         fields = [f.strip() for f in line.split("\t")]
         if len(fields) != 2 or not all(fields):
             raise ValueError(f"{where}, line {number}: want 'source phrase<TAB>target phrase'")
-        entries.append((fields[0], fields[1]))
+        source = matchable(fields[0])
+        if source in first:
+            if warn is not None:
+                warn(
+                    f"{where}, lines {first[source]} and {number}: the source phrase '{source}' "
+                    f"twice; line {first[source]}'s target is used"
+                )
+            continue
+        first[source] = number
+        entries.append((source, fields[1]))
+    if not entries and warn is not None:
+        warn(f"{where} has no entries (blank or '#' lines only): it changes nothing")
     return sorted(entries, key=lambda e: -len(e[0]))
 
 
@@ -189,10 +230,10 @@ def glossary_hits(line: str, glossary: Sequence[tuple[str, str]]) -> list[tuple[
     matches "Hund," not "Hundehütte"; "junge" not the noun "Junge"), but for the first letter of
     the line's first word; in the order they occur; a longer phrase wins over a shorter one
     inside it, and each entry counts once. At the line's start the target's first letter is a
-    capital ("zwei -> two": "Zwei Hunde" gives "Two")."""
+    capital ("zwei -> two": "Zwei Hunde" gives "Two"). Both sides are `matchable` first."""
     taken: list[tuple[int, int]] = []
-    hits = []
-    for source, target in glossary:  # longest first
+    hits, line = [], matchable(line)
+    for source, target in ((matchable(s), t) for s, t in glossary):  # longest first
         first = "(?:" + "|".join(re.escape(c) for c in {source[:1].lower(), source[:1].upper()})
         pattern = r"(?<!\w)" + first + ")" + re.escape(source[1:]) + r"(?!\w)"
         for m in re.finditer(pattern, line):
@@ -267,10 +308,16 @@ class SteeringLines:
         return steer_lines(lines, self.prefixes, self.constraints, self.glossary, start)
 
 
+def as_words(phrase: str, text: str) -> bool:
+    """Whether ``phrase`` occurs in ``text`` with no letter or digit right before or after it."""
+    return re.search(r"(?<![^\W_])" + re.escape(phrase) + r"(?![^\W_])", text) is not None
+
+
 def steering_report(texts: Sequence[str], steer: Sequence[LineSteering]) -> dict[str, int]:
     """How far outputs ``texts`` (detokenised) kept their lines' steering: prefixes asked and
     kept (the output starts with the prefix's text), constraints asked and placed (the phrase's
-    text occurs in the output), glossary terms hit and placed, and the lines with a hit."""
+    text occurs in the output as whole words: "man" is not in "woman"), glossary terms hit and
+    placed, and the lines with a hit."""
     asked = [(t, s) for t, s in zip(texts, steer, strict=True)]
     prefixed = [(t, s.prefix.strip()) for t, s in asked if s.prefix.strip()]
     phrases = [(t, c.strip()) for t, s in asked for c in s.constraints if c.strip()]
@@ -279,8 +326,8 @@ def steering_report(texts: Sequence[str], steer: Sequence[LineSteering]) -> dict
         "prefixes": len(prefixed),
         "prefixes_kept": sum(t.startswith(p) for t, p in prefixed),
         "constraints": len(phrases),
-        "constraints_placed": sum(c in t for t, c in phrases),
+        "constraints_placed": sum(as_words(c, t) for t, c in phrases),
         "terms": len(terms),
-        "terms_placed": sum(target in t for t, target in terms),
+        "terms_placed": sum(as_words(target, t) for t, target in terms),
         "terms_lines": sum(bool(s.terms) for _, s in asked),
     }

@@ -4,6 +4,7 @@ source phrase TAB target phrase), turned into each input line's `LineSteering`."
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from seq2seq_lite.steering import LineSteering, SteeringLines, constraint_lines,
 
 from seq2seq.data.stream import decode_text
 from seq2seq.errors import Seq2SeqError
+
+log = logging.getLogger(__name__)
 
 
 def _lines(key: str, path: str) -> list[str]:
@@ -38,7 +41,8 @@ class SteeringFiles(SteeringLines):
         read = {key: _lines(key, path) for key, path in given.items()}  # every file first
         phrases = constraint_lines(read["constraints"]) if constraints else None
         try:
-            glossary = read_glossary("\n".join(read["terms"]), terms) if terms else []
+            text = "\n".join(read.get("terms", []))
+            glossary = read_glossary(text, terms, lambda m: log.warning("%s", m)) if terms else []
         except ValueError as e:
             raise Seq2SeqError(str(e)) from None
         names = {key: f"{key}={path}" for key, path in given.items()}

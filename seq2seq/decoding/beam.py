@@ -18,7 +18,7 @@ from torch import Tensor
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import to_device
-from seq2seq.decoding.constraints import Constraints, PhraseProgress, allocate
+from seq2seq.decoding.constraints import PhraseProgress, allocate
 from seq2seq.decoding.hypothesis import (
     Bans,
     BatchSteering,
@@ -152,8 +152,7 @@ class BeamSearch:
         self.limit, self.best_penalty = to_device(limit_host, device), to_device(best, device)
         # a prefix leaves one finite beam per sentence (the others -inf) until it ends
         self.user_bans = user_bans(cfg, src_lengths, limit_host, device, steer)
-        phrases = None if steer is None else steer.phrases
-        self.constraints = None if phrases is None else Constraints(phrases.to(device))
+        self.constraints = None if steer is None else steer.constraints(device)
         repeats = self.user_bans is not None and self.user_bans.n > 0
         heads = model.decoder.heads
         enc = model.encode(src, src_lengths)
@@ -204,9 +203,9 @@ class BeamSearch:
         if self.user_bans is not None:
             log_probs = self.user_bans.apply(log_probs, t, sent, beams.fed)
         short = None  # [rows] with constraints: rows that have not placed every phrase
-        if self.constraints is not None:  # they cannot end before their limit
-            short = ~self.constraints.complete(sent, beams.progress)
-            log_probs[:, EOS].masked_fill_(short & ~row_limit, -math.inf)
+        if self.constraints is not None:  # they cannot end before their limit (`ban`)
+            forced = None if self.user_bans is None else self.user_bans.forced_rows(t, sent)
+            short = self.constraints.ban(log_probs, sent, beams.progress, (row_limit, forced))
         vocab = log_probs.size(1)
         candidates = beams.scores.unsqueeze(2) + log_probs.view(n, width, vocab)
         top_scores, top_idx = candidates.view(n, width * vocab).topk(2 * k, dim=1)  # [n, 2k]

@@ -4,7 +4,8 @@ al. 2019; fairseq's): each step's candidates are the usual best ones, each beam'
 advance a constraint and its single best token; they are grouped in banks by the constraint
 tokens they have met, and the k beams are filled from the banks in turn, fullest bank first.
 A hypothesis can end only once every phrase is placed, unless its length limit forces it, and
-one that ends without them ranks below every one that has them."""
+one that ends without them ranks below every one that has them. A placed phrase ends a word: the
+token after it may not go on with that word (`seq2seq_lite.steering.word_continuations`)."""
 
 from __future__ import annotations
 
@@ -23,16 +24,20 @@ class PhraseProgress:
     current: Tensor  # [rows] the phrase being placed, -1: none
     matched: Tensor  # [rows] its tokens placed so far
     placed: Tensor  # [rows, C] bool: phrases placed whole
+    ended: Tensor  # [rows] bool: the last token placed a phrase whole
 
     def index(self, rows: Tensor) -> PhraseProgress:
-        return PhraseProgress(self.current[rows], self.matched[rows], self.placed[rows])
+        return PhraseProgress(
+            self.current[rows], self.matched[rows], self.placed[rows], self.ended[rows]
+        )
 
 
 class Constraints:
-    """One batch's phrases [B, C, L] (PAD after each; an all-PAD phrase is none), on the device."""
+    """One batch's phrases [B, C, L] (PAD after each; an all-PAD phrase is none) and the target
+    pieces that go on with a word, ``joins`` [V] (None: no such rule), on the device."""
 
-    def __init__(self, phrases: Tensor) -> None:
-        self.phrases = phrases
+    def __init__(self, phrases: Tensor, joins: Tensor | None = None) -> None:
+        self.phrases, self.joins = phrases, joins
         self.lengths = (phrases != PAD).sum(2)  # [B, C]
         self.total = self.lengths.sum(1)  # [B] constraint tokens each sentence must meet
         self.banks = int(phrases.size(1) * phrases.size(2)) + 1  # a bound on met counts, host
@@ -41,9 +46,8 @@ class Constraints:
         """Nothing placed, for ``rows`` rows."""
         device, count = self.phrases.device, self.phrases.size(1)
         none = torch.full((rows,), -1, dtype=torch.long, device=device)
-        return PhraseProgress(
-            none, torch.zeros_like(none), torch.zeros(rows, count, dtype=torch.bool, device=device)
-        )
+        placed = torch.zeros(rows, count, dtype=torch.bool, device=device)
+        return PhraseProgress(none, torch.zeros_like(none), placed, placed[:, 0].clone())
 
     def met(self, sent: Tensor, progress: PhraseProgress) -> Tensor:
         """[rows] constraint tokens met: those of placed phrases and of the one in progress."""
@@ -53,6 +57,24 @@ class Constraints:
     def complete(self, sent: Tensor, progress: PhraseProgress) -> Tensor:
         """[rows] bool: every phrase of the row's sentence placed."""
         return self.met(sent, progress) == self.total[sent]
+
+    def ban(
+        self,
+        log_probs: Tensor,
+        sent: Tensor,
+        progress: PhraseProgress,
+        free: tuple[Tensor, Tensor | None],
+    ) -> Tensor:
+        """The rows [rows] short of a phrase, whose EOS is banned but at their limit (``free``:
+        rows at it, and rows whose prefix forces the token, None: none); a row that just placed
+        a phrase may not go on with its word (``joins``) unless its prefix forces it."""
+        at_limit, forced = free
+        short = ~self.complete(sent, progress)
+        log_probs[:, EOS].masked_fill_(short & ~at_limit, float("-inf"))
+        if self.joins is not None:
+            ended = progress.ended if forced is None else progress.ended & ~forced
+            log_probs.masked_fill_(ended.unsqueeze(1) & self.joins, float("-inf"))
+        return short
 
     def wanted(self, sent: Tensor, progress: PhraseProgress) -> Tensor:
         """[rows, C] the tokens that advance each row: the next token of the phrase in progress
@@ -80,7 +102,7 @@ class Constraints:
         column = torch.arange(phrases.size(1), device=sent.device) == current.unsqueeze(1)
         placed = progress.placed | (column & whole.unsqueeze(1))
         current, matched = current.masked_fill(whole, -1), matched.masked_fill(whole, 0)
-        return PhraseProgress(current, matched, placed)
+        return PhraseProgress(current, matched, placed, whole)
 
     def candidates(
         self,

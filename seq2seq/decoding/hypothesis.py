@@ -16,10 +16,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from seq2seq_lite import rules
-from seq2seq_lite.steering import SteeringIds, forced_max_lengths, steering_arrays
+from seq2seq_lite.steering import (
+    SteeringIds,
+    forced_max_lengths,
+    steering_arrays,
+    steering_joins,
+)
 from torch import Tensor
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decoding.constraints import Constraints
 from seq2seq.vocab import BOS, EOS, PAD
 
 
@@ -118,14 +124,22 @@ class UserBans:
             log_probs.masked_fill_(forced != PAD, float("-inf")).scatter_(1, forced, kept)
         return log_probs
 
+    def forced_rows(self, t: int, sent: Tensor) -> Tensor | None:
+        """[rows] bool: the rows whose prefix forces their token at step ``t`` (None: none)."""
+        if self.prefix is None or t >= self.prefix.size(1):  # a shape: no device read
+            return None
+        return self.prefix[sent, t] != PAD
+
 
 @dataclass
 class BatchSteering:
     """A batch's steer on the host (`seq2seq_lite.steering.steering_arrays`, PAD-padded): target
-    prefixes [B, P] and constraint phrases [B, C, L]; None: none."""
+    prefixes [B, P] and constraint phrases [B, C, L]; None: none; ``joins`` [V]: the pieces that
+    may not follow a placed phrase (`word_continuations`; None: any)."""
 
     prefix: Tensor | None = None
     phrases: Tensor | None = None
+    joins: Tensor | None = None
 
     @classmethod
     def of(cls, steer: Sequence[SteeringIds] | None, chunk: Sequence[int]) -> BatchSteering | None:
@@ -133,11 +147,20 @@ class BatchSteering:
         prefix, phrases = steering_arrays(steer, chunk, PAD)
         if prefix is None and phrases is None:
             return None
-        return cls(*(None if a is None else torch.from_numpy(a) for a in (prefix, phrases)))
+        joins = steering_joins(steer, chunk)
+        return cls(*(None if a is None else torch.from_numpy(a) for a in (prefix, phrases, joins)))
 
     def rows(self, rows: Tensor) -> BatchSteering:
         """The steer of batch rows ``rows`` (host)."""
-        return BatchSteering(*(None if a is None else a[rows] for a in (self.prefix, self.phrases)))
+        found = (None if a is None else a[rows] for a in (self.prefix, self.phrases))
+        return BatchSteering(*found, self.joins)
+
+    def constraints(self, device: torch.device) -> Constraints | None:
+        """The search's `Constraints` on ``device`` (None: no phrases)."""
+        if self.phrases is None:
+            return None
+        joins = None if self.joins is None else self.joins.to(device)
+        return Constraints(self.phrases.to(device), joins)
 
     def limits(self, limits: Tensor) -> Tensor:
         """The length limits [B] (host) raised so that the prefix and phrases fit with one

@@ -12,10 +12,17 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from sacrebleu.metrics import BLEU, CHRF
 from seq2seq_lite import rules
-from seq2seq_lite.steering import LineSteering, SteeringIds, decode_steered, encode_steering
+from seq2seq_lite.steering import (
+    LineSteering,
+    SteeringIds,
+    decode_steered,
+    encode_steering,
+    word_continuations,
+)
 
 from seq2seq.config import DecodeConfig, InferenceConfig
 from seq2seq.data.tokenizer import Tokenizer
@@ -105,6 +112,11 @@ class TranslatorBase(abc.ABC):
         """Subword labels of the source as read, ending with "</s>" like the attention columns."""
         return self.src_tok.pieces(translation.source_ids)
 
+    @functools.cached_property
+    def joins(self) -> np.ndarray:
+        """The target pieces that go on with a word (`word_continuations`)."""
+        return word_continuations(self.tgt_tok.pieces(range(self.tgt_tok.vocab_size)))
+
     def target_pieces(self, hypothesis: Hypothesis) -> list[str]:
         """Subword labels of a hypothesis, ending with "</s>" like the attention rows."""
         return self.tgt_tok.pieces([*hypothesis.tokens, EOS])
@@ -165,7 +177,7 @@ class Translator(TranslatorBase):
         encoded = encode_sources(self.src_tok, lines, self.search.max_source_len)
         if steer is not None and len(steer) != len(lines):
             raise Seq2SeqError(f"steering for {len(steer)} lines, {len(lines)} lines to translate")
-        targets = encode_steering(self.tgt_tok.encode_batch, steer)
+        targets = encode_steering(self.tgt_tok.encode_batch, steer, self.joins)
         results = [Translation([], []) for _ in lines]
         todo = [i for i, ids in enumerate(encoded) if ids]
         for i in todo:
