@@ -71,6 +71,9 @@ def test_only_the_first_letter_of_a_line_may_differ_and_its_target_is_capital() 
     assert glossary_hits("Der Hund", entries) == [("Hund", "dog")]
     assert glossary_hits("Ein Junge und eine junge Frau", entries) == [("junge", "young")]
     assert glossary_hits("Junge Leute", entries) == [("junge", "Young")]
+    cased = read_glossary("iPhone\tiPhone\neBay-Konto\teBay account\n", "terms.tsv")
+    assert glossary_hits("iPhone ist gut", cased) == [("iPhone", "iPhone")]  # not "IPhone"
+    assert glossary_hits("eBay-Konto gesperrt", cased) == [("eBay-Konto", "eBay account")]
 
 
 def test_steering_files_are_read_counted_and_reported(tmp_path) -> None:

@@ -230,7 +230,8 @@ def glossary_hits(line: str, glossary: Sequence[tuple[str, str]]) -> list[tuple[
     matches "Hund," not "Hundehütte"; "junge" not the noun "Junge"), but for the first letter of
     the line's first word; in the order they occur; a longer phrase wins over a shorter one
     inside it, and each entry counts once. At the line's start the target's first letter is a
-    capital ("zwei -> two": "Zwei Hunde" gives "Two"). Both sides are `matchable` first."""
+    capital ("zwei -> two": "Zwei Hunde" gives "Two"; not "iPhone"). Both sides are `matchable`
+    first."""
     taken: list[tuple[int, int]] = []
     hits, line = [], matchable(line)
     for source, target in ((matchable(s), t) for s, t in glossary):  # longest first
@@ -242,11 +243,16 @@ def glossary_hits(line: str, glossary: Sequence[tuple[str, str]]) -> list[tuple[
                 continue  # another case inside the line: another word
             if all(m.end() <= a or m.start() >= b for a, b in taken):
                 taken.append((m.start(), m.end()))
-                hits.append(
-                    (m.start(), source, target[:1].upper() + target[1:] if starts else target)
-                )
+                hits.append((m.start(), source, _at_line_start(target) if starts else target))
                 break
     return [(s, t) for _, s, t in sorted(hits)]
+
+
+def _at_line_start(target: str) -> str:
+    """A term opening the line starts with a capital ("two" -> "Two"), unless its first word is
+    cased on purpose ("iPhone", "eBay" stay as they are)."""
+    word = target.split(" ", 1)[0]
+    return target[:1].upper() + target[1:] if word == word.lower() else target
 
 
 def with_glossary(
