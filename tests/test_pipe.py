@@ -130,3 +130,15 @@ def test_line_batches_stop_at_invalid_utf8_after_the_lines_before_it() -> None:
         assert next(batches) == ["three"]
         with pytest.raises(InputError, match=r"^standard input, line 4: invalid UTF-8 \(invalid"):
             next(batches)
+
+
+def test_steering_given_for_an_empty_line_is_warned_of() -> None:
+    """An empty line is not translated: its prefix and constraints were dropped without a word."""
+    said: list[str] = []
+    names = {"prefix": "--prefix p.txt", "constraints": "--constraints c.tsv"}
+    steering = SteeringLines(["A", "B", ""], [[], ["dog"], []], [], names, said.append)
+    with piped(b"x\n\n\n") as stream:
+        list(translated_batches(stream, 2, WHERE, upper, steering))
+    assert said == [
+        "input line 2 is empty: --prefix p.txt and --constraints c.tsv of that line is not used"
+    ]

@@ -104,7 +104,7 @@ def _steering(args: argparse.Namespace) -> SteeringLines | None:
     terms = given.get("terms")
     glossary = read_glossary("\n".join(read["terms"]), terms, _warn) if terms else []
     names = {key: f"--{key} {path}" for key, path in given.items()}
-    return SteeringLines(read.get("prefix"), phrases, glossary, names)
+    return SteeringLines(read.get("prefix"), phrases, glossary, names, _warn)
 
 
 def _check_beam(steering: SteeringLines | None, beam_size: int) -> None:

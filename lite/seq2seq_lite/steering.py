@@ -296,6 +296,7 @@ class SteeringLines:
     constraints: list[list[str]] | None
     glossary: list[tuple[str, str]]
     names: dict[str, str]
+    warn: Callable[[str], None] | None = None  # told of steering given for an empty line
 
     def count_problem(self, count: int, input_name: str, more: bool = False) -> str | None:
         """A per-line file of another line count than the input's ``count`` lines, or (``more``:
@@ -310,8 +311,15 @@ class SteeringLines:
         return None
 
     def for_lines(self, lines: Sequence[str], start: int = 0) -> list[LineSteering]:
-        """The steering of input ``lines``, the input's lines ``start`` on."""
-        return steer_lines(lines, self.prefixes, self.constraints, self.glossary, start)
+        """The steering of input ``lines``, the input's lines ``start`` on; a prefix or
+        constraints given for an empty line (which is not translated) are warned of."""
+        steer = steer_lines(lines, self.prefixes, self.constraints, self.glossary, start)
+        for number, (line, given) in enumerate(zip(lines, steer, strict=True), start + 1):
+            asked = {"prefix": given.prefix.strip(), "constraints": given.constraints}
+            files = " and ".join(self.names[key] for key, value in asked.items() if value)
+            if files and not line.strip() and self.warn is not None:
+                self.warn(f"input line {number} is empty: {files} of that line is not used")
+        return steer
 
 
 def as_words(phrase: str, text: str) -> bool:

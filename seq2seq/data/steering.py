@@ -46,7 +46,7 @@ class SteeringFiles(SteeringLines):
         except ValueError as e:
             raise Seq2SeqError(str(e)) from None
         names = {key: f"{key}={path}" for key, path in given.items()}
-        return cls(read.get("prefix"), phrases, glossary, names)
+        return cls(read.get("prefix"), phrases, glossary, names, lambda m: log.warning("%s", m))
 
     def check_count(self, count: int, input_name: str) -> None:
         """Refuse, in one line, a per-line file of another line count than the input's."""
