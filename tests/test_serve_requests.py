@@ -47,6 +47,9 @@ def test_query_parameters_are_refused_not_ignored() -> None:
 def test_a_prefix_with_a_line_break_is_refused_as_a_sentence_with_one_is() -> None:
     status, data = post({"sentences": ["Ein Hund."], "prefixes": ["A\ndog"]})
     assert status == 422 and "line break" in data["error"]
+    for phrase in ("a\ndog", "a\tdog"):  # a constraints file's line holds tab-separated ones
+        status, data = post({"sentences": ["Ein Hund."], "constraints": [[phrase]]})
+        assert status == 422 and "one phrase an item" in data["error"], data
 
 
 def test_a_glossary_hit_at_beam_1_names_the_glossary(tmp_path: Path) -> None:

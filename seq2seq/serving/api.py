@@ -133,6 +133,10 @@ def _steering(
                 413, f"sentence {i} has {len(phrases)} constraints; at most {cfg.max_constraints}"
             )
         _within_chars(i, "constraints", sum(map(len, phrases)), cfg.max_chars)
+        if any(c in phrase for phrase in phrases for c in "\t\r\n"):
+            raise BadRequest(
+                422, f"sentence {i}'s constraints hold a tab or line break: one phrase an item"
+            )
     for i, prefix in enumerate(prefixes or []):
         _within_chars(i, "prefix", len(prefix or ""), cfg.max_chars)
         if any(c in (prefix or "") for c in "\r\n"):
