@@ -248,3 +248,12 @@ def test_a_term_is_held_and_counted_as_whole_words_only() -> None:
     assert (report["constraints_placed"], report["terms_placed"]) == (0, 0)
     report = steering_report(["A man, a cat (dog)."], steer)
     assert (report["constraints_placed"], report["terms_placed"]) == (2, 1)
+
+
+def test_a_line_steering_of_the_wrong_shape_is_refused() -> None:
+    """LineSteering(constraints="cat") asked for the phrases "c", "a" and "t"."""
+    with pytest.raises(TypeError, match=r"constraints is a list of phrases: \['cat'\]"):
+        LineSteering(constraints="cat")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="prefix is one string, not list"):
+        LineSteering(prefix=["A dog"])  # type: ignore[arg-type]
+    assert LineSteering("A", ["cat"]).constraints == ["cat"]

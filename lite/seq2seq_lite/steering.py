@@ -48,6 +48,12 @@ class LineSteering:
     constraints: list[str] = field(default_factory=list)
     terms: list[tuple[str, str]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, str):
+            raise TypeError(f"prefix is one string, not {type(self.prefix).__name__}")
+        if isinstance(self.constraints, str):  # its letters would each be a phrase
+            raise TypeError(f"constraints is a list of phrases: [{self.constraints!r}]")
+
 
 @dataclass
 class SteeringIds:
