@@ -57,14 +57,15 @@ class _RunFolder:
         the run folder and tells them where it is), and a sweep is refused."""
         rank = process_rank()
         run_dir = next((a.split("=", 1)[1] for a in argv if a.startswith("hydra.run.dir=")), None)
-        if run_dir and {"-m", "--multirun"} & set(argv):
+        sweep = bool({"-m", "--multirun"} & set(argv))
+        if run_dir and sweep:
             raise Seq2SeqError(
                 "hydra.run.dir names one run's folder, which a sweep (-m) does not use: its "
                 "runs go into hydra.sweep.dir=... (runs/multirun_<date>_<time>/ by default)"
             )
         self.saved = saved_settings(argv, run_dir)
         argv = [*self.saved, *argv]
-        own = _config_flag(argv, "--config-path", "-cp") is not None  # a config of the user's
+        own = any(a.partition("=")[0] in ("--config-path", "-cp") for a in argv)  # the user's
         argv = with_overrides(argv, [f"hydra.searchpath=[pkg://{CONFIG_MODULE}]"] if own else [])
         if rank == 0 and run_dir:
             RunLock(Path(run_dir)).check_free()
@@ -72,12 +73,12 @@ class _RunFolder:
                 raise Seq2SeqError(why)
         if rank == 0:
             self.new_parents = _new_parents(run_dir or _default_run_dir())
-            if run_dir is None and not {"-m", "--multirun"} & set(argv):
+            if run_dir is None and not sweep:
                 self.made = _fresh_folder(_default_run_dir())
                 argv = with_overrides(argv, [f"hydra.run.dir={self.made}"] if self.made else [])
             logging_of_ours = ["hydra/job_logging=train", "hydra/hydra_logging=stderr"]
             return with_overrides(argv, logging_of_ours if own else [])
-        if {"-m", "--multirun"} & set(argv):
+        if sweep:
             raise Seq2SeqError("a sweep (-m) cannot run under torchrun; start one per run")
         return follower_argv(argv)
 
@@ -113,15 +114,6 @@ def saved_settings(argv: list[str], run_dir: str | None) -> list[str]:
     return [
         o for o in OmegaConf.to_container(OmegaConf.load(saved)) if _override_key(o) not in given
     ]
-
-
-def _config_flag(argv: list[str], *names: str) -> str | None:
-    """The value of Hydra's flag ``names`` (``--config-path x``, ``-cp=x``), None if not given."""
-    for i, arg in enumerate(argv):
-        name, equals, value = arg.partition("=")
-        if name in names:
-            return value if equals else next(iter(argv[i + 1 : i + 2]), "")
-    return None
 
 
 def _config_source() -> list[str]:

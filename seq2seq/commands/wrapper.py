@@ -61,7 +61,7 @@ def hydra_command(
                 _start(config_name, before)
                 run()
             except BrokenPipeError:  # --help or --cfg read by `| head`
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                _reader_left()
             finally:
                 if after is not None:
                     after()
@@ -122,11 +122,16 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
             log.error("interrupted")
         sys.exit(130)
     except BrokenPipeError:  # e.g. `... | head`: the reader left, nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _reader_left()
     except OSError as e:  # a full disk, a folder that went away: which file, in one line
         where = f"{e.filename}: " if e.filename else ""
         log.error("stopped: %s%s; what was written before is intact", where, e.strerror or e)
     sys.exit(1)
+
+
+def _reader_left() -> None:
+    """stdout's reader has gone: what is still buffered goes nowhere, not into a traceback."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _home_folder(arg: str) -> str:
@@ -162,5 +167,5 @@ def _say(result: Any) -> None:
         elif isinstance(result, str | Path):
             print(result, flush=True)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _reader_left()
         sys.exit(1)

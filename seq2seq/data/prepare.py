@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -41,11 +43,7 @@ class TrainingData:
     valid_src: list[str]
     valid_refs: list[str]
     train_text: tuple[SideText, SideText] | None  # the training text by line (subword sampling)
-
-    def valid_record(self) -> str:
-        """The validation split as a checkpoint records it: its size and its lines' digest."""
-        digest = from_lists(self.valid_src, self.valid_refs).fingerprint[:12]
-        return f"{len(self.valid_src):,} pairs ({digest})"
+    valid_record: str  # the validation split as a checkpoint records it: size and digest
 
 
 def training_data(cfg: DataConfig, tokenizers: TokenizerSource) -> TrainingData:
@@ -60,7 +58,8 @@ def training_data(cfg: DataConfig, tokenizers: TokenizerSource) -> TrainingData:
     valid_pairs = from_lists(valid_src, valid_refs)
     valid = encode_corpus(valid_pairs, src_tok, tgt_tok, cache, None, False)
     text = text_store(train, cache) if cfg.sampling_alpha else None
-    return TrainingData(src_tok, tgt_tok, train_ids, valid, valid_src, valid_refs, text)
+    record = f"{len(valid_src):,} pairs ({valid_pairs.fingerprint[:12]})"
+    return TrainingData(src_tok, tgt_tok, train_ids, valid, valid_src, valid_refs, text, record)
 
 
 def run_tokenizers(
@@ -83,24 +82,31 @@ def run_tokenizers(
 
 
 def _warn_unused_keys(cfg: DataConfig, folder: Path) -> None:
-    """One warning naming the data.tokenizer keys set here (not the schema's default) that the
-    folder's models were not trained with (its config.yaml's): they are taken as they are."""
-    ours = OmegaConf.to_container(cfg.tokenizer, resolve=True, enum_to_str=True)
-    defaults = OmegaConf.to_container(OmegaConf.structured(TokenizerConfig), enum_to_str=True)
+    """One warning naming the data.tokenizer keys the folder's models were not trained with
+    (`unapplied_tokenizer_keys`, its config.yaml's): they are taken as they are."""
     saved = folder / CONFIG_FILE
-    theirs = OmegaConf.select(OmegaConf.load(saved), "data.tokenizer") if saved.is_file() else None
-    theirs = OmegaConf.to_container(theirs, resolve=True) if theirs is not None else {}
-    unused = [
-        f"data.tokenizer.{key}={value}"
-        for key, value in ours.items()
-        if key != "from_folder" and value != defaults.get(key) and value != theirs.get(key)
-    ]
-    if unused:
+    recorded = (
+        OmegaConf.select(OmegaConf.load(saved), "data.tokenizer") if saved.is_file() else None
+    )
+    if unused := unapplied_tokenizer_keys(cfg.tokenizer, recorded):
+        said = ", ".join(f"data.tokenizer.{key}={here}" for key, (here, _) in unused.items())
         log.warning(
-            "data.tokenizer.from_folder=%s brings its own models: %s not used",
-            folder,
-            ", ".join(unused),
+            "data.tokenizer.from_folder=%s brings its own models: %s not used", folder, said
         )
+
+
+def unapplied_tokenizer_keys(tokenizer: Any, recorded: Any) -> dict[str, tuple[Any, Any]]:
+    """{key: (value here, value there)} of the data.tokenizer keys set here to another value than
+    the schema's default and than ``recorded`` (the models' run's data.tokenizer; None: none
+    recorded), which models taken from elsewhere cannot apply; ``from_folder`` aside."""
+    plain = functools.partial(OmegaConf.to_container, resolve=True, enum_to_str=True)
+    theirs = plain(recorded) if recorded is not None else {}
+    defaults = plain(OmegaConf.structured(TokenizerConfig))
+    return {
+        key: (value, theirs.get(key))
+        for key, value in plain(tokenizer).items()
+        if key != "from_folder" and value != defaults.get(key) and value != theirs.get(key)
+    }
 
 
 def write_splits(cfg: DataConfig, run_dir: Path) -> list[Path]:

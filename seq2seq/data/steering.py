@@ -16,6 +16,10 @@ from seq2seq.errors import Seq2SeqError
 log = logging.getLogger(__name__)
 
 
+def _warn(message: str) -> None:
+    log.warning("%s", message)
+
+
 def _lines(key: str, path: str) -> list[str]:
     """The lines of the file ``path`` given as ``key=`` (without their line ends)."""
     try:
@@ -42,11 +46,11 @@ class SteeringFiles(SteeringLines):
         phrases = constraint_lines(read["constraints"]) if constraints else None
         try:
             text = "\n".join(read.get("terms", []))
-            glossary = read_glossary(text, terms, lambda m: log.warning("%s", m)) if terms else []
+            glossary = read_glossary(text, terms, _warn) if terms else []
         except ValueError as e:
             raise Seq2SeqError(str(e)) from None
         names = {key: f"{key}={path}" for key, path in given.items()}
-        return cls(read.get("prefix"), phrases, glossary, names, lambda m: log.warning("%s", m))
+        return cls(read.get("prefix"), phrases, glossary, names, _warn)
 
     def check_count(self, count: int, input_name: str) -> None:
         """Refuse, in one line, a per-line file of another line count than the input's."""

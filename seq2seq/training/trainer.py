@@ -176,7 +176,7 @@ class Trainer:
             self.updater.optimizer, tcfg.lr, tcfg.scheduler, metric.higher_is_better
         )
         self.plan = epoch_plan(cfg, engine, self.data.train)
-        self.progress = Progress(best_metric=metric.value, validation=self.data.valid_record())
+        self.progress = Progress(best_metric=metric.value, validation=self.data.valid_record)
         if state is None and tcfg.init_from:
             start_from(tcfg, self.updater, self.schedule)
         if state is not None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from seq2seq.config import TokenizerConfig
+from seq2seq.data.prepare import unapplied_tokenizer_keys
 from seq2seq.errors import Seq2SeqError
 from seq2seq.model.config import ATTENTION_CONFIGS, ModelConfig
 from seq2seq.runtime.checkpoint import load_checkpoint
@@ -90,16 +90,14 @@ def _check_tokenizer_keys(cfg: DictConfig, folder: Path, saved: DictConfig) -> N
     """The run takes the folder's tokenizers: a data.tokenizer key set to another value than
     the schema's default and than the folder's could not apply (config.yaml would record it as
     if it had), nor could another data.tokenizer.from_folder: refused in one line."""
-    ours = _plain(cfg.data.tokenizer)
-    recorded = OmegaConf.select(saved, "data.tokenizer")
-    theirs = _plain(recorded) if recorded is not None else {}
-    defaults = _plain(OmegaConf.structured(TokenizerConfig))
+    unapplied = unapplied_tokenizer_keys(
+        cfg.data.tokenizer, OmegaConf.select(saved, "data.tokenizer")
+    )
     clashes = [
-        f"data.tokenizer.{key} ({value} here, {theirs.get(key)} there)"
-        for key, value in ours.items()
-        if key != "from_folder" and value != defaults.get(key) and value != theirs.get(key)
+        f"data.tokenizer.{key} ({here} here, {there} there)"
+        for key, (here, there) in unapplied.items()
     ]
-    given = ours.get("from_folder")
+    given = cfg.data.tokenizer.from_folder
     if given and Path(given).resolve() != folder:
         clashes.append(f"data.tokenizer.from_folder={given}")
     if clashes:
