@@ -23,7 +23,8 @@ from pathlib import Path
 
 import sacrebleu
 import torch
-from seq2seq_lite.steering import LineSteering, read_glossary, steering_report, with_glossary
+from seq2seq_lite.glossary import read_glossary
+from seq2seq_lite.steering import LineSteering, steering_report, with_glossary
 
 from seq2seq.config import DecodeConfig
 from seq2seq.data.corpus import read_parallel

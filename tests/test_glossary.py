@@ -11,13 +11,8 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from seq2seq_lite.steering import (
-    LineSteering,
-    glossary_hits,
-    read_glossary,
-    steering_report,
-    with_glossary,
-)
+from seq2seq_lite.glossary import glossary_hits, read_glossary
+from seq2seq_lite.steering import LineSteering, steering_report, with_glossary
 
 from seq2seq.data.steering import SteeringFiles
 from seq2seq.errors import Seq2SeqError
@@ -106,14 +101,15 @@ def test_steering_files_are_read_counted_and_reported(tmp_path) -> None:
 
 def test_evaluate_places_constraints_and_glossary_terms(smoke_run, tmp_path) -> None:
     """The smoke model, beam 3, on the first lines of test_2016_flickr: every phrase asked
-    appears in its output; the hits are in the result and in the .terms.jsonl file."""
+    appears in its output; the hits are in the result and in the .terms.jsonl file; a phrase
+    the target vocabulary cannot spell is said."""
     from run_helpers import command
 
     src, ref = tmp_path / "src.de", tmp_path / "ref.en"
-    lines = ["Ein Hund läuft über eine Wiese.", "Zwei Männer spielen Fußball.", "Eine Frau."]
+    lines = ["Ein Hund läuft über eine Wiese.", "Zwei Männer spielen Fußball.", "Eine Frau.", "Ja."]
     src.write_text("".join(line + "\n" for line in lines))
-    ref.write_text("A dog runs.\nTwo men play soccer.\nA woman.\n")
-    (tmp_path / "c.tsv").write_text("grass\n\nsmiling woman\n")
+    ref.write_text("A dog runs.\nTwo men play soccer.\nA woman.\nYes.\n")
+    (tmp_path / "c.tsv").write_text("grass\n\nsmiling woman\n☃\n")
     (tmp_path / "terms.tsv").write_text("Fußball\tfootball\nHund\tpuppy\n")
     proc = command(
         "evaluate",
@@ -128,7 +124,9 @@ def test_evaluate_places_constraints_and_glossary_terms(smoke_run, tmp_path) -> 
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     steering = result["steering"]
-    assert steering["constraints"] == 2 and steering["constraints_placed"] == 2
+    assert steering["constraints"] == 3 and steering["constraints_placed"] == 2  # not ☃
+    lacks = "src.de: input line 4: constraint '☃': the target vocabulary has no '☃'"
+    assert proc.stderr.count(lacks) == 1, proc.stderr
     assert steering["terms"] == 2 and steering["terms_placed"] == 2
     assert steering["terms_lines"] == 2
     assert result["hypotheses"].endswith(".beam3.constraints-c.tsv.terms-terms.tsv.hyp")
@@ -136,7 +134,7 @@ def test_evaluate_places_constraints_and_glossary_terms(smoke_run, tmp_path) -> 
     assert "grass" in hyps[0] and "puppy" in hyps[0] and "football" in hyps[1]
     assert "smiling woman" in hyps[2]
     terms = [json.loads(line) for line in Path(result["term_hits"]).read_text().splitlines()]
-    assert terms == [[["Hund", "puppy"]], [["Fußball", "football"]], []]
+    assert terms == [[["Hund", "puppy"]], [["Fußball", "football"]], [], []]
 
 
 def test_a_glossary_matches_text_in_another_unicode_form_or_spacing() -> None:

@@ -105,7 +105,7 @@ def test_health_model_page_and_unknown_paths(served: str) -> None:
         (b"[" * 5000 + b"]" * 5000, 400, "nests too deeply"),
         ({"sentences": ["a"], "constraints": [["dog"] * 21]}, 413, "21 constraints; at most 20"),
         ({"sentences": ["a"], "constraints": [["d" * 600] * 2]}, 413, "1200 characters"),
-        ({"sentences": ["a"], "prefixes": ["x" * 1001]}, 413, "prefix has 1001 characters"),
+        ({"sentences": ["a"], "prefixes": ["x" * 1001]}, 413, "prefix: 1001 characters"),
     ],
 )
 def test_bad_requests_get_4xx_and_a_json_error(served, payload, status, message) -> None:

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 from omegaconf import OmegaConf
 from serve_helpers import asgi_call
 
@@ -59,3 +60,32 @@ def test_a_glossary_hit_at_beam_1_names_the_glossary(tmp_path: Path) -> None:
     status, data = post(request, terms=str(glossary), beam_size=2)
     assert status == 422
     assert data["error"].startswith(f"the glossary's terms (the server's terms={glossary})")
+
+
+def test_a_glossary_phrase_over_max_chars_stops_the_server_at_start(tmp_path: Path) -> None:
+    from seq2seq.errors import Seq2SeqError
+
+    glossary = tmp_path / "g.tsv"
+    glossary.write_text("Hund\tdog\nWiese\t" + "meadow " * 20 + "\n", encoding="utf-8")
+    with pytest.raises(
+        Seq2SeqError, match=r"g.tsv, line 2: a phrase of 139 characters; at most 100"
+    ):
+        post({"sentences": ["Ein Hund."]}, terms=str(glossary), max_chars=100)
+
+
+def test_a_sentences_constraints_and_terms_together_are_within_the_limits(tmp_path: Path) -> None:
+    glossary = tmp_path / "g.tsv"
+    glossary.write_text("Hund\tdog\nWiese\tmeadow\nMann\tman\n", encoding="utf-8")
+    request = {"sentences": ["Ein Hund, ein Mann, eine Wiese."], "beam_size": 2}
+    status, data = post(
+        {**request, "constraints": [["grass"]]}, terms=str(glossary), max_constraints=3
+    )
+    assert status == 413, data
+    assert data["error"] == (
+        "sentence 0 has 1 constraints and 3 of the glossary's terms; at most 3 in all"
+    )
+    glossary.write_text("Hund\tlarge brown dog\nMann\ttall old man\n", encoding="utf-8")
+    status, data = post({**request, "sentences": ["Hund Mann"]}, terms=str(glossary), max_chars=20)
+    assert status == 413 and data["error"] == (
+        "sentence 0's constraints and terms: 27 characters; at most 20"
+    )

@@ -1,7 +1,7 @@
 """Steered requests (issue 53) on both backends: "prefixes" and "constraints" per sentence and
 the served glossary (terms=) give what seq2seq-translate gives with the same files, the hits in
 each answer; malformed ones are refused in one line. The server's own search settings
-(no_repeat_ngram=, nbest=, ...) are each request's defaults."""
+(no_repeat_ngram=, nbest=, ...) are each request's defaults; what they make impossible is said."""
 
 from __future__ import annotations
 
@@ -58,3 +58,12 @@ def test_the_servers_search_settings_are_each_requests_defaults(onnx_release, ba
         assert all(len(item["nbest"]) == 2 for item in data["translations"])
         status, data = post(url, {"sentences": SENTENCES, "beam_size": 1})  # nbest capped
         assert status == 200 and "nbest" not in data["translations"][0], data
+        impossible = {"sentences": SENTENCES[:1], "constraints": [["dog dog"]]}
+        status, data = post(url, impossible)  # no_repeat_ngram=1 bans it: left out, and said
+        assert status == 200, data
+        (item,) = data["translations"]
+        assert item["translation"] == expected[0]
+        assert item["warnings"] == [
+            "constraint 'dog dog' would repeat a target piece, which no_repeat_ngram=1 bans: "
+            "it is left out"
+        ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +20,6 @@ from seq2seq_lite.steering import (
     decode_steered,
     encode_steering,
     steering_arrays,
-    steering_joins,
     word_continuations,
 )
 
@@ -39,6 +38,7 @@ class Translation:
     source_ids: list[int]
     hypotheses: list[Hypothesis]
     texts: list[str]
+    warnings: list[str] = field(default_factory=list)  # steering not met as asked, one a line
 
     def candidates(self) -> list[tuple[str, float]]:
         """(text, the search's score) of each hypothesis, best first."""
@@ -113,8 +113,7 @@ class Translator:
             if self.search["beam_size"] == 1:
                 found += [[h] for h in greedy(self.graphs, src, lengths, self.search, prefix)]
             else:
-                joins = steering_joins(steer, chunk)
-                found += beam(self.graphs, src, lengths, self.search, prefix, phrases, joins)
+                found += beam(self.graphs, src, lengths, self.search, prefix, phrases, self.joins)
         return found
 
     def translate(
@@ -128,15 +127,17 @@ class Translator:
         sources = [[*ids, eos] if ids else [] for ids in self.encode(lines)]
         if steer is not None and len(steer) != len(lines):
             raise ValueError(f"steering for {len(steer)} lines, {len(lines)} lines to translate")
-        targets = encode_steering(self.tgt_tok.encode, steer, self.joins)
-        results = [Translation(s, [], []) for s in sources]
+        unk, no_repeat = self.tgt_tok.unk_id(), self.search.get("no_repeat_ngram", 0)
+        targets = encode_steering(self.tgt_tok.encode, steer, unk, no_repeat)
+        said = [t.warnings for t in targets] if targets else [[] for _ in lines]
+        results = [Translation(s, [], [], w) for s, w in zip(sources, said, strict=True)]
         todo = sorted((i for i, s in enumerate(sources) if s), key=lambda i: -len(sources[i]))
 
         def decode(lines: list[int], given: Sequence[SteeringIds] | None) -> list[list[Hypothesis]]:
             wanted = None if given is None else [given[i] for i in lines]
             return self._decode([sources[i] for i in lines], wanted)
 
-        for i, hyps in zip(todo, decode_steered(decode, todo, targets), strict=True):
+        for i, hyps in zip(todo, decode_steered(decode, todo, targets, self.joins), strict=True):
             results[i].hypotheses = hyps
             results[i].texts = [rules.one_line(self.tgt_tok.decode(h.tokens)) for h in hyps]
         return results

@@ -12,13 +12,13 @@ import re
 import sys
 
 from seq2seq_lite import InputTooLong, ReleaseError, Translator
+from seq2seq_lite.glossary import read_glossary
 from seq2seq_lite.rules import InputError
 from seq2seq_lite.steering import (
     SteeringLines,
     constraint_lines,
     constraints_problem,
     glossary_terms,
-    read_glossary,
 )
 from seq2seq_lite.text import decode_lines, output_line, translated_batches
 

@@ -6,12 +6,14 @@ numpy, like rules.py: seq2seq's torch search and this package's numpy search bot
 from __future__ import annotations
 
 import re
-import unicodedata
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from seq2seq_lite.glossary import glossary_hits
 
 NEED_BEAM = "{} need beam search: beam_size of 2 or more, no sampling"  # {}: whose phrases
 CONSTRAINTS_NEED_BEAM = NEED_BEAM.format("constraints")
@@ -32,8 +34,6 @@ def glossary_terms(where: str) -> str:
     """The glossary named ``where`` (``terms=g.tsv``) as the source of phrases, in messages."""
     return f"the glossary's terms ({where})"
 
-
-OPENING = " \t\"'([{¿¡-–—„“”‚‘’«»‹›"  # what may come before a line's first word
 
 Encode = Callable[[list[str]], list[list[int]]]
 
@@ -59,17 +59,17 @@ class LineSteering:
 class SteeringIds:
     """A `LineSteering` in target ids: ``prefix`` forced first, each of ``phrases`` placed once;
     ``terms``: the glossary's target phrases, placed too where a translation without them lacks
-    one (`decode_steered`)."""
+    one (`decode_steered`); ``warnings``: what of the line's steering cannot be met as asked."""
 
     prefix: list[int] = field(default_factory=list)
     phrases: list[list[int]] = field(default_factory=list)
     terms: list[list[int]] = field(default_factory=list)
-    joins: np.ndarray | None = field(default=None, compare=False)  # `word_continuations`
+    warnings: list[str] = field(default_factory=list, compare=False)
 
     def forced(self) -> SteeringIds:
         """The glossary's terms as phrases too."""
         extra = [t for t in self.terms if t not in self.phrases]
-        return SteeringIds(self.prefix, [*self.phrases, *extra], joins=self.joins)
+        return SteeringIds(self.prefix, [*self.phrases, *extra])
 
 
 def word_continuations(pieces: Sequence[str]) -> np.ndarray:
@@ -85,12 +85,17 @@ def clean(text: str) -> str:
 
 
 def encode_steering(
-    encode: Encode, steer: Sequence[LineSteering | None] | None, joins: np.ndarray | None = None
+    encode: Encode,
+    steer: Sequence[LineSteering | None] | None,
+    unk: int | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[SteeringIds] | None:
     """Each line's steering in target ids by ``encode``: the prefix and each constraint encoded
     alone, as the target is cut into pieces (pieces of "A dog" alone decode to "A dog"; a word alone
     begins a word, so "dog" matches " dog" inside a sentence); None where no line asks anything,
-    so that the search does no work. ``joins``: the vocabulary's `word_continuations`."""
+    so that the search does no work. Each line's warnings say what cannot be met as asked: a
+    phrase with characters the target vocabulary lacks (``unk``, its unknown piece: they come
+    out as ⁇), and a phrase the search's ``no_repeat_ngram`` makes impossible (left out)."""
     if steer is None or not any(
         g and (g.prefix.strip() or g.constraints or g.terms) for g in steer
     ):
@@ -100,18 +105,72 @@ def encode_steering(
         if g is not None:
             texts += [clean(g.prefix), *(clean(c) for c in g.constraints)]
             texts += [clean(t) for _, t in g.terms]
-    pieces = iter(encode(texts))
+    ids = [list(i) for i in encode(texts)]
+    lacking = _lacking(encode, texts, ids, unk) if unk is not None else {}
+    pieces = iter(zip(texts, ids, strict=True))
     encoded = []
     for g in steer:
         if g is None:
-            encoded.append(SteeringIds(joins=joins))
+            encoded.append(SteeringIds())
             continue
-        prefix = list(next(pieces)) if clean(g.prefix) else list(next(pieces))[:0]  # "": []
-        phrases = [list(next(pieces)) for _ in g.constraints]
-        terms = [list(next(pieces)) for _ in g.terms]
-        kept = [p for p in phrases if p], [t for t in terms if t]
-        encoded.append(SteeringIds(prefix, *kept, joins=joins))
+        prefix = next(pieces)
+        asked = [("constraint", *next(pieces)) for _ in g.constraints]
+        asked += [("glossary term", *next(pieces)) for _ in g.terms]
+        encoded.append(_line(prefix, asked, lacking, no_repeat_ngram))
     return encoded
+
+
+def _line(
+    prefix: tuple[str, list[int]],
+    asked: list[tuple[str, str, list[int]]],
+    lacking: dict[str, str],
+    n: int,
+) -> SteeringIds:
+    """One line's `SteeringIds` from its prefix (text, ids) and phrases (what, text, ids), with
+    its warnings (``lacking``: `_lacking`; ``n``: the search's no_repeat_ngram)."""
+    line = SteeringIds(prefix[1] if prefix[0] else [])
+    asked = [a for a in asked if a[2]]  # a phrase of blanks: none
+    given = [("prefix", *prefix), *asked]
+    notes = [_lacks(what, text, lacking[text]) for what, text, _ in given if text in lacking]
+    blocked = _repeats(line.prefix, [ids for *_, ids in asked], n) if n else set()
+    for at, (what, text, ids) in enumerate(asked):
+        if at in blocked:
+            run = "a target piece" if n == 1 else f"a run of {n} target pieces"
+            bans = f"no_repeat_ngram={n} bans"
+            notes.append(f"{what} '{text}' would repeat {run}, which {bans}: it is left out")
+        else:
+            (line.phrases if what == "constraint" else line.terms).append(ids)
+    line.warnings = notes
+    return line
+
+
+def _lacks(what: str, text: str, chars: str) -> str:
+    """The warning for ``text``, whose characters ``chars`` the target vocabulary lacks."""
+    return f"{what} '{text}': the target vocabulary has no '{chars}', which comes out as ⁇"
+
+
+def _lacking(encode: Encode, texts: list[str], ids: list[list[int]], unk: int) -> dict[str, str]:
+    """Of ``texts`` whose ``ids`` hold ``unk``: the characters that encode to it, in order."""
+    flagged = [t for t, i in zip(texts, ids, strict=True) if unk in i]
+    chars = sorted({c for t in flagged for c in t if not c.isspace()})
+    if not chars:
+        return {}
+    lacked = {c for c, i in zip(chars, encode(chars), strict=True) if unk in i}
+    found = {t: "".join(c for c in dict.fromkeys(t) if c in lacked) for t in flagged}
+    return {t: c for t, c in found.items() if c}
+
+
+def _repeats(prefix: list[int], phrases: list[list[int]], n: int) -> set[int]:
+    """The phrases (their indices) that a ban on repeated n-grams makes impossible: each holds an
+    n-gram that itself, the prefix or another phrase holds too (one inside the prefix, which
+    places it, aside)."""
+
+    def grams(ids: list[int]) -> list[tuple[int, ...]]:
+        return [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+
+    apart = [i for i, p in enumerate(phrases) if not holds(prefix, p)]
+    counts = Counter(g for ids in [prefix, *(phrases[i] for i in apart)] for g in grams(ids))
+    return {i for i in apart if any(counts[g] > 1 for g in grams(phrases[i]))}
 
 
 def holds(tokens: Sequence[int], phrase: Sequence[int], joins: np.ndarray | None = None) -> bool:
@@ -129,19 +188,20 @@ def decode_steered(
     decode: Callable[[list[int], Sequence[SteeringIds] | None], list[list[Any]]],
     lines: list[int],
     steer: Sequence[SteeringIds] | None,
+    joins: np.ndarray | None = None,
 ) -> list[list[Any]]:
     """The n-best lists of ``lines`` (indices into ``steer``) by ``decode(lines, steer)``, each
     with its prefix and constraints; a glossary's terms are forced only on the lines whose
-    best translation without them lacks one (a second search for those lines), so a line that
-    already holds its terms keeps the translation it had."""
+    best translation without them lacks one, as whole words by ``joins`` (a second search for
+    those lines), so a line that already holds its terms keeps the translation it had."""
     if steer is None or not any(s.terms for s in steer):
         return decode(lines, steer)
-    plain = [SteeringIds(s.prefix, s.phrases, joins=s.joins) for s in steer]
+    plain = [SteeringIds(s.prefix, s.phrases) for s in steer]
     found = decode(lines, plain if any(s.prefix or s.phrases for s in plain) else None)
     again = [
         (at, i)
         for at, (i, hyps) in enumerate(zip(lines, found, strict=True))
-        if hyps and not all(holds(hyps[0].tokens, t, steer[i].joins) for t in steer[i].terms)
+        if hyps and not all(holds(hyps[0].tokens, t, joins) for t in steer[i].terms)
     ]
     if again:
         forced = [s.forced() for s in steer]
@@ -174,12 +234,6 @@ def steering_arrays(
     return prefix, phrases
 
 
-def steering_joins(steer: Sequence[SteeringIds] | None, chunk: Sequence[int]) -> np.ndarray | None:
-    """The `word_continuations` the lines ``chunk`` were encoded with (None: not given)."""
-    found = (steer[i].joins for i in chunk if steer[i].joins is not None) if steer else ()
-    return next(iter(found), None)
-
-
 def forced_max_lengths(
     limits: np.ndarray, prefix: np.ndarray | None, phrases: np.ndarray | None, pad: int
 ) -> np.ndarray:
@@ -191,74 +245,6 @@ def forced_max_lengths(
     if phrases is not None:
         forced = forced + (phrases != pad).sum((1, 2))
     return np.where(forced > 0, np.maximum(limits, forced + 1), limits)
-
-
-# -- the glossary --------------------------------------------------------------------------------
-
-
-def matchable(text: str) -> str:
-    """``text`` as a glossary matches it: NFC, each run of white space one space; its sources
-    and the lines alike, so a file saved in NFD (macOS) or a doubled space still matches."""
-    return " ".join(unicodedata.normalize("NFC", text).split())
-
-
-def read_glossary(
-    text: str, where: str, warn: Callable[[str], None] | None = None
-) -> list[tuple[str, str]]:
-    """A glossary's entries, one ``source phrase<TAB>target phrase`` a line ("#" lines and blank
-    ones skipped), longest source phrase first; ValueError naming the line of a bad one. A
-    UTF-8 byte order mark (as some editors save) is not part of the first phrase. ``warn`` is
-    told, a line each, of a source phrase given twice (the first line wins) and of no entries."""
-    entries, first = [], {}
-    for number, line in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        fields = [f.strip() for f in line.split("\t")]
-        if len(fields) != 2 or not all(fields):
-            raise ValueError(f"{where}, line {number}: want 'source phrase<TAB>target phrase'")
-        source = matchable(fields[0])
-        if source in first:
-            if warn is not None:
-                warn(
-                    f"{where}, lines {first[source]} and {number}: the source phrase '{source}' "
-                    f"twice; line {first[source]}'s target is used"
-                )
-            continue
-        first[source] = number
-        entries.append((source, fields[1]))
-    if not entries and warn is not None:
-        warn(f"{where} has no entries (blank or '#' lines only): it changes nothing")
-    return sorted(entries, key=lambda e: -len(e[0]))
-
-
-def glossary_hits(line: str, glossary: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The entries whose source phrase occurs in ``line`` as whole words and as written ("Hund"
-    matches "Hund," not "Hundehütte"; "junge" not the noun "Junge"), but for the first letter of
-    the line's first word; in the order they occur; a longer phrase wins over a shorter one
-    inside it, and each entry counts once. At the line's start the target's first letter is a
-    capital ("zwei -> two": "Zwei Hunde" gives "Two"; not "iPhone"). Both sides are `matchable`
-    first."""
-    taken: list[tuple[int, int]] = []
-    hits, line = [], matchable(line)
-    for source, target in ((matchable(s), t) for s, t in glossary):  # longest first
-        first = "(?:" + "|".join(re.escape(c) for c in {source[:1].lower(), source[:1].upper()})
-        pattern = r"(?<!\w)" + first + ")" + re.escape(source[1:]) + r"(?!\w)"
-        for m in re.finditer(pattern, line):
-            starts = not line[: m.start()].strip(OPENING)
-            if m.group()[:1] != source[:1] and not starts:
-                continue  # another case inside the line: another word
-            if all(m.end() <= a or m.start() >= b for a, b in taken):
-                taken.append((m.start(), m.end()))
-                hits.append((m.start(), source, _at_line_start(target) if starts else target))
-                break
-    return [(s, t) for _, s, t in sorted(hits)]
-
-
-def _at_line_start(target: str) -> str:
-    """A term opening the line starts with a capital ("two" -> "Two"), unless its first word is
-    cased on purpose ("iPhone", "eBay" stay as they are)."""
-    word = target.split(" ", 1)[0]
-    return target[:1].upper() + target[1:] if word == word.lower() else target
 
 
 def with_glossary(
@@ -326,6 +312,30 @@ class SteeringLines:
             if files and not line.strip() and self.warn is not None:
                 self.warn(f"input line {number} is empty: {files} of that line is not used")
         return steer
+
+
+@dataclass
+class SteeringWarnings:
+    """What of an input's steering its translations could not meet (`SteeringIds.warnings`),
+    told to ``warn`` once a message, at its first line; `told` counts the other lines."""
+
+    warn: Callable[[str], None] | None
+    said: dict[str, int] = field(default_factory=dict)  # message: lines
+
+    def tell(self, start: int, warnings: Sequence[Sequence[str]]) -> None:
+        """The warnings of each of the input's lines ``start`` on."""
+        for number, given in enumerate(warnings, start + 1):
+            for message in given:
+                if message not in self.said and self.warn is not None:
+                    self.warn(f"input line {number}: {message}")
+                self.said[message] = self.said.get(message, 0) + 1
+
+    def told(self) -> None:
+        """The messages met on more lines than the first, with their counts."""
+        for message, lines in self.said.items():
+            if lines > 1 and self.warn is not None:
+                more = f"{lines - 1} more input line{'s' if lines > 2 else ''}"
+                self.warn(f"{more} the same: {message}")
 
 
 def as_words(phrase: str, text: str) -> bool:

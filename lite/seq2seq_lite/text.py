@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO, TypeVar
 
 from seq2seq_lite.rules import InputError, InputTooLong, decode_text
-from seq2seq_lite.steering import SteeringLines
+from seq2seq_lite.steering import SteeringLines, SteeringWarnings
 
 NBEST_SEPARATOR = " ||| "  # Moses' field separator; between a piped line's candidates too
 BUFFER_BATCHES = 8  # batches of lines read ahead where they have arrived: like lengths batch up
@@ -92,11 +92,12 @@ def translated_batches(
     """The translations of `stream`'s lines as they arrive (up to BUFFER_BATCHES batches at a
     time) by ``translate(lines, steer=...)``, each list with the number of lines before it.
 
-    ``steering`` gives each line's; a per-line file shorter than the input read so far is
-    InputError before its lines are translated, one longer at the end. A line over the length
-    limit: the lines before it are yielded, then its InputTooLong, indexed in the whole input.
+    ``steering`` gives each line's, and is told of what of it the translations could not meet
+    (their ``warnings``); a per-line file shorter than the input read so far is InputError
+    before its lines are translated, one longer at the end. A line over the length limit: the
+    lines before it are yielded, then its InputTooLong, indexed in the whole input.
     """
-    done = 0
+    done, said = 0, SteeringWarnings(steering.warn if steering is not None else None)
     for lines in line_batches(stream, batch_size * BUFFER_BATCHES, where):
         steer = None
         if steering is not None:
@@ -108,9 +109,11 @@ def translated_batches(
             if e.index:
                 yield done, translate(lines[: e.index], steer=steer and steer[: e.index])
             raise type(e)(done + e.index, e.length, e.limit) from None
+        said.tell(done, [getattr(t, "warnings", []) for t in translations])
         yield done, translations
         done += len(lines)
     if steering is not None:
+        said.told()
         _check_count(steering, done, where)
 
 

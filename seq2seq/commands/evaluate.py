@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from seq2seq_lite.steering import LineSteering, steering_report
+from seq2seq_lite.steering import LineSteering, SteeringWarnings, steering_report
 
 from seq2seq.commands.configs import STEERING_FILES, EvaluateConfig, ScoreConfig
 from seq2seq.commands.wrapper import hydra_command
@@ -124,6 +124,9 @@ def _translate(
     except InputTooLong as e:
         raise Seq2SeqError(e.describe(f"{src_path}, line {e.index + 1}")) from None
     seconds = time.perf_counter() - start
+    said = SteeringWarnings(lambda message: log.warning("%s: %s", src_path.name, message))
+    said.tell(0, [t.warnings for t in translations])
+    said.told()
     return translations, seconds
 
 

@@ -8,7 +8,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from seq2seq_lite.steering import LineSteering, SteeringLines, constraint_lines, read_glossary
+from seq2seq_lite.glossary import read_glossary
+from seq2seq_lite.steering import LineSteering, SteeringLines, constraint_lines
 
 from seq2seq.data.stream import decode_text
 from seq2seq.errors import Seq2SeqError
@@ -35,9 +36,10 @@ class SteeringFiles(SteeringLines):
 
     @classmethod
     def read(
-        cls, prefix: str | None, constraints: str | None, terms: str | None
+        cls, prefix: str | None, constraints: str | None, terms: str | None, max_chars: int = 0
     ) -> SteeringFiles | None:
-        """Read the files given (None: not given); None where none is."""
+        """Read the files given (None: not given); None where none is. ``max_chars``: the
+        longest glossary phrase taken (0: any)."""
         files = (("prefix", prefix), ("constraints", constraints), ("terms", terms))
         given = {key: path for key, path in files if path}
         if not given:
@@ -46,7 +48,7 @@ class SteeringFiles(SteeringLines):
         phrases = constraint_lines(read["constraints"]) if constraints else None
         try:
             text = "\n".join(read.get("terms", []))
-            glossary = read_glossary(text, terms, _warn) if terms else []
+            glossary = read_glossary(text, terms, _warn, max_chars) if terms else []
         except ValueError as e:
             raise Seq2SeqError(str(e)) from None
         names = {key: f"{key}={path}" for key, path in given.items()}

@@ -20,7 +20,6 @@ from seq2seq_lite.steering import (
     SteeringIds,
     forced_max_lengths,
     steering_arrays,
-    steering_joins,
 )
 from torch import Tensor
 
@@ -142,12 +141,17 @@ class BatchSteering:
     joins: Tensor | None = None
 
     @classmethod
-    def of(cls, steer: Sequence[SteeringIds] | None, chunk: Sequence[int]) -> BatchSteering | None:
-        """The steer of the lines ``chunk`` (their indices, in batch order); None: none."""
+    def of(
+        cls,
+        steer: Sequence[SteeringIds] | None,
+        chunk: Sequence[int],
+        joins: np.ndarray | None = None,
+    ) -> BatchSteering | None:
+        """The steer of the lines ``chunk`` (their indices, in batch order), with the
+        vocabulary's ``joins``; None: none."""
         prefix, phrases = steering_arrays(steer, chunk, PAD)
         if prefix is None and phrases is None:
             return None
-        joins = steering_joins(steer, chunk)
         return cls(*(None if a is None else torch.from_numpy(a) for a in (prefix, phrases, joins)))
 
     def rows(self, rows: Tensor) -> BatchSteering:

@@ -10,7 +10,7 @@ import abc
 import contextlib
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -33,7 +33,7 @@ from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import TrainedRun, load_runs
-from seq2seq.vocab import EOS
+from seq2seq.vocab import EOS, UNK
 
 
 def open_model(cfg: InferenceConfig, engine: Engine) -> TrainedRun:
@@ -60,6 +60,7 @@ class Translation:
 
     source_ids: list[int]  # pieces + EOS; empty for a blank line
     hypotheses: list[Hypothesis]  # best first; empty for a blank line
+    warnings: list[str] = field(default_factory=list)  # steering not met as asked, one a line
 
 
 class InputTooLong(rules.InputTooLong, Seq2SeqError):
@@ -177,19 +178,24 @@ class Translator(TranslatorBase):
         encoded = encode_sources(self.src_tok, lines, self.search.max_source_len)
         if steer is not None and len(steer) != len(lines):
             raise Seq2SeqError(f"steering for {len(steer)} lines, {len(lines)} lines to translate")
-        targets = encode_steering(self.tgt_tok.encode_batch, steer, self.joins)
-        results = [Translation([], []) for _ in lines]
+        targets = encode_steering(
+            self.tgt_tok.encode_batch, steer, UNK, self.search.no_repeat_ngram
+        )
+        said = [t.warnings for t in targets] if targets else [[] for _ in lines]
+        results = [
+            Translation([*ids, EOS] if ids else [], [], w)
+            for ids, w in zip(encoded, said, strict=True)
+        ]
         todo = [i for i, ids in enumerate(encoded) if ids]
-        for i in todo:
-            results[i] = Translation([*encoded[i], EOS], [])
 
         def decode(lines: list[int], given: Sequence[SteeringIds] | None) -> list[list[Hypothesis]]:
             sources = [results[i].source_ids for i in lines]
             wanted = None if given is None else [given[i] for i in lines]
-            return decode_sources(self.model, sources, self.search, seed, wanted, self.graphs)
+            search, graphs = self.search, self.graphs
+            return decode_sources(self.model, sources, search, seed, wanted, graphs, self.joins)
 
         with self.engine.compute() if self.engine else contextlib.nullcontext():
-            nbest = decode_steered(decode, todo, targets)
+            nbest = decode_steered(decode, todo, targets, self.joins)
         for i, hypotheses in zip(todo, nbest, strict=True):
             results[i].hypotheses = hypotheses
         return results

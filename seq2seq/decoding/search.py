@@ -228,11 +228,13 @@ def decode_sources(
     seed: int | None = None,
     steer: Sequence[SteeringIds] | None = None,
     graphs: SearchGraphs | None = None,
+    joins: np.ndarray | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode id sequences (each ending with EOS) in length-sorted batches; input order kept.
     Sampling draws batch ``b`` with seed ``seed + b`` (default ``cfg.seed + b``). ``steer``:
-    each source's target prefix and constraints (one per source; None: none); ``graphs``: see
-    `decode` (unsteered, they run the batches one after another: `SearchGraphs.searches`)."""
+    each source's target prefix and constraints (one per source; None: none), a placed phrase
+    ending a word by ``joins`` (`word_continuations`; None: any); ``graphs``: see `decode`
+    (unsteered, they run the batches one after another: `SearchGraphs.searches`)."""
     first_seed = cfg.seed if seed is None else seed
     order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
     chunks = [
@@ -250,7 +252,7 @@ def decode_sources(
             *_batch(sources, chunk, device),
             cfg,
             first_seed + b,
-            BatchSteering.of(steer, chunk),
+            BatchSteering.of(steer, chunk, joins),
             graphs,
         )
         for b, chunk in enumerate(chunks)

@@ -145,11 +145,28 @@ def _steering(
         return None
     prefixes = [p or "" for p in prefixes] if prefixes is not None else None
     steer = steer_lines(sentences, prefixes, constraints, glossary)
+    _with_terms_within(steer, cfg)
     asked = any(s.constraints for s in steer)
     what = "constraints" if asked else glossary_terms(f"the server's terms={cfg.terms}")
     if problem := constraints_problem(asked or any(s.terms for s in steer), beam, what=what):
         raise BadRequest(422, problem)
     return steer
+
+
+def _with_terms_within(steer: Sequence[LineSteering], cfg: ServeConfig) -> None:
+    """413 for a sentence whose constraints and glossary terms together are over the limits
+    (``max_constraints`` phrases, ``max_chars`` characters): the search places them all."""
+    for i, s in enumerate(steer):
+        if not s.terms:
+            continue
+        phrases = [*s.constraints, *(target for _, target in s.terms)]
+        if len(phrases) > cfg.max_constraints:
+            raise BadRequest(
+                413,
+                f"sentence {i} has {len(s.constraints)} constraints and {len(s.terms)} of the "
+                f"glossary's terms; at most {cfg.max_constraints} in all",
+            )
+        _within_chars(i, "constraints and terms", sum(map(len, phrases)), cfg.max_chars)
 
 
 def no_query(params: Mapping[str, str]) -> None:
@@ -167,9 +184,7 @@ def no_query(params: Mapping[str, str]) -> None:
 def _within_chars(sentence: int, name: str, chars: int, limit: int) -> None:
     """A sentence's prefix or constraints within ``limit`` characters, else 413."""
     if chars > limit:
-        raise BadRequest(
-            413, f"sentence {sentence}'s {name} has {chars} characters; at most {limit}"
-        )
+        raise BadRequest(413, f"sentence {sentence}'s {name}: {chars} characters; at most {limit}")
 
 
 def _model(name: Any, models: Sequence[str]) -> str:
@@ -194,6 +209,8 @@ def answer(
     item: dict[str, Any] = {"translation": translator.text(best) if best else ""}
     if steer is not None and steer.terms:
         item["terms"] = [list(term) for term in steer.terms]
+    if translation.warnings:  # steering not met as asked
+        item["warnings"] = translation.warnings
     if nbest > 1:
         item["nbest"] = json_candidates(translator, translation)
     if alignment:  # as documented: source, target, weights (the mean over heads)

@@ -218,8 +218,9 @@ def _plain(cfg: ServeConfig) -> ServeConfig:
 
 
 def read_served_glossary(cfg: ServeConfig) -> list[tuple[str, str]]:
-    """The glossary of ``terms=`` ([]: none), read once; a bad one is one line."""
-    files = SteeringFiles.read(None, None, cfg.terms)
+    """The glossary of ``terms=`` ([]: none), read once; a bad one, or a phrase over
+    ``max_chars`` characters (a request's limit), is one line."""
+    files = SteeringFiles.read(None, None, cfg.terms, cfg.max_chars)
     return files.glossary if files is not None else []
 
 

@@ -59,6 +59,7 @@ class OnnxTranslator(TranslatorBase):
                     Hypothesis(list(h.tokens), float(h.score), torch.from_numpy(h.attention))
                     for h in found.hypotheses
                 ],
+                found.warnings,
             )
             for found in self.lite.translate(list(lines), steer)
         ]
