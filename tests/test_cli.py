@@ -116,6 +116,21 @@ def test_help_with_a_typo_and_help_read_by_head_are_no_tracebacks() -> None:
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
 
 
+def test_hydra_help_with_the_tasks_overrides_shows_hydras_settings(tmp_path: Path) -> None:
+    """``--hydra-help experiment=smoke`` ended in Hydra's traceback (no 'experiment' among its
+    own groups): the task's overrides are left out of Hydra's own help."""
+    train = [sys.executable, "-m", "seq2seq.commands.train", "--hydra-help"]
+    proc = subprocess.run(
+        [*train, "experiment=smoke", "hydra.job.chdir=false"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.startswith("Hydra (") and "== Flags ==" in proc.stdout
+    assert list(tmp_path.iterdir()) == []  # no run folder
+
+
 @pytest.mark.slow
 def test_process_settings_are_debug_lines(smoke_run: Path) -> None:
     """The allocator and oneDNN's kernel cache are the process's settings, not choices a user

@@ -36,6 +36,17 @@ def check_arguments(config_name: str, argv: Sequence[str]) -> None:
         _readable(word)
 
 
+def for_hydra_help(argv: Sequence[str]) -> list[str]:
+    """``argv`` less the task's overrides where it asks for ``--hydra-help`` (Hydra's own
+    settings): Hydra composes that help from its own config and the overrides, and a task's
+    (``experiment=smoke``) ended in its traceback."""
+    if "--hydra-help" not in argv:
+        return list(argv)
+    overrides = get_args_parser().parse_known_args(list(argv))[0].overrides
+    task = {o for o in overrides if not o.lstrip("+~").startswith("hydra")}
+    return [word for word in argv if word not in task]
+
+
 def _flag(config_name: str, argv: list[str], flag: str) -> str:
     """``--beam 3``: the key it meant, with its value where one follows."""
     name, _, value = flag.lstrip("-").partition("=")

@@ -18,7 +18,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, ListConfig
 
-from seq2seq.commands.arguments import check_arguments
+from seq2seq.commands.arguments import check_arguments, for_hydra_help
 from seq2seq.commands.configs import CONFIGS, SCHEMAS, register_schemas
 from seq2seq.commands.keys import check_command_line, sweep_jobs
 from seq2seq.commands.rules import check_config, check_files
@@ -74,6 +74,7 @@ def hydra_command(
 def _start(config_name: str, before: Callable[[list[str]], list[str]] | None) -> None:
     """``before``, then the command line's checks; a refusal exits with its one line."""
     try:
+        sys.argv[1:] = for_hydra_help(sys.argv[1:])
         if before is not None:
             sys.argv[1:] = before(sys.argv[1:])
         check_arguments(config_name, sys.argv[1:])
