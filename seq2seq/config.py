@@ -95,6 +95,9 @@ class CustomDataConfig(DataConfig):
     train: str = needed("<prefix: files <prefix>.<src_lang> and <prefix>.<tgt_lang>>")
     valid: str = needed("<prefix of the validation files>")
     test: Optional[str] = None
+    # the command that writes these files (a recipe whose data a script makes): a missing split's
+    # one-line error ends with it, so a start without that step says what to run
+    prepare: Optional[str] = None
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -35,3 +36,12 @@ def require_file(path: str | Path, key: str = "") -> Path:
             what = "is a pipe or a device, not a file: write it to a file first"
         raise DataError(f"{key}={path} {what}" if key else f"{path} {what}")
     return path
+
+
+def relative_note(*paths: str | Path) -> str:
+    """The ending of a missing-file error whose paths include a relative one (a recipe's
+    ``../shared/...``, not typed by the user): the folder they were looked for from; none
+    where every path is absolute (or none is given)."""
+    if all(Path(path).is_absolute() for path in paths):
+        return ""
+    return f"; relative paths are read from the current folder, {os.getcwd()}"

@@ -251,10 +251,14 @@ def test_a_file_training_reads_is_there_before_the_tokenizers_train(tmp_path, mo
     with initialize_config_module("seq2seq.configs", version_base=None):
         cfg = compose("config", ["experiment=smoke"])
     check_files(cfg)  # none given
-    for key in TRAINING_FILES_READ:
+    here = re.escape(f"; relative paths are read from the current folder, {os.getcwd()}")
+    for key in TRAINING_FILES_READ:  # often a recipe's path (../shared/...): where it looked
         given = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}=missing"]))
-        with pytest.raises(Seq2SeqError, match=f"^{key}=missing does not exist$"):
+        with pytest.raises(Seq2SeqError, match=f"^{key}=missing does not exist{here}$"):
             check_files(given)
+        absolute = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={tmp_path}/missing"]))
+        with pytest.raises(Seq2SeqError, match=f"^{key}=.*/missing does not exist$"):
+            check_files(absolute)
     (tmp_path / "there").write_text("x\n")
     check_files(
         OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{k}=there" for k in TRAINING_FILES_READ]))

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from pathlib import Path
 
 import pytest
+from run_helpers import composed
 
 from seq2seq.config import CustomDataConfig, Multi30kConfig
 from seq2seq.data.corpus import check_files, read_parallel, split_files
+from seq2seq.data.readers import open_reader
 from seq2seq.errors import DataError
 
 
@@ -106,6 +109,40 @@ def test_the_configured_files_are_checked_without_a_download(multi30k_dir, tmp_p
     cfg = CustomDataConfig(train=str(tmp_path / "train"), valid=str(tmp_path / "dev"))
     with pytest.raises(DataError, match=r"^data.train=.*train: neither .*train\.de nor"):
         check_files(cfg)
+
+
+MADE_BY = (
+    "; this recipe's data is made by: python scripts/alignment_data.py --multi30k "
+    "../shared/data/multi30k --pairs ../shared/data/alignment/en-fr.hansards.txt "
+    "--out data/hansards_mix"
+)
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        ("experiment=hansards_en_fr_cpu",),
+        ("experiment=attention_comparison_en_fr", "+compare=luong"),
+    ],
+)
+def test_a_recipes_missing_data_names_the_command_that_makes_it(recipe, tmp_path, monkeypatch):
+    """The English->French recipes read files a script writes (data.prepare): a start without
+    them says that command and the folder their relative paths were read from, in one line;
+    evaluation's reading of a configured split says it too, a prefix of the user's does not."""
+    monkeypatch.chdir(tmp_path)
+    data = composed(*recipe).data
+    with pytest.raises(DataError) as said:
+        open_reader(data).check()
+    assert str(said.value) == (
+        "data.train=data/hansards_mix/train: neither data/hansards_mix/train.en nor "
+        "data/hansards_mix/train.en.gz exists; relative paths are read from the current folder, "
+        f"{os.getcwd()}{MADE_BY}"
+    )
+    with pytest.raises(DataError) as said:
+        split_files(data, "test")
+    assert str(said.value).endswith(f"test_2016_flickr.en.gz exists{MADE_BY}")
+    with pytest.raises(DataError, match=r"neither other\.en nor other\.en\.gz exists$"):
+        split_files(data, "other")
 
 
 def test_multi30k_split_names(multi30k_dir: Path, tmp_path: Path) -> None:

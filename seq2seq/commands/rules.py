@@ -40,7 +40,7 @@ from seq2seq.config import (
     ScheduleName,
 )
 from seq2seq.config_choices import AlignMethod, Backend, Pick, Symmetrize
-from seq2seq.errors import DataError, Seq2SeqError, require_file
+from seq2seq.errors import DataError, Seq2SeqError, relative_note, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
 from seq2seq.storage.rundir import CHECKPOINTS, own_file
@@ -71,16 +71,18 @@ FILES_WRITTEN = ("output", "weights")  # the files (not folders) they write
 
 def check_files(cfg: Any) -> None:
     """Refuse, in one line, each file the command reads (FILES_READ) that is not there or is a
-    folder, before any work starts (a model loaded for a missing reference, before)."""
-    problems = []
+    folder, before any work starts (a model loaded for a missing reference, before); training's
+    relative paths with the folder they were looked for from."""
+    problems, set_by_recipes = [], []  # training's: often a recipe's relative path, not typed
     for key in (*FILES_READ, *TRAINING_FILES_READ):
         if (path := OmegaConf.select(cfg, key, default=None)) is not None:
             try:
                 require_file(path, key)
             except DataError as e:
                 problems.append(str(e))
+                set_by_recipes += [path] if key in TRAINING_FILES_READ else []
     if problems:
-        raise DataError("; ".join(problems))
+        raise DataError("; ".join(problems) + relative_note(*set_by_recipes))
 
 
 def _problems(cfg: Any, schema: type | None) -> list[str]:

@@ -16,7 +16,7 @@ from seq2seq.data.stream import (
     line_blocks,
     open_binary,
 )
-from seq2seq.errors import DataError, UnknownSplit
+from seq2seq.errors import DataError, UnknownSplit, relative_note
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,15 @@ def check_files(cfg: DataConfig) -> None:
             try:
                 prefix_files(name, cfg.src_lang, cfg.tgt_lang)
             except DataError as e:
-                raise DataError(f"data.{split}={name}: {e}") from None
+                said = f"data.{split}={name}: {e}{relative_note(name)}"
+                raise DataError(f"{said}{_prepared_by(cfg)}") from None
+
+
+def _prepared_by(cfg: DataConfig) -> str:
+    """The ending of a missing split's error where ``data.prepare`` names the command that writes
+    the corpus (a recipe's data made by a script); else nothing."""
+    prepare = getattr(cfg, "prepare", None)  # custom files only; older run folders lack it
+    return f"; this recipe's data is made by: {prepare}" if prepare else ""
 
 
 def _check_source(cfg: DataConfig, names: list[str]) -> None:
@@ -76,7 +84,11 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
     if cfg.kind == "multi30k":
         src, tgt = fetch(cfg.source, Path(cfg.root), _multi30k_names(cfg, name))
         return src, tgt
-    return prefix_files(name, cfg.src_lang, cfg.tgt_lang, warn=False)  # check_files warned
+    try:
+        return prefix_files(name, cfg.src_lang, cfg.tgt_lang, warn=False)  # check_files warned
+    except DataError as e:  # a configured split's files: the recipe's, which data.prepare writes
+        ours = split in ("train", "valid", "test")
+        raise DataError(f"{e}{_prepared_by(cfg) if ours else ''}") from None
 
 
 def file_stream(src: Path, tgt: Path, limit: int | None = None) -> PairStream:
