@@ -3,7 +3,6 @@ alignment probe of training (valid/aer in TensorBoard), and the statistical alig
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from align_helpers import pairs_of, run_align
 from omegaconf import OmegaConf
 from run_helpers import cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -27,13 +27,6 @@ from seq2seq.storage.rundir import CONFIG_FILE, MANIFEST
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_align(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """`seq2seq-align ARGS`; products pinned: runs compared link by link must not
-    differ by which fp32 products a start-up timing chose (near ties of the argmax)."""
-    cmd = [*cli("align"), "products=pytorch", *args]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
-
-
 def labelled_the_other_way(run: Path, dest: Path) -> Path:
     """A copy of ``run`` whose config names the other direction (its manifest written anew):
     a stand-in for a run of the other direction, without training one."""
@@ -44,18 +37,6 @@ def labelled_the_other_way(run: Path, dest: Path) -> Path:
     names = json.loads((dest / MANIFEST).read_text())
     write_manifest(dest / MANIFEST, [dest / name for name in names])
     return dest
-
-
-def pairs_of(multi30k_dir: Path, tmp_path: Path, count: int = 40) -> tuple[Path, list[str]]:
-    """`de ||| en` lines of Multi30k's val split, words split off their punctuation."""
-    sides = []
-    for lang in ("de", "en"):
-        with gzip.open(multi30k_dir / f"val.{lang}.gz", "rt", encoding="utf-8") as f:
-            sides.append([line.strip().replace(".", " .") for line in f][:count])
-    lines = [f"{de} ||| {en}" for de, en in zip(*sides, strict=True)]
-    path = tmp_path / "pairs.txt"
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path, lines
 
 
 @pytest.mark.slow

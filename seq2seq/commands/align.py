@@ -23,8 +23,9 @@ import numpy as np
 from seq2seq.commands.configs import AlignConfig
 from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config_choices import Symmetrize
-from seq2seq.decoding.aer import alignment_scores, read_gold
+from seq2seq.decoding.aer import alignment_scores, read_gold, sure_links_missing
 from seq2seq.decoding.forced import ForcedAligner
+from seq2seq.decoding.pairlangs import pair_language_problem
 from seq2seq.decoding.wordalign import (
     Links,
     WordPair,
@@ -105,11 +106,24 @@ def _check_reverse(run: TrainedRun, reverse: TrainedRun) -> None:
         )
 
 
+def _check_pairs(run: TrainedRun, cfg: AlignConfig, pairs: Sequence[WordPair]) -> None:
+    """One warning where the pairs, as the run reads them, do not read like its languages."""
+    read = [(tgt, src) for src, tgt in pairs] if cfg.swap else pairs
+    langs = (run.cfg.data.src_lang, run.cfg.data.tgt_lang)
+    problem = pair_language_problem(read, run.src_tok, run.tgt_tok, langs)
+    if problem is not None:
+        given = f"input={cfg.input}" if cfg.input else f"src_file={cfg.src_file}"
+        swap = " with swap=true" if cfg.swap else ""
+        log.warning("%s%s, read by a %s->%s run: %s", given, swap, *langs, problem)
+
+
 def align(cfg: AlignConfig) -> dict[str, Any] | None:
     """Align, write the links (and weights); return the result object, None where the links
     alone are the answer on stdout (no ``output=``, no ``gold=``)."""
     pairs = _pairs(cfg)
     gold = read_gold(cfg.gold, pairs, cfg.gold_one_based) if cfg.gold is not None else None
+    if gold is not None and (note := sure_links_missing(gold, f"gold={cfg.gold}")):
+        log.warning(note)
     engine = inference_engine(cfg)  # this process's threads and device
     runs = [load_run(cfg.run_dir, cfg.checkpoint, engine)]
     if cfg.reverse_run_dir is not None:
@@ -119,6 +133,7 @@ def align(cfg: AlignConfig) -> dict[str, Any] | None:
     sides = ("target", "source") if cfg.swap else ("source", "target")
     runs[0].check_language("src_file", cfg.src_file, sides[0])
     runs[0].check_language("tgt_file", cfg.tgt_file, sides[1])
+    _check_pairs(runs[0], cfg, pairs)
     log.info(
         "aligning %d pairs with %s (step %d) on %s",
         len(pairs),

@@ -71,10 +71,22 @@ def read_gold(
     return gold
 
 
+def sure_links_missing(gold: Sequence[Gold], where: str) -> str | None:
+    """One line where gold links are all possible (``ipj``), none sure: recall counts sure links
+    only, so it reads 0 and AER 1 - precision, which looks like a broken aligner."""
+    if any(g.sure for g in gold) or not any(g.possible for g in gold):
+        return None
+    return (
+        f"{where} holds possible links (ipj) only, no sure one (i-j): recall counts sure links, "
+        "so it is 0, and AER is 1 - precision"
+    )
+
+
 def alignment_scores(predicted: Sequence[Links], gold: Sequence[Gold]) -> dict[str, float]:
     """Precision, recall and AER of predicted links over a set; also the link counts.
 
-    Nothing predicted: precision 0. Neither predicted nor sure links: AER 0 (nothing missed).
+    Nothing predicted: precision 0. No sure links: recall 0 (`sure_links_missing` says why) and
+    AER 1 - precision; neither predicted nor sure links: AER 0 (nothing missed).
     """
     if len(predicted) != len(gold):
         raise ValueError(f"{len(predicted)} predicted alignments for {len(gold)} gold ones")

@@ -4,43 +4,63 @@ forming next to BLEU (``log.alignment_pairs`` / ``log.alignment_links``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from seq2seq.config_choices import AlignMethod
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decoding.aer import Gold, alignment_scores, read_gold
+from seq2seq.decoding.aer import Gold, alignment_scores, read_gold, sure_links_missing
 from seq2seq.decoding.forced import ForcedAligner
+from seq2seq.decoding.pairlangs import pair_language_problem
 from seq2seq.decoding.wordalign import WordPair, extract, read_pairs
 from seq2seq.errors import DataError
 from seq2seq.model.seq2seq import Seq2Seq
 from seq2seq.runtime.engine import Engine
 
+log = logging.getLogger("seq2seq.train")
+
 
 @dataclass
 class AlignmentProbe:
-    """Pairs and their human links, read once when training starts."""
+    """Pairs and their human links, read once when training starts; ``langs`` the run's
+    (source, target) languages, which the pairs are checked against once (`check`)."""
 
     pairs: list[WordPair]
     gold: list[Gold]
+    langs: tuple[str, str] = ("source", "target")
+    checked: bool = field(default=False, init=False)
 
     @classmethod
-    def from_config(cls, log_cfg: Any) -> AlignmentProbe | None:
-        """The probe ``log.alignment_pairs`` and ``log.alignment_links`` name; None without."""
-        pairs_path, links_path = log_cfg.alignment_pairs, log_cfg.alignment_links
+    def from_config(cls, cfg: Any) -> AlignmentProbe | None:
+        """The probe a run's ``log.alignment_pairs`` and ``log.alignment_links`` name; None
+        without. A gold file without sure links is warned of here, once."""
+        pairs_path, links_path = cfg.log.alignment_pairs, cfg.log.alignment_links
         if pairs_path is None and links_path is None:
             return None
         for path in (pairs_path, links_path):
             if not Path(path).is_file():
                 raise DataError(f"alignment gold file not found: {path}")
         pairs = read_pairs(pairs_path)
-        return cls(pairs, read_gold(links_path, pairs))
+        gold = read_gold(links_path, pairs)
+        if note := sure_links_missing(gold, f"log.alignment_links={links_path}"):
+            log.warning(note)
+        return cls(pairs, gold, (cfg.data.src_lang, cfg.data.tgt_lang))
+
+    def check(self, src_tok: Tokenizer, tgt_tok: Tokenizer) -> None:
+        """One warning, the first time, where the pairs do not read like the run's languages."""
+        if self.checked:
+            return
+        self.checked = True
+        if problem := pair_language_problem(self.pairs, src_tok, tgt_tok, self.langs):
+            log.warning("log.alignment_pairs, read by a %s->%s run: %s", *self.langs, problem)
 
     def measure(
         self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, engine: Engine
     ) -> dict[str, float]:
         """AER, precision and recall of the model's argmax links (no shift) on the pairs."""
+        self.check(src_tok, tgt_tok)
         aligner = ForcedAligner(model, src_tok, tgt_tok, engine)
         weights = aligner.word_attention(self.pairs)
         scores = alignment_scores([extract(w, AlignMethod.argmax) for w in weights], self.gold)

@@ -187,7 +187,7 @@ class Trainer:
         purge = self.progress.step + 1 if state is not None else 0  # hide what came after last.pt
         self.monitor = Monitor(run_dir, purge_step=purge) if engine.is_main else None
         self.report = Report(cfg, engine, self.monitor)
-        self.validator = Validator(cfg, engine) if engine.is_main else None
+        self.validator = Validator(cfg, engine, self.data) if engine.is_main else None
         self.writer = CheckpointWriter()
         self.non_finite = NonFiniteGuard(engine, tcfg, run_dir)
         parameters = sum(p.numel() for p in model.parameters())

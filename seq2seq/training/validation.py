@@ -93,11 +93,15 @@ class Validator:
     GPU the search's CUDA graphs, kept from one validation to the next (each batch shape is
     recorded once; the updates change the weights in place, where the graphs read them)."""
 
-    def __init__(self, cfg: DictConfig, engine: Engine) -> None:
+    def __init__(self, cfg: DictConfig, engine: Engine, data: TrainingData | None = None) -> None:
+        """With ``data``, the alignment probe's pairs are checked against its tokenizers now,
+        when training starts, not at the first validation."""
         self.engine, self.batch_tokens = engine, cfg.train.batch_tokens
         self.search, self.samples = validation_search(cfg.train), cfg.log.attention_samples
         self.bleu_tokenize = bleu_tokenizer(cfg.data.tgt_lang, cfg.data.bleu_tokenize)
-        self.probe = AlignmentProbe.from_config(cfg.log)
+        self.probe = AlignmentProbe.from_config(cfg)
+        if self.probe is not None and data is not None:
+            self.probe.check(data.src_tok, data.tgt_tok)
         self.graphs = SearchGraphs(engine) if engine.device.type == "cuda" else None
         self.sources: list[str] | None = None  # the lines translated, read at the first call
 
