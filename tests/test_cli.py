@@ -203,3 +203,23 @@ def test_a_quoted_home_folder_is_expanded(tmp_path: Path) -> None:
     proc = command("average", 'run_dir="~/runs"', env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert f"{tmp_path / 'runs'} is not a training run" in proc.stderr, proc.stderr
+
+
+def test_a_ctrl_c_while_the_command_imports_is_one_line(monkeypatch, capsys) -> None:
+    """Ctrl-C in a command's first two seconds (torch importing, before the command's own
+    handling) printed the import's traceback: it is one line and exit status 130."""
+    from seq2seq.commands import cli as entry
+
+    def interrupted(name: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(entry, "import_module", interrupted)
+    try:
+        entry.train()
+    except KeyboardInterrupt:  # what the user saw: its traceback
+        pytest.fail("the interrupt came through as a traceback")
+    except SystemExit as stop:
+        assert stop.code == 130
+    else:
+        pytest.fail("the command went on")
+    assert capsys.readouterr().err == "seq2seq-train: interrupted\n"

@@ -1,16 +1,22 @@
 """The installed commands' entry points (pyproject's [project.scripts]). Each imports its command
 only when run, so that the worker processes a command starts (which import the main script
-again) stay light."""
+again) stay light; a Ctrl-C before the command's own handling begins (while torch imports) is
+one line and exit status 130, as after it, not a traceback of the import."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from importlib import import_module
 
 
 def _entry(command: str) -> Callable[[], None]:
     def start() -> None:
-        import_module(f"seq2seq.commands.{command}").main()
+        try:
+            import_module(f"seq2seq.commands.{command}").main()
+        except KeyboardInterrupt:
+            print(f"seq2seq-{command}: interrupted", file=sys.stderr)
+            sys.exit(130)
 
     start.__name__ = start.__qualname__ = command
     return start
