@@ -12,14 +12,9 @@ from collections.abc import Sequence
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.wordalign import WordPair
 
-# A side whose ratio is above 1 reads more like the run's other language. Measured with unigram
-# models trained on Multi30k (8,000 pieces, and the smoke recipe's 500 on 3,000 lines): right
-# pairs 0.44-0.81 over whole sets (the lowercased Hansards under en-fr models the highest), at
-# most 0.94 in any run of pairs holding 100 words; swapped or another pair's side 1.18-2.28, at
-# least 1.06 in 100 words (at 50 words 0.99 against 1.02: too close, hence MIN_WORDS). A third
-# language reads like the nearer of the two: French as a de-en run's target (0.72-0.85) passes.
+# above 1: a side reads more like the run's other language (measured: docs/alignment.md)
 OTHER = 1.0
-MIN_WORDS = 100  # both sides together
+MIN_WORDS = 100  # both sides together; at 50 words right and wrong sides overlap
 SAMPLED_PAIRS = 2000  # the first pairs tell; a large file is not segmented twice
 
 
