@@ -12,6 +12,7 @@ import pytest
 from align_helpers import pairs_of, run_align
 from omegaconf import OmegaConf
 
+from seq2seq.decoding.aer import parse_gold, sure_links_missing
 from seq2seq.decoding.pairlangs import MIN_WORDS, pair_language_problem
 from seq2seq.decoding.wordalign import read_pairs
 from seq2seq.runtime.run_folder import load_run
@@ -44,6 +45,8 @@ def test_pairs_are_judged_by_the_runs_tokenizers(smoke_run: Path, multi30k_dir, 
     said = pair_language_problem(flipped, run.src_tok, run.tgt_tok, ("de", "en"))
     assert said.startswith("the source side reads like the run's target language (en), not its")
     assert said.endswith(SWAPPED)
+    undone = pair_language_problem(flipped, run.src_tok, run.tgt_tok, ("de", "en"), swapped=True)
+    assert undone.endswith("drop swap=true: the file is de ||| en already")  # swap=true given
     short = flipped[:2]
     assert sum(len(s) + len(t) for s, t in short) < MIN_WORDS
     assert pair_language_problem(short, run.src_tok, run.tgt_tok, ("de", "en")) is None
@@ -96,3 +99,11 @@ def test_the_probe_warns_once(smoke_run: Path, multi30k_dir, tmp_path, caplog):
     said = [r.getMessage() for r in caplog.records]
     assert sum(NO_SURE in m for m in said) == 1 and sum(SWAPPED in m for m in said) == 1
     assert all("\n" not in m for m in said)
+
+
+def test_a_gold_file_without_any_link_is_said() -> None:
+    empty = [parse_gold("") for _ in range(3)]
+    assert sure_links_missing(empty, "gold=g.talp") == (
+        "gold=g.talp holds no links at all: recall and AER against it say nothing"
+    )
+    assert sure_links_missing([parse_gold("1-1")], "gold=g.talp") is None

@@ -68,7 +68,8 @@ def test_a_glossary_phrase_over_max_chars_stops_the_server_at_start(tmp_path: Pa
     glossary = tmp_path / "g.tsv"
     glossary.write_text("Hund\tdog\nWiese\t" + "meadow " * 20 + "\n", encoding="utf-8")
     with pytest.raises(
-        Seq2SeqError, match=r"g.tsv, line 2: a phrase of 139 characters; at most 100"
+        Seq2SeqError,
+        match=r"g.tsv, line 2: the target phrase has 139 characters; at most max_chars=100",
     ):
         post({"sentences": ["Ein Hund."]}, terms=str(glossary), max_chars=100)
 

@@ -64,6 +64,6 @@ def test_the_servers_search_settings_are_each_requests_defaults(onnx_release, ba
         (item,) = data["translations"]
         assert item["translation"] == expected[0]
         assert item["warnings"] == [
-            "constraint 'dog dog' would repeat a target piece, which no_repeat_ngram=1 bans: "
-            "it is left out"
+            "constraint 'dog dog' repeats a target piece of itself, which no_repeat_ngram=1 "
+            "bans: left out"
         ]

@@ -31,7 +31,7 @@ def test_a_hash_source_phrase_is_written_escaped_and_a_lookalike_comment_is_name
     entries = read_glossary(text, "g.tsv", said.append)
     assert entries == [("#MeToo", "#MeToo"), ("Wiese", "meadow")]
     assert said == [
-        "g.tsv, line 1: read as a comment ('#' first); a source phrase that starts with '#' is "
+        "g.tsv, line 1: read as a comment (a '#' line); a source phrase that starts with '#' is "
         "written '\\#'"
     ]  # "# Hund<TAB>dog" is an entry commented out: nothing said
 
@@ -39,7 +39,10 @@ def test_a_hash_source_phrase_is_written_escaped_and_a_lookalike_comment_is_name
 def test_a_glossary_phrase_over_the_limit_is_refused_naming_its_line() -> None:
     text = "Hund\tdog\nWiese\t" + "meadow " * 300 + "\n"
     assert len(read_glossary(text, "g.tsv")) == 2  # no limit: any length
-    with pytest.raises(ValueError, match=r"^g.tsv, line 2: a phrase of 2,099 characters; at most"):
+    with pytest.raises(
+        ValueError,
+        match=r"^g.tsv, line 2: the target phrase has 2,099 characters; at most max_chars=1,000",
+    ):
         read_glossary(text, "g.tsv", max_chars=1000)
 
 
@@ -60,24 +63,30 @@ def test_characters_outside_the_vocabulary_are_warned_of_and_placed_as_asked() -
 @pytest.mark.parametrize(
     ("prefix", "phrases", "n", "left_out"),
     [
-        ("", ["big big", "dog"], 1, ["big big"]),  # its own piece twice
-        ("", ["big big", "dog"], 2, []),  # a 2-gram once: placeable
-        ("a big", ["big dog", "cat"], 1, ["big dog"]),  # the prefix's piece again
-        ("a big dog", ["big dog"], 1, []),  # inside the prefix: the prefix places it
-        ("", ["red dog", "dog"], 1, ["red dog", "dog"]),  # two phrases share a piece
-        ("", ["a b a b"], 2, ["a b a b"]),
+        ("", ["big big", "dog"], 1, {"big big": "itself"}),  # its own piece twice
+        ("", ["big big", "dog"], 2, {}),  # a 2-gram once: placeable
+        ("a big", ["big dog", "cat"], 1, {"big dog": "the prefix"}),  # the prefix's piece
+        ("a big dog", ["big dog"], 1, {}),  # inside the prefix: the prefix places it
+        ("", ["red dog", "dog", "cat"], 1, {"dog": "constraint 'red dog'"}),  # the first wins
+        ("", ["a b a b"], 2, {"a b a b": "itself"}),
+        ("", ["x ☃", "y ☃"], 1, {"y ☃": "constraint 'x ☃'"}),  # no ⁇ warning for it
     ],
 )
 def test_a_phrase_no_repeat_ngram_makes_impossible_is_left_out_and_said(
-    prefix: str, phrases: list[str], n: int, left_out: list[str]
+    prefix: str, phrases: list[str], n: int, left_out: dict[str, str]
 ) -> None:
     (ids,) = encode_steering(_encode, [LineSteering(prefix, phrases)], UNK, no_repeat_ngram=n)
     kept = [p for p in phrases if p not in left_out]
     assert ids.phrases == _encode(kept)
     run = "a target piece" if n == 1 else f"a run of {n} target pieces"
-    assert ids.warnings == [
-        f"constraint '{p}' would repeat {run}, which no_repeat_ngram={n} bans: it is left out"
-        for p in left_out
+    lacks = [
+        f"constraint '{p}': the target vocabulary has no '☃', which comes out as ⁇"
+        for p in kept
+        if "☃" in p
+    ]
+    assert ids.warnings == lacks + [
+        f"constraint '{p}' repeats {run} of {whose}, which no_repeat_ngram={n} bans: left out"
+        for p, whose in left_out.items()
     ]
     (terms,) = encode_steering(_encode, [LineSteering(prefix, terms=[("x", p) for p in phrases])])
     assert terms.terms == _encode(phrases)  # no_repeat_ngram off: every one
@@ -98,7 +107,7 @@ def test_each_warning_is_said_once_at_its_first_line_and_the_rest_counted() -> N
     os.close(write)
     with os.fdopen(read, "rb") as stream:
         list(translated_batches(stream, 2, "stdin", translate, steering))
-    message = "constraint 'dog dog' would repeat a target piece"
+    message = "constraint 'dog dog' repeats a target piece of itself"
     assert len(said) == 2 and said[0].startswith(f"input line 1: {message}")
     assert said[1].startswith(f"2 more input lines the same: {message}")
 
@@ -117,7 +126,7 @@ def test_a_trained_models_translations_carry_the_warnings(smoke_run: Path) -> No
     steer = [LineSteering(constraints=["dog dog"]), LineSteering(constraints=["☃"])]
     found = translator.translate(lines, steer=steer)
     assert found[0].warnings == [
-        "constraint 'dog dog' would repeat a target piece, which no_repeat_ngram=1 bans: it is "
+        "constraint 'dog dog' repeats a target piece of itself, which no_repeat_ngram=1 bans: "
         "left out"
     ]
     searched = [(h.tokens, h.score) for h in found[0].hypotheses]

@@ -53,9 +53,10 @@ def _entry(line: str, where: str, max_chars: int) -> tuple[str, str]:
     fields = [f.strip() for f in line.split("\t")]
     if len(fields) != 2 or not all(fields):
         raise ValueError(f"{where}: want 'source phrase<TAB>target phrase'")
-    longest = max(map(len, fields))
-    if max_chars and longest > max_chars:
-        raise ValueError(f"{where}: a phrase of {longest:,} characters; at most {max_chars:,}")
+    for side, phrase in zip(("source", "target"), fields, strict=True):
+        if max_chars and len(phrase) > max_chars:
+            said = f"the {side} phrase has {len(phrase):,} characters"
+            raise ValueError(f"{where}: {said}; at most max_chars={max_chars:,}")
     source = fields[0][1:] if fields[0].startswith("\\#") else fields[0]
     return matchable(source), fields[1]
 
@@ -76,7 +77,7 @@ def _tell(
     if commented:
         lines = ", ".join(map(str, commented[:5])) + (", ..." if len(commented) > 5 else "")
         warn(
-            f"{where}, line {lines}: read as a comment ('#' first); a source phrase that "
+            f"{where}, line {lines}: read as a comment (a '#' line); a source phrase that "
             "starts with '#' is written '\\#'"
         )
     if not entries:

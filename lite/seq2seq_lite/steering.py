@@ -6,7 +6,6 @@ numpy, like rules.py: seq2seq's torch search and this package's numpy search bot
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,14 +129,14 @@ def _line(
     its warnings (``lacking``: `_lacking`; ``n``: the search's no_repeat_ngram)."""
     line = SteeringIds(prefix[1] if prefix[0] else [])
     asked = [a for a in asked if a[2]]  # a phrase of blanks: none
-    given = [("prefix", *prefix), *asked]
+    clashes = _clashes(line.prefix, asked, n) if n else {}
+    given = [("prefix", *prefix), *(a for at, a in enumerate(asked) if at not in clashes)]
     notes = [_lacks(what, text, lacking[text]) for what, text, _ in given if text in lacking]
-    blocked = _repeats(line.prefix, [ids for *_, ids in asked], n) if n else set()
     for at, (what, text, ids) in enumerate(asked):
-        if at in blocked:
+        if at in clashes:
             run = "a target piece" if n == 1 else f"a run of {n} target pieces"
             bans = f"no_repeat_ngram={n} bans"
-            notes.append(f"{what} '{text}' would repeat {run}, which {bans}: it is left out")
+            notes.append(f"{what} '{text}' repeats {run} of {clashes[at]}, which {bans}: left out")
         else:
             (line.phrases if what == "constraint" else line.terms).append(ids)
     line.warnings = notes
@@ -160,17 +159,27 @@ def _lacking(encode: Encode, texts: list[str], ids: list[list[int]], unk: int) -
     return {t: c for t, c in found.items() if c}
 
 
-def _repeats(prefix: list[int], phrases: list[list[int]], n: int) -> set[int]:
-    """The phrases (their indices) that a ban on repeated n-grams makes impossible: each holds an
-    n-gram that itself, the prefix or another phrase holds too (one inside the prefix, which
-    places it, aside)."""
+def _clashes(prefix: list[int], asked: list[tuple[str, str, list[int]]], n: int) -> dict[int, str]:
+    """The phrases (their indices in ``asked``: what, text, ids) that a ban on repeated n-grams
+    makes impossible, each with what it clashes with: itself, the prefix or an earlier phrase
+    that is kept (the first of two wins; one inside the prefix, which places it, is met)."""
 
     def grams(ids: list[int]) -> list[tuple[int, ...]]:
         return [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
 
-    apart = [i for i, p in enumerate(phrases) if not holds(prefix, p)]
-    counts = Counter(g for ids in [prefix, *(phrases[i] for i in apart)] for g in grams(ids))
-    return {i for i in apart if any(counts[g] > 1 for g in grams(phrases[i]))}
+    owners = dict.fromkeys(grams(prefix), "the prefix")
+    found = {}
+    for at, (what, text, ids) in enumerate(asked):
+        mine = grams(ids)
+        if holds(prefix, ids):
+            continue
+        if len(set(mine)) < len(mine):
+            found[at] = "itself"
+        elif clash := next((g for g in mine if g in owners), None):
+            found[at] = owners[clash]
+        else:
+            owners.update(dict.fromkeys(mine, f"{what} '{text}'"))
+    return found
 
 
 def holds(tokens: Sequence[int], phrase: Sequence[int], joins: np.ndarray | None = None) -> bool:
@@ -297,7 +306,8 @@ class SteeringLines:
             if lines is not None and (len(lines) < count if more else len(lines) != count):
                 said = f"more than {len(lines)}" if more else count
                 return (
-                    f"{self.names[key]} has {len(lines)} lines, {input_name} has {said}: "
+                    f"{self.names[key]} has {len(lines)} line{'s' * (len(lines) != 1)}, "
+                    f"{input_name} has {said}: "
                     "give one line per input line (an empty line: none)"
                 )
         return None

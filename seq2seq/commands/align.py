@@ -110,7 +110,7 @@ def _check_pairs(run: TrainedRun, cfg: AlignConfig, pairs: Sequence[WordPair]) -
     """One warning where the pairs, as the run reads them, do not read like its languages."""
     read = [(tgt, src) for src, tgt in pairs] if cfg.swap else pairs
     langs = (run.cfg.data.src_lang, run.cfg.data.tgt_lang)
-    problem = pair_language_problem(read, run.src_tok, run.tgt_tok, langs)
+    problem = pair_language_problem(read, run.src_tok, run.tgt_tok, langs, cfg.swap)
     if problem is not None:
         given = f"input={cfg.input}" if cfg.input else f"src_file={cfg.src_file}"
         swap = " with swap=true" if cfg.swap else ""

@@ -73,9 +73,12 @@ def read_gold(
 
 def sure_links_missing(gold: Sequence[Gold], where: str) -> str | None:
     """One line where gold links are all possible (``ipj``), none sure: recall counts sure links
-    only, so it reads 0 and AER 1 - precision, which looks like a broken aligner."""
-    if any(g.sure for g in gold) or not any(g.possible for g in gold):
+    only, so it reads 0 and AER 1 - precision, which looks like a broken aligner; or where the
+    gold holds no link at all (an empty or wrong file)."""
+    if any(g.sure for g in gold):
         return None
+    if not any(g.possible for g in gold):
+        return f"{where} holds no links at all: recall and AER against it say nothing"
     return (
         f"{where} holds possible links (ipj) only, no sure one (i-j): recall counts sure links, "
         "so it is 0, and AER is 1 - precision"

@@ -25,11 +25,16 @@ def piece_ratio(lines: Sequence[str], own: Tokenizer, other: Tokenizer) -> float
 
 
 def pair_language_problem(
-    pairs: Sequence[WordPair], src_tok: Tokenizer, tgt_tok: Tokenizer, langs: tuple[str, str]
+    pairs: Sequence[WordPair],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    langs: tuple[str, str],
+    swapped: bool = False,
 ) -> str | None:
     """One line saying which side of the (source, target) ``pairs`` reads like the run's other
-    language (of ``langs``), and what to check; None where neither does, or where nothing can
-    tell (one model for both languages, fewer than MIN_WORDS words)."""
+    language (of ``langs``), and what to check (``swapped``: the user swapped the file's sides);
+    None where neither does, or where nothing can tell (one model for both languages, fewer
+    than MIN_WORDS words)."""
     sample = pairs[:SAMPLED_PAIRS]
     if src_tok.fingerprint == tgt_tok.fingerprint:
         return None
@@ -49,7 +54,9 @@ def pair_language_problem(
         if other[k]
     ]
     question = (
-        "are the sides swapped?"
+        f"drop swap=true: the file is {langs[0]} ||| {langs[1]} already"
+        if all(other) and swapped
+        else "are the sides swapped?"
         if all(other)
         else f"are the sides swapped, or the pairs not {langs[0]} ||| {langs[1]}?"
     )
