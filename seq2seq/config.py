@@ -96,7 +96,7 @@ class CustomDataConfig(DataConfig):
     valid: str = needed("<prefix of the validation files>")
     test: Optional[str] = None
     # the command that writes these files (a recipe whose data a script makes): a missing split's
-    # one-line error ends with it, so a start without that step says what to run
+    # one-line error ends with it where the split's folder is one it names
     prepare: Optional[str] = None
 
 

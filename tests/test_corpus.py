@@ -145,6 +145,23 @@ def test_a_recipes_missing_data_names_the_command_that_makes_it(recipe, tmp_path
         split_files(data, "other")
 
 
+def test_only_the_splits_data_prepare_writes_name_its_command(tmp_path, monkeypatch) -> None:
+    """data.prepare's command ends the refusal of a split in a folder that command names; a split
+    overridden to files of another making (back-translated data) is refused without it."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as said:
+        open_reader(composed("experiment=tatoeba_lowres_de_en").data).check()
+    assert str(said.value).endswith(
+        "; this recipe's data is made by: python scripts/tatoeba_lowres.py "
+        "../shared/data/tatoeba/deu-eng.zip data/tatoeba_lowres"
+    )
+    overridden = composed("experiment=tatoeba_lowres_de_en", "data.train=data/bt_beam/mixed_1")
+    with pytest.raises(DataError) as said:
+        open_reader(overridden.data).check()
+    assert str(said.value).startswith("data.train=data/bt_beam/mixed_1: neither")
+    assert "made by" not in str(said.value)
+
+
 def test_multi30k_split_names(multi30k_dir: Path, tmp_path: Path) -> None:
     cfg = Multi30kConfig(source=str(multi30k_dir), root=str(tmp_path), src_lang="fr", tgt_lang="cs")
     assert split_files(cfg, "valid") == (tmp_path / "val.fr.gz", tmp_path / "val.cs.gz")

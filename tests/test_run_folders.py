@@ -91,8 +91,8 @@ def test_a_command_that_trains_nothing_leaves_no_folder(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_recipe_started_without_its_data_says_how_to_make_it(tmp_path: Path) -> None:
     """experiment=hansards_en_fr_cpu reads ../shared/... and data/hansards_mix/ from the current
-    folder: from elsewhere it names that folder, beside ../shared but before the data step it
-    names data.prepare's command; one line each, exit 1, no run folder left."""
+    folder: from elsewhere its first refusal names data.prepare's command and that folder (its
+    gold, missing too, is said once the data is there); one line each, exit 1, no run folder."""
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     args = [*cli("train"), "experiment=hansards_en_fr_cpu", "train.max_steps=1"]
@@ -100,23 +100,25 @@ def test_a_recipe_started_without_its_data_says_how_to_make_it(tmp_path: Path) -
     assert_one_line_error(
         proc.returncode,
         proc.stderr,
-        "log.alignment_pairs=../shared/data/alignment/en-fr.hansards.txt does not exist",
-        f"; relative paths are read from the current folder, {checkout}",
-    )
-    gold = tmp_path / "shared/data/alignment"
-    gold.mkdir(parents=True)
-    for name in ("en-fr.hansards.txt", "en-fr.hansards.talp"):  # read after the data's check
-        (gold / name).touch()
-    proc = subprocess.run(args, cwd=checkout, capture_output=True, text=True)
-    assert_one_line_error(
-        proc.returncode,
-        proc.stderr,
         "data.train=data/hansards_mix/train: neither data/hansards_mix/train.en nor",
+        f"; relative paths are read from the current folder, {checkout}"
         "; this recipe's data is made by: python scripts/alignment_data.py --multi30k "
         "../shared/data/multi30k --pairs ../shared/data/alignment/en-fr.hansards.txt "
         "--out data/hansards_mix",
     )
-    assert proc.stdout == "" and not list(checkout.iterdir())
+    made = checkout / "data/hansards_mix"
+    made.mkdir(parents=True)
+    for split in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "fr"):
+            (made / f"{split}.{lang}").write_text("a\n")
+    proc = subprocess.run(args, cwd=checkout, capture_output=True, text=True)
+    assert_one_line_error(
+        proc.returncode,
+        proc.stderr,
+        "log.alignment_pairs=../shared/data/alignment/en-fr.hansards.txt does not exist",
+        f"; relative paths are read from the current folder, {checkout}",
+    )
+    assert proc.stdout == "" and list(checkout.iterdir()) == [checkout / "data"]
 
 
 @pytest.mark.slow

@@ -48,14 +48,17 @@ def check_files(cfg: DataConfig) -> None:
                 prefix_files(name, cfg.src_lang, cfg.tgt_lang)
             except DataError as e:
                 said = f"data.{split}={name}: {e}{relative_note(name)}"
-                raise DataError(f"{said}{_prepared_by(cfg)}") from None
+                raise DataError(f"{said}{_prepared_by(cfg, name)}") from None
 
 
-def _prepared_by(cfg: DataConfig) -> str:
+def _prepared_by(cfg: DataConfig, name: str) -> str:
     """The ending of a missing split's error where ``data.prepare`` names the command that writes
-    the corpus (a recipe's data made by a script); else nothing."""
+    the corpus and the split's folder is one it names; else nothing (a split overridden to
+    files of another making)."""
     prepare = getattr(cfg, "prepare", None)  # custom files only; older run folders lack it
-    return f"; this recipe's data is made by: {prepare}" if prepare else ""
+    if not prepare or str(Path(name).parent) not in prepare.split():
+        return ""
+    return f"; this recipe's data is made by: {prepare}"
 
 
 def _check_source(cfg: DataConfig, names: list[str]) -> None:
@@ -88,7 +91,7 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
         return prefix_files(name, cfg.src_lang, cfg.tgt_lang, warn=False)  # check_files warned
     except DataError as e:  # a configured split's files: the recipe's, which data.prepare writes
         ours = split in ("train", "valid", "test")
-        raise DataError(f"{e}{_prepared_by(cfg) if ours else ''}") from None
+        raise DataError(f"{e}{_prepared_by(cfg, name) if ours else ''}") from None
 
 
 def file_stream(src: Path, tgt: Path, limit: int | None = None) -> PairStream:
