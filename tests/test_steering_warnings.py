@@ -92,6 +92,20 @@ def test_a_phrase_no_repeat_ngram_makes_impossible_is_left_out_and_said(
     assert terms.terms == _encode(phrases)  # no_repeat_ngram off: every one
 
 
+def test_a_glossary_terms_warning_names_its_entry_once_capitalised_or_not() -> None:
+    """A term is named by its entry's source phrase (where to look in the glossary); the same
+    entry opening one line (its target capitalised) and inside another is one message."""
+    glossary = [("zwei", "two ☃"), ("Hund", "dog dog")]
+    steering = SteeringLines(None, None, glossary, {}, None)
+    steer = steering.for_lines(["Zwei Hunde", "Ein Hund und zwei"])
+    found = encode_steering(_encode, steer, UNK, no_repeat_ngram=1)
+    assert found is not None
+    lacks = "glossary entry 'zwei': the target vocabulary has no '☃', which comes out as ⁇"
+    clash = "glossary entry 'Hund' repeats a target piece of itself, which no_repeat_ngram=1 bans"
+    assert found[0].warnings == [lacks]
+    assert found[1].warnings == [lacks, f"{clash}: left out"]
+
+
 def test_each_warning_is_said_once_at_its_first_line_and_the_rest_counted() -> None:
     said: list[str] = []
     steering = SteeringLines(

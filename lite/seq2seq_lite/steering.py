@@ -94,7 +94,9 @@ def encode_steering(
     begins a word, so "dog" matches " dog" inside a sentence); None where no line asks anything,
     so that the search does no work. Each line's warnings say what cannot be met as asked: a
     phrase with characters the target vocabulary lacks (``unk``, its unknown piece: they come
-    out as ⁇), and a phrase the search's ``no_repeat_ngram`` makes impossible (left out)."""
+    out as ⁇), and a phrase the search's ``no_repeat_ngram`` makes impossible (left out); a
+    glossary's term named by its entry's source phrase (its line in the file; one message whether
+    or not the term opens the line, which capitalises it)."""
     if steer is None or not any(
         g and (g.prefix.strip() or g.constraints or g.terms) for g in steer
     ):
@@ -113,8 +115,8 @@ def encode_steering(
             encoded.append(SteeringIds())
             continue
         prefix = next(pieces)
-        asked = [("constraint", *next(pieces)) for _ in g.constraints]
-        asked += [("glossary term", *next(pieces)) for _ in g.terms]
+        asked = [(f"constraint '{c[0]}'", *c) for c in (next(pieces) for _ in g.constraints)]
+        asked += [(f"glossary entry '{source}'", *next(pieces)) for source, _ in g.terms]
         encoded.append(_line(prefix, asked, lacking, no_repeat_ngram))
     return encoded
 
@@ -125,27 +127,29 @@ def _line(
     lacking: dict[str, str],
     n: int,
 ) -> SteeringIds:
-    """One line's `SteeringIds` from its prefix (text, ids) and phrases (what, text, ids), with
+    """One line's `SteeringIds` from its prefix (text, ids) and phrases (name, text, ids), with
     its warnings (``lacking``: `_lacking`; ``n``: the search's no_repeat_ngram)."""
     line = SteeringIds(prefix[1] if prefix[0] else [])
     asked = [a for a in asked if a[2]]  # a phrase of blanks: none
     clashes = _clashes(line.prefix, asked, n) if n else {}
-    given = [("prefix", *prefix), *(a for at, a in enumerate(asked) if at not in clashes)]
-    notes = [_lacks(what, text, lacking[text]) for what, text, _ in given if text in lacking]
-    for at, (what, text, ids) in enumerate(asked):
+    given = [(f"prefix '{prefix[0]}'", *prefix)]
+    given += [a for at, a in enumerate(asked) if at not in clashes]
+    notes = [_lacks(name, lacking[text]) for name, text, _ in given if text in lacking]
+    for at, (name, _, ids) in enumerate(asked):
         if at in clashes:
             run = "a target piece" if n == 1 else f"a run of {n} target pieces"
             bans = f"no_repeat_ngram={n} bans"
-            notes.append(f"{what} '{text}' repeats {run} of {clashes[at]}, which {bans}: left out")
+            notes.append(f"{name} repeats {run} of {clashes[at]}, which {bans}: left out")
         else:
-            (line.phrases if what == "constraint" else line.terms).append(ids)
+            (line.phrases if name.startswith("constraint") else line.terms).append(ids)
     line.warnings = notes
     return line
 
 
-def _lacks(what: str, text: str, chars: str) -> str:
-    """The warning for ``text``, whose characters ``chars`` the target vocabulary lacks."""
-    return f"{what} '{text}': the target vocabulary has no '{chars}', which comes out as ⁇"
+def _lacks(name: str, chars: str) -> str:
+    """The warning for the phrase ``name``, whose characters ``chars`` the target vocabulary
+    lacks."""
+    return f"{name}: the target vocabulary has no '{chars}', which comes out as ⁇"
 
 
 def _lacking(encode: Encode, texts: list[str], ids: list[list[int]], unk: int) -> dict[str, str]:
@@ -160,7 +164,7 @@ def _lacking(encode: Encode, texts: list[str], ids: list[list[int]], unk: int) -
 
 
 def _clashes(prefix: list[int], asked: list[tuple[str, str, list[int]]], n: int) -> dict[int, str]:
-    """The phrases (their indices in ``asked``: what, text, ids) that a ban on repeated n-grams
+    """The phrases (their indices in ``asked``: name, text, ids) that a ban on repeated n-grams
     makes impossible, each with what it clashes with: itself, the prefix or an earlier phrase
     that is kept (the first of two wins; one inside the prefix, which places it, is met)."""
 
@@ -169,7 +173,7 @@ def _clashes(prefix: list[int], asked: list[tuple[str, str, list[int]]], n: int)
 
     owners = dict.fromkeys(grams(prefix), "the prefix")
     found = {}
-    for at, (what, text, ids) in enumerate(asked):
+    for at, (name, _, ids) in enumerate(asked):
         mine = grams(ids)
         if holds(prefix, ids):
             continue
@@ -178,7 +182,7 @@ def _clashes(prefix: list[int], asked: list[tuple[str, str, list[int]]], n: int)
         elif clash := next((g for g in mine if g in owners), None):
             found[at] = owners[clash]
         else:
-            owners.update(dict.fromkeys(mine, f"{what} '{text}'"))
+            owners.update(dict.fromkeys(mine, name))
     return found
 
 
