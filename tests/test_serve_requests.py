@@ -45,12 +45,16 @@ def test_query_parameters_are_refused_not_ignored() -> None:
     assert "beam_size" in data["error"] and "JSON body" in data["error"]
 
 
-def test_a_prefix_with_a_line_break_is_refused_as_a_sentence_with_one_is() -> None:
+def test_a_prefix_with_a_line_break_or_an_empty_constraint_is_refused() -> None:
     status, data = post({"sentences": ["Ein Hund."], "prefixes": ["A\ndog"]})
     assert status == 422 and "line break" in data["error"]
     for phrase in ("a\ndog", "a\tdog"):  # a constraints file's line holds tab-separated ones
         status, data = post({"sentences": ["Ein Hund."], "constraints": [[phrase]]})
         assert status == 422 and "one phrase an item" in data["error"], data
+    for phrase in ("", "  "):  # would be left out in silence
+        status, data = post({"sentences": ["Ein Hund."], "constraints": [["dog", phrase]]})
+        assert status == 422, data
+        assert data["error"] == "sentence 0's constraints hold an empty phrase"
 
 
 def test_a_glossary_hit_at_beam_1_names_the_glossary(tmp_path: Path) -> None:

@@ -137,6 +137,8 @@ def _steering(
             raise BadRequest(
                 422, f"sentence {i}'s constraints hold a tab or line break: one phrase an item"
             )
+        if not all(phrase.strip() for phrase in phrases):  # else left out in silence
+            raise BadRequest(422, f"sentence {i}'s constraints hold an empty phrase")
     for i, prefix in enumerate(prefixes or []):
         _within_chars(i, "prefix", len(prefix or ""), cfg.max_chars)
         if any(c in (prefix or "") for c in "\r\n"):
