@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from seq2seq.decoding.aer import parse_gold, sure_links_missing
 from seq2seq.decoding.pairlangs import MIN_WORDS, pair_language_problem
 from seq2seq.decoding.wordalign import read_pairs
+from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import load_run
 from seq2seq.training.alignment import AlignmentProbe
 
@@ -93,9 +94,9 @@ def test_the_probe_warns_once(smoke_run: Path, multi30k_dir, tmp_path, caplog):
     )
     run = load_run(smoke_run)
     with caplog.at_level(logging.WARNING):
-        probe = AlignmentProbe.from_config(cfg)
-        probe.check(run.src_tok, run.tgt_tok)
-        probe.check(run.src_tok, run.tgt_tok)  # every validation: told once
+        probe = AlignmentProbe.from_config(cfg, (run.src_tok, run.tgt_tok))
+        for _ in range(2):  # every validation measures: told once, at the start
+            probe.measure(run.model, run.src_tok, run.tgt_tok, Engine.create("cpu"))
     said = [r.getMessage() for r in caplog.records]
     assert sum(NO_SURE in m for m in said) == 1 and sum(SWAPPED in m for m in said) == 1
     assert all("\n" not in m for m in said)

@@ -5,7 +5,7 @@ forming next to BLEU (``log.alignment_pairs`` / ``log.alignment_links``)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +24,18 @@ log = logging.getLogger("seq2seq.train")
 
 @dataclass
 class AlignmentProbe:
-    """Pairs and their human links, read once when training starts; ``langs`` the run's
-    (source, target) languages, which the pairs are checked against once (`check`)."""
+    """Pairs and their human links, read once when training starts."""
 
     pairs: list[WordPair]
     gold: list[Gold]
-    langs: tuple[str, str] = ("source", "target")
-    checked: bool = field(default=False, init=False)
 
     @classmethod
-    def from_config(cls, cfg: Any) -> AlignmentProbe | None:
+    def from_config(
+        cls, cfg: Any, tokenizers: tuple[Tokenizer, Tokenizer] | None = None
+    ) -> AlignmentProbe | None:
         """The probe a run's ``log.alignment_pairs`` and ``log.alignment_links`` name; None
-        without. A gold file without sure links is warned of here, once."""
+        without. Warned of here, once: a gold file without sure links, and (given the run's
+        ``tokenizers``) pairs that do not read like the run's languages."""
         pairs_path, links_path = cfg.log.alignment_pairs, cfg.log.alignment_links
         if pairs_path is None and links_path is None:
             return None
@@ -46,21 +46,15 @@ class AlignmentProbe:
         gold = read_gold(links_path, pairs)
         if note := sure_links_missing(gold, f"log.alignment_links={links_path}"):
             log.warning(note)
-        return cls(pairs, gold, (cfg.data.src_lang, cfg.data.tgt_lang))
-
-    def check(self, src_tok: Tokenizer, tgt_tok: Tokenizer) -> None:
-        """One warning, the first time, where the pairs do not read like the run's languages."""
-        if self.checked:
-            return
-        self.checked = True
-        if problem := pair_language_problem(self.pairs, src_tok, tgt_tok, self.langs):
-            log.warning("log.alignment_pairs, read by a %s->%s run: %s", *self.langs, problem)
+        langs = (cfg.data.src_lang, cfg.data.tgt_lang)
+        if tokenizers and (problem := pair_language_problem(pairs, *tokenizers, langs)):
+            log.warning("log.alignment_pairs, read by a %s->%s run: %s", *langs, problem)
+        return cls(pairs, gold)
 
     def measure(
         self, model: Seq2Seq, src_tok: Tokenizer, tgt_tok: Tokenizer, engine: Engine
     ) -> dict[str, float]:
         """AER, precision and recall of the model's argmax links (no shift) on the pairs."""
-        self.check(src_tok, tgt_tok)
         aligner = ForcedAligner(model, src_tok, tgt_tok, engine)
         weights = aligner.word_attention(self.pairs)
         scores = alignment_scores([extract(w, AlignMethod.argmax) for w in weights], self.gold)

@@ -95,13 +95,12 @@ class Validator:
 
     def __init__(self, cfg: DictConfig, engine: Engine, data: TrainingData | None = None) -> None:
         """With ``data``, the alignment probe's pairs are checked against its tokenizers now,
-        when training starts, not at the first validation."""
+        when training starts, not at the first validation (once)."""
         self.engine, self.batch_tokens = engine, cfg.train.batch_tokens
         self.search, self.samples = validation_search(cfg.train), cfg.log.attention_samples
         self.bleu_tokenize = bleu_tokenizer(cfg.data.tgt_lang, cfg.data.bleu_tokenize)
-        self.probe = AlignmentProbe.from_config(cfg)
-        if self.probe is not None and data is not None:
-            self.probe.check(data.src_tok, data.tgt_tok)
+        tokenizers = (data.src_tok, data.tgt_tok) if data is not None else None
+        self.probe = AlignmentProbe.from_config(cfg, tokenizers)
         self.graphs = SearchGraphs(engine) if engine.device.type == "cuda" else None
         self.sources: list[str] | None = None  # the lines translated, read at the first call
 
