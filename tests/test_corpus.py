@@ -11,7 +11,7 @@ import pytest
 from run_helpers import composed
 
 from seq2seq.config import CustomDataConfig, Multi30kConfig
-from seq2seq.data.corpus import check_files, read_parallel, split_files
+from seq2seq.data.corpus import check_splits, read_parallel, split_files
 from seq2seq.data.readers import open_reader
 from seq2seq.errors import DataError
 
@@ -85,7 +85,7 @@ def test_a_side_with_both_forms_reads_the_other_sides_form_and_says_so(
     cfg = CustomDataConfig(train=str(tmp_path / "train"), valid=None, test=None)
     with caplog.at_level("WARNING"):
         assert split_files(cfg, "train") == (tmp_path / "train.de.gz", tmp_path / "train.en.gz")
-        check_files(cfg)  # told by the start's check, not again as the split is read
+        check_splits(cfg)  # told by the start's check, not again as the split is read
     said = [r.getMessage() for r in caplog.records if "both exist" in r.getMessage()]
     assert said == [
         f"{tmp_path}/train.de and {tmp_path}/train.de.gz both exist: reading "
@@ -94,21 +94,21 @@ def test_a_side_with_both_forms_reads_the_other_sides_form_and_says_so(
     ]
     write(tmp_path / "train.en", b"b\n")  # both forms on both sides: the plain files
     with caplog.at_level("WARNING"):
-        check_files(cfg)
+        check_splits(cfg)
     assert "both exist: reading the plain files" in caplog.records[-1].getMessage()
     assert split_files(cfg, "train") == (tmp_path / "train.de", tmp_path / "train.en")
 
 
 def test_the_configured_files_are_checked_without_a_download(multi30k_dir, tmp_path) -> None:
     """A wrong local folder or prefix is said before a run starts, naming its key."""
-    check_files(Multi30kConfig(source=str(multi30k_dir), root=str(tmp_path / "root")))
-    check_files(Multi30kConfig(source="https://example.org/m30k", root=str(tmp_path / "r")))
+    check_splits(Multi30kConfig(source=str(multi30k_dir), root=str(tmp_path / "root")))
+    check_splits(Multi30kConfig(source="https://example.org/m30k", root=str(tmp_path / "r")))
     with pytest.raises(DataError, match=r"^data.source=.*none holds no train.de.gz \(nor does"):
-        check_files(Multi30kConfig(source=str(tmp_path / "none"), root=str(tmp_path / "root")))
+        check_splits(Multi30kConfig(source=str(tmp_path / "none"), root=str(tmp_path / "root")))
     assert not (tmp_path / "root").exists()
     cfg = CustomDataConfig(train=str(tmp_path / "train"), valid=str(tmp_path / "dev"))
     with pytest.raises(DataError, match=r"^data.train=.*train: neither .*train\.de nor"):
-        check_files(cfg)
+        check_splits(cfg)
 
 
 MADE_BY = (

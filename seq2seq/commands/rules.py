@@ -40,7 +40,7 @@ from seq2seq.config import (
     ScheduleName,
 )
 from seq2seq.config_choices import AlignMethod, Backend, Pick, Symmetrize
-from seq2seq.data.corpus import check_files as check_splits
+from seq2seq.data.corpus import check_splits
 from seq2seq.errors import DataError, Seq2SeqError, relative_note, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig

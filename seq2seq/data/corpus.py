@@ -35,7 +35,7 @@ def split_name(cfg: DataConfig, split: str) -> str | None:
     return {"train": cfg.train, "valid": cfg.valid, "test": cfg.test}.get(split, split)
 
 
-def check_files(cfg: DataConfig) -> None:
+def check_splits(cfg: DataConfig) -> None:
     """The configured splits exist, in both languages (no download): a DataError otherwise."""
     for split in ("train", "valid", "test"):
         name = split_name(cfg, split)
@@ -88,7 +88,7 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
         src, tgt = fetch(cfg.source, Path(cfg.root), _multi30k_names(cfg, name))
         return src, tgt
     try:
-        return prefix_files(name, cfg.src_lang, cfg.tgt_lang, warn=False)  # check_files warned
+        return prefix_files(name, cfg.src_lang, cfg.tgt_lang, warn=False)  # check_splits warned
     except DataError as e:  # a configured split's files: the recipe's, which data.prepare writes
         ours = split in ("train", "valid", "test")
         raise DataError(f"{e}{_prepared_by(cfg, name) if ours else ''}") from None

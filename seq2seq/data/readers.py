@@ -13,7 +13,7 @@ from typing import Any
 
 from seq2seq.config import Multi30kConfig
 from seq2seq.data.carve import Carved, carve
-from seq2seq.data.corpus import check_files, file_stream, split_files, split_name
+from seq2seq.data.corpus import check_splits, file_stream, split_files, split_name
 from seq2seq.data.hf import hf_stream, load_splits
 from seq2seq.data.stream import PairStream, file_digest, limited
 from seq2seq.data.tsv import column_indices, tsv_stream
@@ -59,7 +59,7 @@ class FileReader(Reader):
     """Two files per split, ``<prefix>.<lang>`` (Multi30k's are read so too: `Multi30kReader`)."""
 
     def check(self) -> None:
-        check_files(self.cfg)
+        check_splits(self.cfg)
 
     def has(self, split: str) -> bool:
         return split_name(self.cfg, split) is not None
