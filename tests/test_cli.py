@@ -223,3 +223,37 @@ def test_a_ctrl_c_while_the_command_imports_is_one_line(monkeypatch, capsys) -> 
     else:
         pytest.fail("the command went on")
     assert capsys.readouterr().err == "seq2seq-train: interrupted\n"
+
+
+def test_a_ctrl_c_before_the_commands_handling_waits_for_it(monkeypatch, capsys) -> None:
+    """Raised inside torch's import or Hydra's composing, a KeyboardInterrupt can meet C++ code
+    that aborts the process (exit status -6) or leave Hydra's config half made: the entry point
+    holds a Ctrl-C until the command's handling begins (the wrapper's release), then stops in
+    one line, 130; SIGINT is Python's own again."""
+    import os
+    import signal
+
+    from seq2seq.commands import cli as entry
+
+    steps: list[str] = []
+
+    def command() -> None:
+        steps.append("composed")  # not reached where the interrupt is raised at once
+        entry.release_ctrl_c()  # the wrapper's first step
+        steps.append("ran")
+
+    def importing(name: str) -> object:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C halfway through
+        steps.append("imported")
+        return type("Command", (), {"main": staticmethod(command)})
+
+    monkeypatch.setattr(entry, "import_module", importing)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal starts it
+    try:
+        with pytest.raises(SystemExit) as stop:
+            entry.train()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert stop.value.code == 130 and steps == ["imported", "composed"]
+    assert capsys.readouterr().err == "seq2seq-train: interrupted\n"

@@ -3,6 +3,7 @@ writes, non-finite updates, logs that fit a file, and a command stopped or refus
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import os
@@ -11,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pexpect
@@ -20,6 +22,7 @@ from omegaconf import OmegaConf
 from run_helpers import (
     SMOKE_ARGS,
     TRAIN_TIMEOUT,
+    as_on_a_terminal,
     assert_one_line_error,
     cli,
     finish,
@@ -273,6 +276,50 @@ def test_ctrl_c_ends_a_command_in_one_line(smoke_run: Path) -> None:
     status, answer, said = interrupted(args, "Ein Hund läuft.")
     assert status == 130 and answer.strip()
     assert said.strip().splitlines()[-1].endswith("interrupted") and "Traceback" not in said
+
+
+@pytest.mark.slow
+def test_a_ctrl_c_while_the_data_workers_start_is_one_line(tmp_path: Path, multi30k_dir) -> None:
+    """A terminal's Ctrl-C reaches the data workers' server too: while it imported its modules
+    (the tokenizers' training has just begun) it printed their traceback, and a worker forked
+    then, another; now the command's one line alone, exit 130."""
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("finds the workers' server in Linux's /proc")
+    args = [*SMOKE_ARGS, f"data.source={multi30k_dir}", f"data.root={tmp_path / 'm30k'}"]
+    proc = subprocess.Popen(
+        [*cli("train"), *args, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=tmp_path,  # its own data/cache: the tokenizers are trained in a worker
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # a group of its own, as a terminal's foreground job
+        preexec_fn=as_on_a_terminal,
+    )
+    assert proc.stdout is not None
+    said = []
+    for line in proc.stdout:
+        said.append(line)
+        if "training src unigram tokenizer" in line:
+            break
+    while not _importing_forkserver(proc.pid) and proc.poll() is None:  # for about a second
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGINT)
+    said += proc.stdout.readlines()
+    assert proc.wait(60) == 130, "".join(said)
+    assert "Traceback" not in "".join(said) and said[-1].rstrip().endswith("interrupted"), said
+
+
+def _importing_forkserver(pid: int) -> bool:
+    """Whether process ``pid`` has started multiprocessing's forkserver and Python there handles
+    SIGINT (its start has got as far as its imports; Linux's /proc)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                if b"forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    status = Path(f"/proc/{child}/status").read_text()
+                    caught = int(status.split("SigCgt:")[1].split()[0], 16)
+                    return bool(caught & 1 << (signal.SIGINT - 1))
+    return False
 
 
 def test_an_interrupted_export_leaves_no_release(smoke_run: Path, tmp_path: Path, monkeypatch):

@@ -5,6 +5,7 @@ one line and exit status 130, as after it, not a traceback of the import."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from importlib import import_module
@@ -12,6 +13,7 @@ from importlib import import_module
 
 def _entry(command: str) -> Callable[[], None]:
     def start() -> None:
+        hold_ctrl_c()
         try:
             import_module(f"seq2seq.commands.{command}").main()
         except KeyboardInterrupt:
@@ -20,6 +22,36 @@ def _entry(command: str) -> Callable[[], None]:
 
     start.__name__ = start.__qualname__ = command
     return start
+
+
+class _Held:
+    """SIGINT's handler from a command's start to its own handling: a Ctrl-C is noted, to be
+    raised there (`release_ctrl_c`). Raised inside torch's import or Hydra's composing, it may
+    meet C++ code that aborts the process (pybind11's error_already_set, exit status -6) or
+    leave Hydra's config half made (an AttributeError said as the config's)."""
+
+    def __init__(self) -> None:
+        self.heard = False
+
+    def __call__(self, number: int, frame: object) -> None:
+        self.heard = True
+
+
+def hold_ctrl_c() -> None:
+    """Ctrl-C noted, not raised, until `release_ctrl_c` (where SIGINT raises KeyboardInterrupt,
+    as Python starts it; not where it is ignored, as in a background job)."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _Held())
+
+
+def release_ctrl_c() -> None:
+    """Where a command's own handling of Ctrl-C begins: SIGINT raises KeyboardInterrupt again,
+    at once where one was noted while held (`hold_ctrl_c`)."""
+    held = signal.getsignal(signal.SIGINT)
+    if isinstance(held, _Held):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if held.heard:
+            raise KeyboardInterrupt
 
 
 train = _entry("train")

@@ -19,6 +19,7 @@ import hydra
 from omegaconf import DictConfig, ListConfig
 
 from seq2seq.commands.arguments import check_arguments, for_hydra_help
+from seq2seq.commands.cli import release_ctrl_c
 from seq2seq.commands.configs import CONFIGS, SCHEMAS, register_schemas
 from seq2seq.commands.keys import check_command_line, sweep_jobs
 from seq2seq.commands.rules import check_config, check_files
@@ -104,6 +105,7 @@ def _run(task: Task, cfg: Any, schema: type, refused: Callable[[], None] | None)
     once (then ``refused``). The command's process-wide settings: TensorBoard's writer thread
     keeps a full disk's traceback quiet; the data workers' server preloads their modules."""
     try:
+        release_ctrl_c()  # held since the entry point began (commands/cli.py)
         expand_home(cfg)
         try:
             check_config(cfg, schema)

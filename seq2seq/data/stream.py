@@ -14,6 +14,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -75,11 +76,18 @@ def worker_context() -> BaseContext:
 
 
 @contextlib.contextmanager
-def worker_pool(workers: int, **options: Any) -> Iterator[ProcessPoolExecutor]:
-    """A pool of ``worker_context`` processes. An error or Ctrl-C stops them at once: the pool's
-    own exit waits for its work, and sentencepiece's training (C++, deaf to signals) would run
-    on for minutes, as would a worker under torchrun, which signals the ranks alone."""
-    pool = ProcessPoolExecutor(workers, worker_context(), **options)
+def worker_pool(
+    workers: int, initializer: Callable | None = None, initargs: tuple = ()
+) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``worker_context`` processes, each first running ``initializer(*initargs)``.
+    An error or Ctrl-C stops them at once: the pool's own exit waits for its work, and
+    sentencepiece's training (C++, deaf to signals) would run on for minutes, as would a worker
+    under torchrun, which signals the ranks alone. Ctrl-C is the command's to say: the server
+    and the workers it forks end without a word of their own (`_start_server`)."""
+    context = worker_context()
+    _start_server(context)
+    start = (initializer, *initargs)
+    pool = ProcessPoolExecutor(workers, context, initializer=_worker_start, initargs=start)
     try:
         yield pool
     except BaseException:
@@ -94,6 +102,34 @@ def worker_pool(workers: int, **options: Any) -> Iterator[ProcessPoolExecutor]:
     pool.shutdown()
 
 
+def _start_server(context: BaseContext) -> None:
+    """The workers' server started with Ctrl-C held back, as multiprocessing's resource tracker
+    is: a terminal sends it to the server too, whose start (Python's own imports, then the
+    preloaded modules) printed its traceback; the server ignores it once started."""
+    if context.get_start_method() != "forkserver":
+        return
+    import multiprocessing.forkserver  # POSIX only
+    import multiprocessing.resource_tracker
+
+    multiprocessing.resource_tracker.ensure_running()  # its start unblocks SIGINT: first
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _worker_start(initializer: Callable | None, *initargs: Any) -> None:
+    """A worker's start: a Ctrl-C, held back since the fork (`_start_server`) where the server
+    did not preload seq2seq.data.worker_start, ends it without a word; then the pool's
+    ``initializer``."""
+    if hasattr(signal, "pthread_sigmask"):  # not on Windows, whose workers are spawned
+        signal.signal(signal.SIGINT, lambda number, frame: os._exit(128 + number))
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if initializer is not None:
+        initializer(*initargs)
+
+
 def preload_workers() -> None:
     """A command's process-wide setting: the modules the workers' server imports once, each
     worker forking from it. A worker also imports the main module: the installed commands'
@@ -104,10 +140,10 @@ def preload_workers() -> None:
     # the server starts as ``python -c``, whose sys.path begins with the current folder: there a
     # folder named seq2seq (a clone's, from the folder above it) would hide an editable install
     os.environ.setdefault("PYTHONSAFEPATH", "1")  # Python 3.11 on
-    preload = ["seq2seq.data.worker_start", "seq2seq.data.tokenizer", "seq2seq.data.dataset"]
+    preload = ["seq2seq.data.worker_start"]  # the workers' modules, then Ctrl-C's setting
     main = getattr(sys.modules["__main__"].__spec__, "name", None)
     if main and not main.endswith("__main__"):
-        preload.append(main)
+        preload.insert(0, main)
     multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
 
 
