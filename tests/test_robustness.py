@@ -153,6 +153,23 @@ def test_a_resume_refuses_other_tokenizer_settings_and_records_nothing(
     assert (folder / "train.lock").read_text() == ""  # let go: the next start takes no "over"
 
 
+def test_a_resume_refuses_other_languages_and_records_nothing(smoke_run: Path, tmp_path: Path):
+    """A de->en run resumed as en->de read English with its German tokenizer and overwrote
+    best.pt with what it learned so (exit 0, only the new plan warned of): refused."""
+    folder = tmp_path / "run"
+    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
+    before = {name: (folder / name).read_bytes() for name in ("config.yaml", "best.pt")}
+    swap = ["data.src_lang=en", "data.tgt_lang=de"]
+    code, out = outcome("train", f"hydra.run.dir={folder}", "train.resume=true", *swap)
+    assert_one_line_error(
+        code,
+        out,
+        "train.resume=true, but the languages differ from last.pt's",
+        "data.src_lang de (now en); data.tgt_lang en (now de)",
+    )
+    assert {name: (folder / name).read_bytes() for name in before} == before
+
+
 # -- interrupted and failed writes ----------------------------------------------------------------
 
 

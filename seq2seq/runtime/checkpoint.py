@@ -172,6 +172,12 @@ def _resumed(last: Path, cfg: DictConfig) -> dict[str, Any]:
             f"train.resume=true, but the model settings differ from {LAST}'s: "
             f"{'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''}"
         )
+    if changed := _languages_changed(saved, cfg):
+        raise Seq2SeqError(
+            f"train.resume=true, but the languages differ from {LAST}'s: {'; '.join(changed)}; "
+            "its model and tokenizers are for those: leave these keys out, or start a new run "
+            "with another hydra.run.dir=..."
+        )
     toks = []
     for name in (SRC_TOKENIZER, TGT_TOKENIZER):
         if not (last.parent / name).is_file():
@@ -193,6 +199,18 @@ def _resumed(last: Path, cfg: DictConfig) -> dict[str, Any]:
             "start a new run with another hydra.run.dir=..."
         )
     return upgrade_saved_state(state)
+
+
+def _languages_changed(saved: DictConfig, cfg: DictConfig) -> list[str]:
+    """The run's languages (data.src_lang, data.tgt_lang) changed since ``saved``, as "key saved
+    (now value)"; a swapped pair too, whose files exist but which the run's model never read."""
+    keys = ("data.src_lang", "data.tgt_lang")
+    return [
+        f"{key} {was} (now {now})"
+        for key in keys
+        if (was := OmegaConf.select(saved, key, default=None)) is not None
+        and (now := OmegaConf.select(cfg, key, default=None)) != was
+    ]
 
 
 def _plain(node: Any) -> Any:
