@@ -18,7 +18,7 @@ from seq2seq.commands.wrapper import hydra_command
 from seq2seq.config_choices import BestMetric, Selection
 from seq2seq.errors import Seq2SeqError
 from seq2seq.runtime.checkpoint import best_steps, kept_steps, load_checkpoint, save_checkpoint
-from seq2seq.storage.rundir import AVERAGED, CONFIG_FILE, kept_checkpoint, not_a_run
+from seq2seq.storage.rundir import AVERAGED, CONFIG_FILE, EVAL_DIR, kept_checkpoint, not_a_run
 
 log = logging.getLogger("seq2seq.average")
 
@@ -65,6 +65,8 @@ def average(cfg: AverageConfig) -> Path:
         "averaged": {str(step): steps[step] for step in sorted(chosen)},
     }
     out = Path(cfg.out) if cfg.out else run_dir / AVERAGED
+    if out.is_file():  # the run's own averaged.pt (out= is never over a file: commands/rules.py)
+        _say_replaced(out, sorted(chosen))
     save_checkpoint(out, state)
     log.info(
         "averaged steps %s (validation %s %s) into %s",
@@ -74,6 +76,22 @@ def average(cfg: AverageConfig) -> Path:
         out,
     )
     return out
+
+
+def _say_replaced(out: Path, chosen: list[int]) -> None:
+    """A warning where the run's averaged.pt is replaced by the average of other steps, naming
+    the evaluations of the weights it held (they stay, and no longer describe it)."""
+    before = sorted(int(step) for step in load_checkpoint(out).get("averaged", {}))
+    if before == chosen:
+        return
+    scored = sorted(p.name for p in (out.parent / EVAL_DIR).glob(f"*.{out.stem}.*.json"))
+    log.warning(
+        "replacing %s, the average of steps %s, with that of steps %s%s",
+        out,
+        before,
+        chosen,
+        f"; {EVAL_DIR}/{scored[0]}{' ...' * (len(scored) > 1)} scored the old" if scored else "",
+    )
 
 
 def _best_metric(run_dir: Path) -> BestMetric:

@@ -66,6 +66,7 @@ CARRIED = (
     "recipe",
     "started_from",
     "started_from_checkpoint",
+    "averaged",
     "test",
     "licence",
 )
@@ -129,6 +130,7 @@ def _run_facts(run: TrainedRun, checkpoint: str) -> dict[str, Any]:
         "recipe": " ".join(["seq2seq-train", *recipe]),
         "started_from": started,  # train.init_from, if any, and which of its weights
         "started_from_checkpoint": started and OmegaConf.select(cfg, "train.init_checkpoint"),
+        "averaged": sorted(map(int, load_checkpoint(run.checkpoint).get("averaged", {}))) or None,
         "test": tests,
         "licence": licence,
     }
@@ -169,6 +171,9 @@ def model_card(f: dict[str, Any]) -> str:
     if f.get("started_from"):
         weights = f.get("started_from_checkpoint") or "best"  # runs from before it was a key
         lines.append(f"| started from | `{f['started_from']}` (its {weights} weights) |")
+    if f.get("averaged"):  # seq2seq-average's weights
+        steps = ", ".join(map(str, f["averaged"]))
+        lines.append(f"| weights | the average of the checkpoints of updates {steps} |")
     lines += _test_rows(f["test"])
     lines += [
         "",
