@@ -4,9 +4,11 @@ own for each start."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -86,6 +88,25 @@ def test_a_command_that_trains_nothing_leaves_no_folder(tmp_path: Path) -> None:
         proc = subprocess.run([*cli("train"), *args], cwd=tmp_path, capture_output=True, text=True)
         assert (proc.returncode == 0) == (args in shown), (args, proc.stderr)
         assert not list(tmp_path.iterdir()), args
+
+
+@pytest.mark.slow
+def test_a_missing_extra_is_said_before_the_data_is_prepared(tmp_path: Path, data_dirs) -> None:
+    """Sparse attention without the entmax package stopped after the tokenizers were trained
+    and left a half-made run folder; it is said first, and no folder is left."""
+    hidden = tmp_path / "hidden" / "entmax"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('not installed')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden.parent), *sys.path])}
+    folder = tmp_path / "run"
+    args = [*SMOKE_ARGS, "model.attention.normalizer=entmax15", f"hydra.run.dir={folder}"]
+    proc = subprocess.run(
+        [*cli("train"), *args, *data_dirs], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
+    assert_one_line_error(
+        proc.returncode, proc.stderr, "the sparse attention normalizers need the entmax package"
+    )
+    assert not folder.exists() and "tokenizer" not in proc.stderr
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from seq2seq.data.prepare import TrainingData, run_tokenizers, training_data, wr
 from seq2seq.data.sampling import SubwordSampler
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.monitor import Monitor
+from seq2seq.model.normalizers import normalizer
 from seq2seq.model.seq2seq import build_model
 from seq2seq.runtime.checkpoint import CheckpointWriter, keep, start_or_resume
 from seq2seq.runtime.engine import Engine
@@ -152,6 +153,7 @@ class Trainer:
     def __init__(self, cfg: DictConfig, run_dir: Path, engine: Engine) -> None:
         self.cfg, self.run_dir, self.engine = cfg, run_dir, engine
         adopt_model(cfg)  # train.init_from's, before config.yaml is written
+        normalizer(cfg.model.attention.normalizer)  # a missing package (entmax): before any work
         self.lock = RunLock(run_dir)
         try:
             self._start(cfg, run_dir, engine)
