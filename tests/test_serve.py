@@ -152,6 +152,7 @@ def test_sigterm_under_load_finishes_or_refuses_cleanly(smoke_run: Path) -> None
         assert proc.wait(60) in (0, -signal.SIGTERM)
         assert "answered" in results
         assert "Traceback" not in proc.log()
+        assert "stopped by SIGTERM: the requests already in were answered" in proc.log()
 
 
 # -- releases ------------------------------------------------------------------------------------

@@ -64,12 +64,14 @@ def serve(cfg: ServeConfig) -> None:
     )
     server = uvicorn.Server(config)
     http = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="http")
-    _stop_on_signals(server)
+    heard = _stop_on_signals(server)
     http.start()
     owner.run_until(http)  # this thread decodes until the server has shut down
     http.join()
     if not server.started:
         raise Seq2SeqError(f"could not serve on {cfg.host}:{cfg.port} (see the line above)")
+    if heard:  # a server's stop on request: exit status 0, as uvicorn's and gunicorn's
+        log.info("stopped by %s: the requests already in were answered", heard[0].name)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -84,17 +86,21 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _stop_on_signals(server: uvicorn.Server) -> None:
+def _stop_on_signals(server: uvicorn.Server) -> list[signal.Signals]:
     """SIGTERM or Ctrl-C: stop accepting connections and finish the requests already in (a
-    second Ctrl-C: at once), as uvicorn does when it runs on the main thread."""
+    second Ctrl-C: at once), as uvicorn does when it runs on the main thread; the signals heard
+    are listed in what it returns."""
+    heard: list[signal.Signals] = []
 
     def stop(signum: int, frame: object) -> None:
+        heard.append(signal.Signals(signum))
         if server.should_exit and signum == signal.SIGINT:
             server.force_exit = True
         server.should_exit = True
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop)
+    return heard
 
 
 main = hydra_command("serve")(serve)  # the command: errors and output in wrapper.py
