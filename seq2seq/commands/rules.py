@@ -279,6 +279,8 @@ def _served_onnx(cfg: ServeConfig) -> list[str]:
 def _evaluated(cfg: EvaluateConfig) -> list[str]:
     if (cfg.input is None) != (cfg.reference is None):
         return ["input=<source file> and reference=<reference file> go together"]
+    if cfg.input is not None and cfg.split != EvaluateConfig.split:
+        log.warning("split=%s has no effect: input= is translated and scored instead", cfg.split)
     return []
 
 
