@@ -361,6 +361,8 @@ def _backtranslated(cfg: BacktranslateConfig) -> list[str]:
         log.warning("nbest=%d has no effect: one synthetic source is written a line", cfg.nbest)
     if not cfg.ratios or min(cfg.ratios) <= 0:
         return [f"ratios={list(cfg.ratios)} must be positive (synthetic per real pair)"]
+    if cfg.parallel is None and cfg.ratios != BacktranslateConfig(out="", mono="").ratios:
+        log.warning("ratios=%s has no effect: it mixes in parallel=<real pairs>", list(cfg.ratios))
     return []
 
 
