@@ -73,6 +73,9 @@ def test_custom_prefixes_plain_and_gz(tmp_path: Path) -> None:
         split_files(cfg, str(tmp_path / "missing"))
     with pytest.raises(DataError, match=r"exists: give the prefix without its language, .*/dev$"):
         split_files(cfg, str(tmp_path / "dev.de.gz"))
+    folder = f"{tmp_path}/ is a folder: a split is given by the prefix of its files, e.g. "
+    with pytest.raises(DataError, match=f"^{re.escape(folder)}.*/train for .*/train.de and "):
+        split_files(cfg, f"{tmp_path}/")
 
 
 def test_a_side_with_both_forms_reads_the_other_sides_form_and_says_so(

@@ -155,7 +155,16 @@ def prefix_files(prefix: str, src_lang: str, tgt_lang: str, warn: bool = True) -
     """Both files of a split, ``<prefix>.<lang>`` or ``.gz``. Where one side has both forms, the
     other side's form is read (else the plain files), and with ``warn`` a warning names both
     (training warns at its start check, not again as it reads)."""
-    forms = _forms(prefix, src_lang), _forms(prefix, tgt_lang)
+    try:
+        forms = _forms(prefix, src_lang), _forms(prefix, tgt_lang)
+    except DataError:
+        if not Path(prefix).is_dir():
+            raise
+        example = Path(prefix) / "train"  # data.train=data/ for data/train.de and data/train.en
+        raise DataError(
+            f"{prefix} is a folder: a split is given by the prefix of its files, e.g. {example} "
+            f"for {example}.{src_lang} and {example}.{tgt_lang}"
+        ) from None
     gz = [[path.suffix == ".gz" for path in side] for side in forms]
     picked = []
     for side, other in ((0, 1), (1, 0)):
