@@ -40,7 +40,7 @@ from seq2seq.config import (
     ScheduleName,
 )
 from seq2seq.config_choices import AlignMethod, Backend, Pick, Symmetrize
-from seq2seq.data.corpus import check_splits
+from seq2seq.data.readers import open_reader
 from seq2seq.errors import DataError, Seq2SeqError, relative_note, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
@@ -76,7 +76,7 @@ def check_files(cfg: Any) -> None:
     relative paths with the folder they were looked for from. A recipe's made data (data.prepare)
     first: its refusal names the command that makes it, and the folder."""
     if OmegaConf.select(cfg, "data.prepare", default=None):
-        check_splits(cfg.data)
+        open_reader(cfg.data).check()  # custom files' splits, or tsv's data.file
     problems, set_by_recipes = [], []  # training's: often a recipe's relative path, not typed
     for key in (*FILES_READ, *TRAINING_FILES_READ):
         if (path := OmegaConf.select(cfg, key, default=None)) is not None:

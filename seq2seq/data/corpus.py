@@ -48,14 +48,14 @@ def check_splits(cfg: DataConfig) -> None:
                 prefix_files(name, cfg.src_lang, cfg.tgt_lang)
             except DataError as e:
                 said = f"data.{split}={name}: {e}{relative_note(name)}"
-                raise DataError(f"{said}{_prepared_by(cfg, name)}") from None
+                raise DataError(f"{said}{prepared_by(cfg, name)}") from None
 
 
-def _prepared_by(cfg: DataConfig, name: str) -> str:
-    """The ending of a missing split's error where ``data.prepare`` names the command that writes
-    the corpus and the split's folder is one it names; else nothing (a split overridden to
-    files of another making)."""
-    prepare = getattr(cfg, "prepare", None)  # custom files only; older run folders lack it
+def prepared_by(cfg: DataConfig, name: str) -> str:
+    """The ending of a missing split's (or data.file's) error where ``data.prepare`` names the
+    command that writes the corpus and the split's folder is one it names; else nothing (a
+    split overridden to files of another making)."""
+    prepare = getattr(cfg, "prepare", None)  # custom and tsv only; older run folders lack it
     if not prepare or str(Path(name).parent) not in prepare.split():
         return ""
     return f"; this recipe's data is made by: {prepare}"
@@ -91,7 +91,7 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
         return prefix_files(name, cfg.src_lang, cfg.tgt_lang, warn=False)  # check_splits warned
     except DataError as e:  # a configured split's files: the recipe's, which data.prepare writes
         ours = split in ("train", "valid", "test")
-        raise DataError(f"{e}{_prepared_by(cfg, name) if ours else ''}") from None
+        raise DataError(f"{e}{prepared_by(cfg, name) if ours else ''}") from None
 
 
 def file_stream(src: Path, tgt: Path, limit: int | None = None) -> PairStream:
