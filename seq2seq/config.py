@@ -121,6 +121,9 @@ class TsvDataConfig(CarvedSplits, DataConfig):
     valid: Optional[str] = None  # a tab-separated file of its own (same columns), or carved
     test: Optional[str] = None
     sha256: Optional[str] = None  # refuse any other file than this one (recipes pin their data)
+    # the command that puts data.file where the recipe reads it: its refusal ends with it (as
+    # custom files' data.prepare)
+    prepare: Optional[str] = None
 
 
 @dataclass

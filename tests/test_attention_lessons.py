@@ -23,6 +23,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "docs" / "attention_lessons.md", REPO / "docs" / "attention_lessons.zh.md"]
 
+EXTRAS = {"entmax": "sparse"}  # the extra (pyproject.toml) of each module a block needs
+
 # a fenced block, with the optional "needs" comment right above it
 FENCE = re.compile(
     r"(?:<!-- needs (?P<needs>[\w.]+) -->\n)?^```(?P<kind>\w*)\n(?P<body>.*?)^```$", re.M | re.S
@@ -94,6 +96,15 @@ def test_every_lesson_pastes_into_the_plain_python_prompt(page: Path) -> None:
         assert normalized(printed.getvalue()) == normalized(lesson.expected), (
             f"{page.name}, the block at line {lesson.line}"
         )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_the_introduction_names_the_extra_of_each_block_that_needs_one(page: Path) -> None:
+    """The introduction says what to install before pasting: with the package alone, a block
+    that needs a module (<!-- needs entmax -->) fails, so its extra is named there too."""
+    introduction = page.read_text(encoding="utf-8").split("\n## ", 1)[0].replace("\n", " ")
+    for needs in {lesson.needs for lesson in lessons(page) if lesson.needs}:
+        assert f"pip install -e '.[{EXTRAS[needs]}]'" in introduction, needs
 
 
 def test_the_chinese_page_runs_the_same_lessons() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -51,6 +52,21 @@ def test_foreign_or_missing_file_is_a_user_error(tmp_path: Path) -> None:
         load_checkpoint(tmp_path / "junk.pt")
     with pytest.raises(Seq2SeqError, match="checkpoint not found"):
         load_checkpoint(tmp_path / "none.pt")
+
+
+@pytest.mark.parametrize("size", [0, 2, 100, 10_000])
+def test_a_checkpoint_cut_short_is_said_to_be_so(tmp_path: Path, size: int) -> None:
+    """A truncated copy: not torch's errno or zip library's reason, but what happened, and the
+    size; a text file is no checkpoint, without the unpickler's detail."""
+    path = tmp_path / "best.pt"
+    save_checkpoint(path, {"w": torch.zeros(5000)})
+    os.truncate(path, size)
+    damaged = f"cannot read checkpoint {path}: it is damaged or cut short ({size:,} bytes)"
+    with pytest.raises(Seq2SeqError, match=f"^{re.escape(damaged)}$"):
+        load_checkpoint(path)
+    path.write_text("# README\n\nA text.\n")
+    with pytest.raises(Seq2SeqError, match="checkpoint this program wrote, or damaged$"):
+        load_checkpoint(path)
 
 
 def test_background_writer_saves_a_snapshot_and_reports_errors(tmp_path: Path) -> None:

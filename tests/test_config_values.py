@@ -276,6 +276,8 @@ def test_a_file_training_reads_is_there_before_the_tokenizers_train(tmp_path, mo
         (AlignConfig, {"input": "p", "threshold": 0.5}, "threshold=0.5 has no effect: it is me"),
         (AlignConfig, {"input": "p", "reverse_shift": 1}, "reverse_shift=1 has no effect: add "),
         (AlignConfig, {"input": "p", "gold_one_based": False}, "gold_one_based=False has no"),
+        (EvaluateConfig, {"input": "i", "reference": "r", "split": "val"}, "split=val has no"),
+        (BacktranslateConfig, {"ratios": [7.5]}, "ratios=[7.5] has no effect: it mixes in par"),
     ],
 )
 def test_a_setting_that_does_nothing_is_warned_of(schema, values, warned, caplog) -> None:
@@ -288,6 +290,10 @@ def test_settings_that_act_are_not_warned_of(caplog) -> None:
     check_config(_config(TranslateConfig, {"beam_size": 7}))
     check_config(_config(EvaluateConfig, {"beam_size": 2, "coverage_penalty": 0.2}))
     check_config(_config(AlignConfig, {"input": "p", "method": "threshold", "threshold": 0.5}))
+    check_config(_config(EvaluateConfig, {"input": "i", "reference": "r"}))
+    check_config(_config(EvaluateConfig, {"split": "val"}))
+    check_config(_config(BacktranslateConfig, {"ratios": [7.5], "parallel": "p"}))
+    check_config(_config(BacktranslateConfig, {}))
     assert "has no effect" not in caplog.text
 
 

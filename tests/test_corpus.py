@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from run_helpers import composed
 
+from seq2seq.commands.rules import check_files
 from seq2seq.config import CustomDataConfig, Multi30kConfig
 from seq2seq.data.corpus import check_splits, read_parallel, split_files
 from seq2seq.data.readers import open_reader
@@ -73,6 +74,9 @@ def test_custom_prefixes_plain_and_gz(tmp_path: Path) -> None:
         split_files(cfg, str(tmp_path / "missing"))
     with pytest.raises(DataError, match=r"exists: give the prefix without its language, .*/dev$"):
         split_files(cfg, str(tmp_path / "dev.de.gz"))
+    folder = f"{tmp_path}/ is a folder: a split is given by the prefix of its files, e.g. "
+    with pytest.raises(DataError, match=f"^{re.escape(folder)}.*/train for .*/train.de and "):
+        split_files(cfg, f"{tmp_path}/")
 
 
 def test_a_side_with_both_forms_reads_the_other_sides_form_and_says_so(
@@ -159,6 +163,35 @@ def test_only_the_splits_data_prepare_writes_name_its_command(tmp_path, monkeypa
     with pytest.raises(DataError) as said:
         open_reader(overridden.data).check()
     assert str(said.value).startswith("data.train=data/bt_beam/mixed_1: neither")
+    assert "made by" not in str(said.value)
+
+
+@pytest.mark.parametrize(
+    ("recipe", "file"),
+    [
+        ("tatoeba_zh_en_smoke", "cmn-eng.txt.gz"),
+        ("tatoeba_en_zh_cpu", "cmn-eng.txt.gz"),
+        ("tatoeba_de_en_cpu", "deu-eng.zip"),
+    ],
+)
+def test_a_tatoeba_recipes_missing_file_says_where_it_looked_and_how_to_copy_it(
+    recipe: str, file: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """data.file=data/tatoeba/...: the folder it was read from and data.prepare's copy from
+    ../shared; a data.file of the user's elsewhere is refused without the copy."""
+    monkeypatch.chdir(tmp_path)
+    cfg = composed(f"experiment={recipe}")
+    for check in (lambda: open_reader(cfg.data).check(), lambda: check_files(cfg)):
+        with pytest.raises(DataError) as said:
+            check()  # the reader's check as training starts, and the command's check of files
+        assert str(said.value) == (
+            f"data.file=data/tatoeba/{file} does not exist; relative paths are read from the "
+            f"current folder, {os.getcwd()}; this recipe's data is made by: mkdir -p data/tatoeba "
+            f"&& cp ../shared/data/tatoeba/{file} data/tatoeba"
+        )
+    with pytest.raises(DataError) as said:
+        open_reader(composed(f"experiment={recipe}", "data.file=mine/x.gz").data).check()
+    assert str(said.value).startswith("data.file=mine/x.gz does not exist; relative paths are")
     assert "made by" not in str(said.value)
 
 

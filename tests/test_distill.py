@@ -1,6 +1,7 @@
 """seq2seq-distill: the teacher's beam output for every source of a split, as a corpus data=custom
 reads (and the originals followed by it), equal to what seq2seq-evaluate decodes; an interrupted
-run takes up its chunks; chunks of other settings are refused in one line."""
+run takes up its chunks, removed once the corpus is written; chunks of other settings are refused
+in one line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from run_helpers import TRAIN_TIMEOUT, cli, command, gz_lines
+from run_helpers import TRAIN_TIMEOUT, cli, command, gz_lines, started, wait_for_file
 from sacrebleu.metrics import BLEU
 
 from seq2seq.decoding.chunked import Nearest
@@ -27,9 +28,21 @@ def distill(smoke_run: Path, out: Path, *overrides: str) -> subprocess.Completed
 
 @pytest.mark.slow
 def test_the_distilled_corpus_is_the_teachers_beam_output(smoke_run: Path, tmp_path: Path) -> None:
+    """Killed once two of its three chunks are kept: chunks of other settings are refused, the
+    rerun decodes the last one only, and once the corpus is written its chunks are removed."""
     out = tmp_path / "distilled"
+    killed = started("distill", f"run_dir={smoke_run}", f"out={out}", *SEARCH)
+    wait_for_file(out / ".parts" / "00001.txt", killed)
+    killed.kill()
+    killed.communicate()
+    other = distill(smoke_run, out, "split=valid", "beam_size=3", "chunk_sentences=400")
+    assert other.returncode == 1 and "holds chunks of other settings" in other.stderr
+    assert "Traceback" not in other.stderr
     proc = distill(smoke_run, out, *SEARCH)
     assert proc.returncode == 0, proc.stderr
+    decoded = [line for line in proc.stderr.splitlines() if "] chunk " in line]
+    assert len(decoded) == 1 and "chunk 3/3" in decoded[0], proc.stderr
+    assert not (out / ".parts").exists()
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     sources, targets = gz_lines(out / "valid.de.gz"), gz_lines(out / "valid.en.gz")
     assert len(sources) == len(targets) == result["sentences"] > 400  # several chunks
@@ -46,19 +59,6 @@ def test_the_distilled_corpus_is_the_teachers_beam_output(smoke_run: Path, tmp_p
     mixed = gz_lines(out / "valid_mixed.en.gz")
     assert mixed[len(targets) :] == targets and len(mixed) == 2 * len(targets)
     assert gz_lines(out / "valid_mixed.de.gz") == sources + sources
-
-    # interrupted after two chunks: the rerun decodes the last one only, and ends the same
-    (out / ".parts" / "00002.txt").unlink()
-    (out / "valid.en.gz").unlink()
-    again = distill(smoke_run, out, *SEARCH)
-    assert again.returncode == 0, again.stderr
-    decoded = [line for line in again.stderr.splitlines() if "] chunk " in line]
-    assert len(decoded) == 1 and "chunk 3/3" in decoded[0], again.stderr
-    assert gz_lines(out / "valid.en.gz") == targets
-
-    other = distill(smoke_run, out, "split=valid", "beam_size=3", "chunk_sentences=400")
-    assert other.returncode == 1 and "holds chunks of other settings" in other.stderr
-    assert "Traceback" not in other.stderr
 
 
 @pytest.mark.slow

@@ -15,8 +15,11 @@ from model_helpers import SETUPS, TGT_VOCAB, hand_batch, tiny_model
 from omegaconf import OmegaConf
 from run_helpers import command, scalars
 
+from seq2seq.commands.configs import ScoreConfig
+from seq2seq.commands.score import score
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decoding.forced import score_pairs, target_log_probs
+from seq2seq.errors import DataError
 from seq2seq.runtime.engine import Engine
 from seq2seq.runtime.run_folder import TrainedRun
 from seq2seq.storage.rundir import TGT_TOKENIZER
@@ -120,6 +123,20 @@ def test_an_ensembles_score_is_the_mean_of_its_members(
     assert result["runs"] == [str(smoke_run.resolve()), str(luong_run.resolve())]
 
 
+def test_files_of_other_lengths_are_refused_before_any_score_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On stdout the scores of the pairs before the shorter file's end came first, then the
+    refusal: the files are read whole before the run is even loaded."""
+    (tmp_path / "a.de").write_text("Ein Hund .\nZwei Männer .\n", encoding="utf-8")
+    (tmp_path / "a.en").write_text("A dog .\n", encoding="utf-8")
+    files = {"src_file": str(tmp_path / "a.de"), "tgt_file": str(tmp_path / "a.en")}
+    cfg = OmegaConf.structured(ScoreConfig(run_dir=str(tmp_path / "no_run"), **files))
+    with pytest.raises(DataError, match="a.de has 2 lines, .*a.en has 1$"):
+        score(cfg)
+    assert capsys.readouterr().out == ""
+
+
 @pytest.mark.slow
 def test_files_of_other_lengths_or_languages(smoke_run: Path, tmp_path: Path) -> None:
     (tmp_path / "a.de").write_text("Ein Hund .\nZwei Männer .\n", encoding="utf-8")
@@ -130,6 +147,8 @@ def test_files_of_other_lengths_or_languages(smoke_run: Path, tmp_path: Path) ->
     assert proc.returncode == 1 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.strip().endswith("a.de has 2 lines, " + f"{tmp_path / 'a.en'} has 1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.de", "a.en"]
+    proc = command("score", f"run_dir={smoke_run}", *files)  # stdout: no score, then the error
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
     proc = command("score", f"run_dir={smoke_run}", *files, f"output={tmp_path}")
     assert proc.returncode == 1 and proc.stderr.strip().endswith("is a folder: give a file's name")
 

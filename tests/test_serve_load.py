@@ -49,7 +49,7 @@ def test_a_full_queue_answers_503_and_ready_says_busy(smoke_run: Path) -> None:
         assert sample(seen, "seq2seq_sentences_decoded_total") == 2
         assert sample(seen, "seq2seq_queue_sentences") == 0
     log = proc.log()
-    assert re.search(r"POST /translate 503 1 sentences [\d.]+ ms", log), log
+    assert re.search(r"POST /translate 503 1 sentence [\d.]+ ms", log), log
     assert re.search(r"POST /translate 200 2 sentences [\d.]+ ms", log), log
 
 

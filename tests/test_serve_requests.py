@@ -94,3 +94,16 @@ def test_a_sentences_constraints_and_terms_together_are_within_the_limits(tmp_pa
     assert status == 413 and data["error"] == (
         "sentence 0's constraints and terms: 27 characters; at most 20"
     )
+
+
+def test_the_access_log_counts_one_sentence_in_the_singular(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for sentences, said in (
+        (["Ein Hund."], "1 sentence "),
+        (["Ein Hund.", "Zwei."], "2 sentences "),
+    ):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="seq2seq.serve.access"):
+            post({"sentences": sentences, "beam_size": 400}, max_beam=1000)  # refused: 422
+        assert f"POST /translate 422 {said}" in caplog.text

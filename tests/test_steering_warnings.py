@@ -47,14 +47,22 @@ def test_a_glossary_phrase_over_the_limit_is_refused_naming_its_line() -> None:
 
 
 def test_characters_outside_the_vocabulary_are_warned_of_and_placed_as_asked() -> None:
-    steer = [LineSteering("Zürich is", ["big", "São Paulo"]), None, LineSteering(constraints=["a"])]
+    phrases = ["big", "São Paulo", "Zü€rich", "Zürich€ Ω"]
+    steer = [LineSteering("Zürich is", phrases), None, LineSteering(constraints=["a"])]
     ids = encode_steering(_encode, steer, UNK)
     assert ids is not None
     assert ids[0].prefix == [UNK, sum(map(ord, "is"))]
-    assert ids[0].phrases == [[sum(map(ord, "big"))], [UNK, sum(map(ord, "Paulo"))]]
-    assert ids[0].warnings == [
+    assert ids[0].phrases == [
+        [sum(map(ord, "big"))],
+        [UNK, sum(map(ord, "Paulo"))],
+        [UNK],
+        [UNK] * 2,
+    ]
+    assert ids[0].warnings == [  # each character quoted: together, they read as one substring
         "prefix 'Zürich is': the target vocabulary has no 'ü', which comes out as ⁇",
         "constraint 'São Paulo': the target vocabulary has no 'ã', which comes out as ⁇",
+        "constraint 'Zü€rich': the target vocabulary has no 'ü' or '€', which come out as ⁇",
+        "constraint 'Zürich€ Ω': the target vocabulary has no 'ü', '€' or 'Ω', which come out as ⁇",
     ]
     assert ids[1].warnings == [] and ids[2].warnings == []
     assert encode_steering(_encode, steer)[0].warnings == []  # no unknown piece given: no check

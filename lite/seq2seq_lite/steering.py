@@ -148,8 +148,11 @@ def _line(
 
 def _lacks(name: str, chars: str) -> str:
     """The warning for the phrase ``name``, whose characters ``chars`` the target vocabulary
-    lacks."""
-    return f"{name}: the target vocabulary has no '{chars}', which comes out as ⁇"
+    lacks, each quoted ('Z', 'ü' or '€'): run together, they read as one substring."""
+    quoted = [f"'{c}'" for c in chars]
+    listed = f"{', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
+    verb = "come" if len(quoted) > 1 else "comes"
+    return f"{name}: the target vocabulary has no {listed}, which {verb} out as ⁇"
 
 
 def _lacking(encode: Encode, texts: list[str], ids: list[list[int]], unk: int) -> dict[str, str]:

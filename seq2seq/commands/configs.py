@@ -126,7 +126,7 @@ class DistillConfig(InferenceConfig):
     """`seq2seq-distill`: a teacher's beam output for every source of a split of its corpus
     (sequence-level knowledge distillation), written as a corpus for data=custom."""
 
-    # the folder of the distilled corpus (and its chunks, for resuming)
+    # the folder of the distilled corpus (and its chunks, for resuming, until it is written)
     out: str = needed("<a folder for the distilled corpus>")
     split: str = "train"  # a split of the teacher's corpus
     data_source: Optional[str] = None  # where Multi30k is, if not where the teacher trained

@@ -8,14 +8,15 @@ pairs followed by the distilled ones (``<split>_mixed.*``), to train a student o
     seq2seq-distill run_dir=runs/teacher ensemble=[runs/t2,runs/t3] out=data/distilled
     seq2seq-train data=custom data.train=data/distilled/train data.valid=... data.test=...
 
-It decodes ``chunk_sentences`` at a time and keeps each chunk, so an interrupted command run
-again takes up where it stopped (docs/training.md).
+It decodes ``chunk_sentences`` at a time and keeps each chunk until the corpus is written, so
+an interrupted command run again takes up where it stopped (docs/training.md).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 from seq2seq.commands.configs import DistillConfig
@@ -75,6 +76,7 @@ def distill(cfg: DistillConfig) -> dict:
     result = {**facts, "out": str(out.resolve()), "files": sorted(files), "sentences": len(sources)}
     result["differ_from_reference"] = changed
     (out / "distill.json").write_text(json.dumps(result, indent=1))
+    shutil.rmtree(out / PARTS)  # the chunks were for resuming; every setting is in distill.json
     return result
 
 

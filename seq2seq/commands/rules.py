@@ -40,7 +40,7 @@ from seq2seq.config import (
     ScheduleName,
 )
 from seq2seq.config_choices import AlignMethod, Backend, Pick, Symmetrize
-from seq2seq.data.corpus import check_splits
+from seq2seq.data.readers import open_reader
 from seq2seq.errors import DataError, Seq2SeqError, relative_note, require_file
 from seq2seq.languages import bleu_tokenizer, check_bleu_tokenizer
 from seq2seq.serving.settings import ONNX_VARIANTS, ServeConfig
@@ -76,7 +76,7 @@ def check_files(cfg: Any) -> None:
     relative paths with the folder they were looked for from. A recipe's made data (data.prepare)
     first: its refusal names the command that makes it, and the folder."""
     if OmegaConf.select(cfg, "data.prepare", default=None):
-        check_splits(cfg.data)
+        open_reader(cfg.data).check()  # custom files' splits, or tsv's data.file
     problems, set_by_recipes = [], []  # training's: often a recipe's relative path, not typed
     for key in (*FILES_READ, *TRAINING_FILES_READ):
         if (path := OmegaConf.select(cfg, key, default=None)) is not None:
@@ -279,6 +279,8 @@ def _served_onnx(cfg: ServeConfig) -> list[str]:
 def _evaluated(cfg: EvaluateConfig) -> list[str]:
     if (cfg.input is None) != (cfg.reference is None):
         return ["input=<source file> and reference=<reference file> go together"]
+    if cfg.input is not None and cfg.split != EvaluateConfig.split:
+        log.warning("split=%s has no effect: input= is translated and scored instead", cfg.split)
     return []
 
 
@@ -359,6 +361,8 @@ def _backtranslated(cfg: BacktranslateConfig) -> list[str]:
         log.warning("nbest=%d has no effect: one synthetic source is written a line", cfg.nbest)
     if not cfg.ratios or min(cfg.ratios) <= 0:
         return [f"ratios={list(cfg.ratios)} must be positive (synthetic per real pair)"]
+    if cfg.parallel is None and cfg.ratios != BacktranslateConfig(out="", mono="").ratios:
+        log.warning("ratios=%s has no effect: it mixes in parallel=<real pairs>", list(cfg.ratios))
     return []
 
 

@@ -64,6 +64,8 @@ def _scores_out(path: str | None) -> Iterator[TextIO]:
 
 def score(cfg: ScoreConfig) -> dict[str, Any] | None:
     """Score the pairs, write a line each; the summary (returned, the JSON line, with output=)."""
+    for _ in parallel_batches(Path(cfg.src_file), Path(cfg.tgt_file)):
+        pass  # both files whole first (UTF-8, as many lines): no score is written and then refused
     engine = inference_engine(cfg)  # this process's threads and device
     run = load_runs(cfg.run_dir, cfg.ensemble, cfg.checkpoint, engine)
     engine.choose_products(run.model, training=False)

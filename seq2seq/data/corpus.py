@@ -48,14 +48,14 @@ def check_splits(cfg: DataConfig) -> None:
                 prefix_files(name, cfg.src_lang, cfg.tgt_lang)
             except DataError as e:
                 said = f"data.{split}={name}: {e}{relative_note(name)}"
-                raise DataError(f"{said}{_prepared_by(cfg, name)}") from None
+                raise DataError(f"{said}{prepared_by(cfg, name)}") from None
 
 
-def _prepared_by(cfg: DataConfig, name: str) -> str:
-    """The ending of a missing split's error where ``data.prepare`` names the command that writes
-    the corpus and the split's folder is one it names; else nothing (a split overridden to
-    files of another making)."""
-    prepare = getattr(cfg, "prepare", None)  # custom files only; older run folders lack it
+def prepared_by(cfg: DataConfig, name: str) -> str:
+    """The ending of a missing split's (or data.file's) error where ``data.prepare`` names the
+    command that writes the corpus and the split's folder is one it names; else nothing (a
+    split overridden to files of another making)."""
+    prepare = getattr(cfg, "prepare", None)  # custom and tsv only; older run folders lack it
     if not prepare or str(Path(name).parent) not in prepare.split():
         return ""
     return f"; this recipe's data is made by: {prepare}"
@@ -91,7 +91,7 @@ def split_files(cfg: DataConfig, split: str) -> tuple[Path, Path]:
         return prefix_files(name, cfg.src_lang, cfg.tgt_lang, warn=False)  # check_splits warned
     except DataError as e:  # a configured split's files: the recipe's, which data.prepare writes
         ours = split in ("train", "valid", "test")
-        raise DataError(f"{e}{_prepared_by(cfg, name) if ours else ''}") from None
+        raise DataError(f"{e}{prepared_by(cfg, name) if ours else ''}") from None
 
 
 def file_stream(src: Path, tgt: Path, limit: int | None = None) -> PairStream:
@@ -155,7 +155,16 @@ def prefix_files(prefix: str, src_lang: str, tgt_lang: str, warn: bool = True) -
     """Both files of a split, ``<prefix>.<lang>`` or ``.gz``. Where one side has both forms, the
     other side's form is read (else the plain files), and with ``warn`` a warning names both
     (training warns at its start check, not again as it reads)."""
-    forms = _forms(prefix, src_lang), _forms(prefix, tgt_lang)
+    try:
+        forms = _forms(prefix, src_lang), _forms(prefix, tgt_lang)
+    except DataError:
+        if not Path(prefix).is_dir():
+            raise
+        example = Path(prefix) / "train"  # data.train=data/ for data/train.de and data/train.en
+        raise DataError(
+            f"{prefix} is a folder: a split is given by the prefix of its files, e.g. {example} "
+            f"for {example}.{src_lang} and {example}.{tgt_lang}"
+        ) from None
     gz = [[path.suffix == ".gz" for path in side] for side in forms]
     picked = []
     for side, other in ((0, 1), (1, 0)):

@@ -13,11 +13,11 @@ from typing import Any
 
 from seq2seq.config import Multi30kConfig
 from seq2seq.data.carve import Carved, carve
-from seq2seq.data.corpus import check_splits, file_stream, split_files, split_name
+from seq2seq.data.corpus import check_splits, file_stream, prepared_by, split_files, split_name
 from seq2seq.data.hf import hf_stream, load_splits
 from seq2seq.data.stream import PairStream, file_digest, limited
 from seq2seq.data.tsv import column_indices, tsv_stream
-from seq2seq.errors import DataError, require_file
+from seq2seq.errors import DataError, relative_note, require_file
 
 SPLITS = ("train", "valid", "test")
 MULTI30K_LICENCE = (
@@ -136,8 +136,14 @@ class TsvReader(CarvingReader):
     def check(self) -> None:
         column_indices(self.cfg.columns, self.cfg.src_lang, self.cfg.tgt_lang, self.cfg.file)
         for key in ("file", "valid", "test"):
-            if (path := getattr(self.cfg, key)) is not None:
+            if (path := getattr(self.cfg, key)) is None:
+                continue
+            try:
                 require_file(path, f"data.{key}")
+            except (
+                DataError
+            ) as e:  # often a recipe's relative path: where it looked, how to make it
+                raise DataError(f"{e}{relative_note(path)}{prepared_by(self.cfg, path)}") from None
         if self.cfg.sha256 and file_digest(Path(self.cfg.file)) != self.cfg.sha256.lower():
             raise DataError(
                 f"{self.cfg.file} is not the file data.sha256 names (SHA-256 "

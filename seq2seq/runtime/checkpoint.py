@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import secrets
+import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -106,17 +107,29 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location=HOST, weights_only=True)
     except Exception as e:  # a truncated or foreign file
-        raise Seq2SeqError(f"cannot read checkpoint {path}: {_why(e)}") from e
+        raise Seq2SeqError(f"cannot read checkpoint {path}: {_why(e, path)}") from e
 
 
-def _why(error: Exception) -> str:
-    """torch.load's reason in a line: its weights-only refusal goes on for lines and advises
-    loading the file with ``weights_only=False``, which would run code from it."""
+def _why(error: Exception, path: Path) -> str:
+    """torch.load's reason in a line: a cut-short file by its size (torch's own reason is an
+    errno or a zip library's); its weights-only refusal goes on for lines about the unpickler
+    and advises loading the file with ``weights_only=False``, which would run code from it."""
+    if _cut_short(path):
+        return f"it is damaged or cut short ({path.stat().st_size:,} bytes)"
     text = str(error)
     if "WeightsUnpickler error:" in text:
-        text = text.split("WeightsUnpickler error:", 1)[1]
-        return f"not a checkpoint this program wrote, or damaged ({text.strip().splitlines()[0]})"
+        return "not a checkpoint this program wrote, or damaged"
     return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def _cut_short(path: Path) -> bool:
+    """Whether ``path`` begins as torch.save's zip archive does but lacks the archive's end."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4)
+        return b"PK\x03\x04".startswith(head) and not zipfile.is_zipfile(path)
+    except OSError:  # unreadable: torch.load's own reason says why
+        return False
 
 
 def check_tokenizers(

@@ -75,11 +75,12 @@ class AccessLog:
             self.metrics.request(scope["path"], status, seconds)
             sentences = scope.get("state", {}).get("sentences", 0)
             access_log.info(
-                "%s %s %d %d sentences %.1f ms",
+                "%s %s %d %d %s %.1f ms",
                 scope["method"],
                 scope["path"],
                 status,
                 sentences,
+                "sentence" if sentences == 1 else "sentences",
                 seconds * 1000,
             )
 
