@@ -120,7 +120,8 @@ def test_kept_checkpoints_average_into_one_that_evaluates(tmp_path: Path, data_d
     assert json.loads(result.splitlines()[-1])["checkpoint"].endswith("averaged.pt")
     # the run's averaged.pt replaced by another average is said, with what scored the old one
     out = run("average", f"run_dir={folder}", "n=1", "select=last")
-    assert f"replacing {folder / 'averaged.pt'}, the average of steps {latest}, with that of " in out
+    replaced = f"replacing {folder / 'averaged.pt'}, the average of steps {latest}, with that of "
+    assert replaced in out
     assert f"steps {latest[-1:]}; eval/val.averaged.beam1.json scored the old" in out
     assert "replacing" not in run("average", f"run_dir={folder}", "n=1", "select=last")
     run("export", f"run_dir={folder}", "checkpoint=averaged", f"out={tmp_path / 'release'}")
