@@ -327,8 +327,7 @@ def test_a_ctrl_c_while_the_data_workers_start_is_one_line(tmp_path: Path, multi
 
 
 def _importing_forkserver(pid: int) -> bool:
-    """Whether process ``pid`` has started multiprocessing's forkserver and Python there handles
-    SIGINT (its start has got as far as its imports; Linux's /proc)."""
+    """Whether ``pid``'s forkserver has started and handles SIGINT (is importing; Linux's /proc)."""
     for task in Path(f"/proc/{pid}/task").iterdir():
         for child in (task / "children").read_text().split():
             with contextlib.suppress(OSError):

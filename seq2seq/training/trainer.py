@@ -205,8 +205,7 @@ class Trainer:
     # -- checkpoints -------------------------------------------------------------------------
 
     def _save(self, *names: str) -> None:
-        """Every rank takes part (its random state is gathered); rank 0 writes the files, in
-        the background."""
+        """Every rank takes part (its random state gathered); rank 0 writes, in the background."""
         rng = self.engine.gather(self.engine.rng_state())
         if self.engine.is_main:
             state = training_state(
