@@ -132,42 +132,40 @@ def test_a_resume_refuses_the_last_pt_of_another_run(smoke_run: Path, tmp_path: 
     assert (folder / "last.pt").read_bytes() == before
 
 
-def test_a_resume_refuses_other_tokenizer_settings_and_records_nothing(
-    smoke_run: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("other", "said", "kept"),
+    [
+        (  # the run keeps its tokenizers: these would be recorded as if they had applied
+            ["data.tokenizer.vocab_size=300", "data.tokenizer.model_type=bpe"],
+            [
+                "the tokenizer settings differ from last.pt's",
+                "data.tokenizer.model_type unigram (now bpe)",
+                "data.tokenizer.vocab_size 500 (now 300)",
+            ],
+            ("config.yaml", "overrides.yaml"),
+        ),
+        (  # de->en resumed as en->de: English read by the German tokenizer, best.pt overwritten
+            ["data.src_lang=en", "data.tgt_lang=de"],
+            [
+                "train.resume=true, but the languages differ from last.pt's",
+                "data.src_lang de (now en); data.tgt_lang en (now de)",
+            ],
+            ("config.yaml", "best.pt"),
+        ),
+    ],
+)
+def test_a_resume_refuses_what_the_run_cannot_take_and_records_nothing(
+    smoke_run: Path, tmp_path: Path, other: list[str], said: list[str], kept: tuple[str, ...]
 ) -> None:
-    """The run keeps its tokenizers: other data.tokenizer settings would be recorded in
-    config.yaml and overrides.yaml as if they had applied."""
+    """Settings the run's model and tokenizers cannot follow are refused in one line, before
+    anything in the folder changes; the lock is let go."""
     folder = tmp_path / "run"
     shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
-    before = {name: (folder / name).read_bytes() for name in ("config.yaml", "overrides.yaml")}
-    other = ["data.tokenizer.vocab_size=300", "data.tokenizer.model_type=bpe"]
+    before = {name: (folder / name).read_bytes() for name in kept}
     code, out = outcome("train", f"hydra.run.dir={folder}", "train.resume=true", *other)
-    assert_one_line_error(
-        code,
-        out,
-        "the tokenizer settings differ from last.pt's",
-        "data.tokenizer.model_type unigram (now bpe)",
-        "data.tokenizer.vocab_size 500 (now 300)",
-    )
+    assert_one_line_error(code, out, *said)
     assert {name: (folder / name).read_bytes() for name in before} == before
     assert (folder / "train.lock").read_text() == ""  # let go: the next start takes no "over"
-
-
-def test_a_resume_refuses_other_languages_and_records_nothing(smoke_run: Path, tmp_path: Path):
-    """A de->en run resumed as en->de read English with its German tokenizer and overwrote
-    best.pt with what it learned so (exit 0, only the new plan warned of): refused."""
-    folder = tmp_path / "run"
-    shutil.copytree(smoke_run, folder, ignore=shutil.ignore_patterns("tensorboard", "eval"))
-    before = {name: (folder / name).read_bytes() for name in ("config.yaml", "best.pt")}
-    swap = ["data.src_lang=en", "data.tgt_lang=de"]
-    code, out = outcome("train", f"hydra.run.dir={folder}", "train.resume=true", *swap)
-    assert_one_line_error(
-        code,
-        out,
-        "train.resume=true, but the languages differ from last.pt's",
-        "data.src_lang de (now en); data.tgt_lang en (now de)",
-    )
-    assert {name: (folder / name).read_bytes() for name in before} == before
 
 
 # -- interrupted and failed writes ----------------------------------------------------------------

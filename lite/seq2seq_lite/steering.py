@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -115,33 +115,40 @@ def encode_steering(
             encoded.append(SteeringIds())
             continue
         prefix = next(pieces)
-        asked = [(f"constraint '{c[0]}'", *c) for c in (next(pieces) for _ in g.constraints)]
-        asked += [(f"glossary entry '{source}'", *next(pieces)) for source, _ in g.terms]
+        asked = [_Asked(f"constraint '{c[0]}'", *c) for c in (next(pieces) for _ in g.constraints)]
+        asked += [_Asked(f"glossary entry '{s}'", *next(pieces), True) for s, _ in g.terms]
         encoded.append(_line(prefix, asked, lacking, no_repeat_ngram))
     return encoded
 
 
+class _Asked(NamedTuple):
+    """A phrase a line asks for: ``name`` as its warnings say it, its text and target ids, and
+    whether it is a glossary's term (else a constraint, or the prefix)."""
+
+    name: str
+    text: str
+    ids: list[int]
+    term: bool = False
+
+
 def _line(
-    prefix: tuple[str, list[int]],
-    asked: list[tuple[str, str, list[int]]],
-    lacking: dict[str, str],
-    n: int,
+    prefix: tuple[str, list[int]], asked: list[_Asked], lacking: dict[str, str], n: int
 ) -> SteeringIds:
-    """One line's `SteeringIds` from its prefix (text, ids) and phrases (name, text, ids), with
-    its warnings (``lacking``: `_lacking`; ``n``: the search's no_repeat_ngram)."""
+    """One line's `SteeringIds` from its prefix (text, ids) and phrases, with its warnings
+    (``lacking``: `_lacking`; ``n``: the search's no_repeat_ngram)."""
     line = SteeringIds(prefix[1] if prefix[0] else [])
-    asked = [a for a in asked if a[2]]  # a phrase of blanks: none
+    asked = [a for a in asked if a.ids]  # a phrase of blanks: none
     clashes = _clashes(line.prefix, asked, n) if n else {}
-    given = [(f"prefix '{prefix[0]}'", *prefix)]
+    given = [_Asked(f"prefix '{prefix[0]}'", *prefix)]
     given += [a for at, a in enumerate(asked) if at not in clashes]
-    notes = [_lacks(name, lacking[text]) for name, text, _ in given if text in lacking]
-    for at, (name, _, ids) in enumerate(asked):
+    notes = [_lacks(a.name, lacking[a.text]) for a in given if a.text in lacking]
+    for at, a in enumerate(asked):
         if at in clashes:
             run = "a target piece" if n == 1 else f"a run of {n} target pieces"
             bans = f"no_repeat_ngram={n} bans"
-            notes.append(f"{name} repeats {run} of {clashes[at]}, which {bans}: left out")
+            notes.append(f"{a.name} repeats {run} of {clashes[at]}, which {bans}: left out")
         else:
-            (line.phrases if name.startswith("constraint") else line.terms).append(ids)
+            (line.terms if a.term else line.phrases).append(a.ids)
     line.warnings = notes
     return line
 
@@ -166,26 +173,26 @@ def _lacking(encode: Encode, texts: list[str], ids: list[list[int]], unk: int) -
     return {t: c for t, c in found.items() if c}
 
 
-def _clashes(prefix: list[int], asked: list[tuple[str, str, list[int]]], n: int) -> dict[int, str]:
-    """The phrases (their indices in ``asked``: name, text, ids) that a ban on repeated n-grams
-    makes impossible, each with what it clashes with: itself, the prefix or an earlier phrase
-    that is kept (the first of two wins; one inside the prefix, which places it, is met)."""
+def _clashes(prefix: list[int], asked: list[_Asked], n: int) -> dict[int, str]:
+    """The phrases (their indices in ``asked``) that a ban on repeated n-grams makes impossible,
+    each with what it clashes with: itself, the prefix or an earlier phrase that is kept (the
+    first of two wins; one inside the prefix, which places it, is met)."""
 
     def grams(ids: list[int]) -> list[tuple[int, ...]]:
         return [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
 
     owners = dict.fromkeys(grams(prefix), "the prefix")
     found = {}
-    for at, (name, _, ids) in enumerate(asked):
-        mine = grams(ids)
-        if holds(prefix, ids):
+    for at, phrase in enumerate(asked):
+        mine = grams(phrase.ids)
+        if holds(prefix, phrase.ids):
             continue
         if len(set(mine)) < len(mine):
             found[at] = "itself"
         elif clash := next((g for g in mine if g in owners), None):
             found[at] = owners[clash]
         else:
-            owners.update(dict.fromkeys(mine, name))
+            owners.update(dict.fromkeys(mine, phrase.name))
     return found
 
 

@@ -138,11 +138,9 @@ class TsvReader(CarvingReader):
         for key in ("file", "valid", "test"):
             if (path := getattr(self.cfg, key)) is None:
                 continue
-            try:
+            try:  # often a recipe's relative path: said with where it looked, how to make it
                 require_file(path, f"data.{key}")
-            except (
-                DataError
-            ) as e:  # often a recipe's relative path: where it looked, how to make it
+            except DataError as e:
                 raise DataError(f"{e}{relative_note(path)}{prepared_by(self.cfg, path)}") from None
         if self.cfg.sha256 and file_digest(Path(self.cfg.file)) != self.cfg.sha256.lower():
             raise DataError(

@@ -120,14 +120,19 @@ def _start_server(context: BaseContext) -> None:
 
 
 def _worker_start(initializer: Callable | None, *initargs: Any) -> None:
-    """A worker's start: a Ctrl-C, held back since the fork (`_start_server`) where the server
-    did not preload seq2seq.data.worker_start, ends it without a word; then the pool's
-    ``initializer``."""
+    """A worker's start: `end_quietly_on_ctrl_c` (where the server did not preload
+    seq2seq.data.worker_start, which does it), then the pool's ``initializer``."""
     if hasattr(signal, "pthread_sigmask"):  # not on Windows, whose workers are spawned
-        signal.signal(signal.SIGINT, lambda number, frame: os._exit(128 + number))
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        end_quietly_on_ctrl_c()
     if initializer is not None:
         initializer(*initargs)
+
+
+def end_quietly_on_ctrl_c() -> None:
+    """The workers' server's and each worker's own setting: a Ctrl-C, held back since the server
+    started (`_start_server`), ends the process without a word (the command says it)."""
+    signal.signal(signal.SIGINT, lambda number, frame: os._exit(128 + number))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def preload_workers() -> None:

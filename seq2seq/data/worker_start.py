@@ -9,15 +9,13 @@ ends the server or a worker without a word of its own (a terminal sends it to ea
 each printed its traceback); the command stops the rest.
 """
 
-import os
-import signal
 import warnings
 
 import seq2seq.data.dataset
 import seq2seq.data.tokenizer  # noqa: F401 (the workers' modules, imported once in the server)
+from seq2seq.data.stream import end_quietly_on_ctrl_c
 
 warnings.filterwarnings(
     "ignore", message=r".* found in sys\.modules after import of package", category=RuntimeWarning
 )
-signal.signal(signal.SIGINT, lambda number, frame: os._exit(128 + number))
-signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+end_quietly_on_ctrl_c()
